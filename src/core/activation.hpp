@@ -1,0 +1,40 @@
+// Activation functions that kernels apply in their epilogue (fused) or as
+// standalone ops. Kept in core so IR, passes and every backend share them.
+#pragma once
+#include <cmath>
+#include <optional>
+#include <string_view>
+
+namespace kiln {
+
+enum class Activation { None, Relu, Relu6, Silu, Sigmoid };
+
+inline const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::None: return "none";
+    case Activation::Relu: return "relu";
+    case Activation::Relu6: return "relu6";
+    case Activation::Silu: return "silu";
+    case Activation::Sigmoid: return "sigmoid";
+  }
+  return "?";
+}
+
+inline std::optional<Activation> activation_from_name(std::string_view s) {
+  for (Activation a : {Activation::None, Activation::Relu, Activation::Relu6, Activation::Silu, Activation::Sigmoid})
+    if (s == activation_name(a)) return a;
+  return std::nullopt;
+}
+
+inline float apply_activation(Activation a, float x) {
+  switch (a) {
+    case Activation::None: return x;
+    case Activation::Relu: return x > 0.f ? x : 0.f;
+    case Activation::Relu6: return x < 0.f ? 0.f : (x > 6.f ? 6.f : x);
+    case Activation::Silu: return x / (1.f + std::exp(-x));
+    case Activation::Sigmoid: return 1.f / (1.f + std::exp(-x));
+  }
+  return x;
+}
+
+}  // namespace kiln
