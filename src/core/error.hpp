@@ -7,19 +7,10 @@
 #include <string>
 #include <utility>
 
+#include "../../include/kiln/kiln.hpp"  // Error and ErrorKind are public API
+
 namespace kiln {
 
-enum class ErrorKind { Usage = 1, Input = 2, Runtime = 3 };
-
-class Error : public std::runtime_error {
- public:
-  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
-  ErrorKind kind() const { return kind_; }
-  int exit_code() const { return static_cast<int>(kind_); }
-
- private:
-  ErrorKind kind_;
-};
 
 // Concatenates anything streamable; g++ 12 has no std::format.
 template <typename... Args>

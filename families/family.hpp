@@ -1,0 +1,60 @@
+// A family turns the checkpoints it recognises into a Graph. Families live in
+// families/<name>/family.cpp and are found by directory (CMake generates the
+// registration list); exactly one family must claim a checkpoint.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors.hpp"
+#include "ir/graph.hpp"
+
+namespace kiln {
+
+struct ModelSource {
+  std::filesystem::path dir;
+  std::filesystem::path config_path;
+  nlohmann::json config;  // config.json as read
+  const Checkpoint* checkpoint = nullptr;
+};
+
+struct BuildRequest {
+  const ModelSource* source = nullptr;
+  int batch = 1;
+};
+
+struct FamilyBuild {
+  Graph graph;                      // f32, un-optimized, names from the checkpoint
+  std::string task;                 // "classification"
+  nlohmann::json runtime;           // runtime.json contents
+  std::vector<std::string> labels;  // may be empty
+};
+
+class Family {
+ public:
+  virtual ~Family() = default;
+  virtual std::string name() const = 0;
+  // Claims the checkpoint or not; must not throw for checkpoints of other families.
+  virtual bool describe(const ModelSource& source) const = 0;
+  virtual FamilyBuild build(const BuildRequest& request) const = 0;
+};
+
+class FamilyRegistry {
+ public:
+  void add(std::unique_ptr<Family> family);
+  const std::vector<std::unique_ptr<Family>>& all() const { return families_; }
+  // Exactly one family must claim; zero or several is an Error(Input) naming
+  // the model and the candidates.
+  const Family& select(const ModelSource& source) const;
+
+ private:
+  std::vector<std::unique_ptr<Family>> families_;
+};
+
+// All families found under families/ at build time.
+const FamilyRegistry& family_registry();
+
+}  // namespace kiln

@@ -1,0 +1,133 @@
+// kiln public C++ API. Self-contained: standard headers only, no CUDA.
+//
+//   auto engine = kiln::Engine::load("resnet50.bundle");
+//   auto ctx = engine->create_context();
+//   auto outputs = ctx->run({{"pixel_values", {1, 3, 224, 224}, pixels}});
+//
+//   kiln::Classifier clf(engine);
+//   auto result = clf.classify_file("cat.jpg", 5);
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// Exit codes of the CLI follow ErrorKind (1 usage, 2 input, 3 runtime).
+enum class ErrorKind { Usage = 1, Input = 2, Runtime = 3 };
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& msg) : std::runtime_error(msg), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+  int exit_code() const { return static_cast<int>(kind_); }
+
+ private:
+  ErrorKind kind_;
+};
+
+const char* version();
+
+// Engine inputs and outputs are f32 by contract (the engine casts internally).
+struct Tensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;  // as built; the batch dimension (0) may differ at run time
+  std::string dtype;           // storage inside the engine: "f32", "f16", "bf16"
+};
+
+struct MemoryReport {
+  size_t arena_bytes = 0;  // activation memory actually reserved (planned reuse)
+  size_t naive_bytes = 0;  // sum of all activation sizes without reuse
+};
+
+struct LoadOptions {
+  std::string backend;  // "" = the bundle's backend
+};
+
+class ExecutionContext;
+
+// Immutable after load; share one Engine between threads, give each thread
+// its own ExecutionContext.
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  static std::shared_ptr<const Engine> load(const std::string& bundle_path, const LoadOptions& options = {});
+  ~Engine();
+
+  const std::string& family() const;
+  const std::string& task() const;
+  const std::string& backend() const;
+  const std::string& precision() const;
+  std::vector<TensorInfo> inputs() const;
+  std::vector<TensorInfo> outputs() const;
+  const std::vector<std::string>& labels() const;
+  std::string runtime_json() const;  // the bundle's runtime.json, validated at load
+  size_t node_count() const;
+  std::unique_ptr<ExecutionContext> create_context() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class ExecutionContext {
+ public:
+  ~ExecutionContext();
+  // Inputs by name; every engine input must be given once, with the built
+  // shape except for the batch dimension. Throws Error(Input) naming the
+  // tensor on a wrong name, shape or size.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // Memory of the plan for the last batch size run (or the built one).
+  MemoryReport memory() const;
+
+  struct Impl;
+
+ private:
+  friend class Engine;
+  explicit ExecutionContext(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct Prediction {
+  int class_id = 0;
+  std::string label;
+  float score = 0.f;  // softmax probability
+};
+
+struct Classification {
+  std::vector<float> logits;
+  std::vector<Prediction> top_k;
+};
+
+// Pre-processing (decode, resize, crop, normalize) exactly as the reference
+// library does it, from the bundle's runtime.json; post-processing: softmax
+// and top-k with labels.
+class Classifier {
+ public:
+  explicit Classifier(std::shared_ptr<const Engine> engine);
+  ~Classifier();
+  Classification classify_file(const std::string& image_path, int top_k = 5);
+  // Batched: one engine call for all images.
+  std::vector<Classification> classify_files(const std::vector<std::string>& image_paths, int top_k = 5);
+  // 8-bit RGB, row-major HWC.
+  Classification classify_rgb(int width, int height, const uint8_t* rgb, int top_k = 5);
+  const Engine& engine() const { return *engine_; }
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Engine> engine_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln

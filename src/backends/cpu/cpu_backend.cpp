@@ -1,0 +1,138 @@
+#include "backends/cpu/cpu_backend.hpp"
+
+#include <cstring>
+
+#include "backends/cpu/kernels.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+namespace kiln::cpu {
+
+bool supports(const Graph& g, const Node& n) {
+  for (int in : n.inputs)
+    if (!dtype_is_float(g.values[in].dtype)) return false;
+  return true;
+}
+
+size_t activation_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * sizeof(float); }
+
+CpuProgram::CpuProgram(const Graph& g) : constants_(g.values.size(), nullptr) {
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const auto& c = g.values[v].constant;
+    if (!c) continue;
+    if (c->dtype == DType::F32 && reinterpret_cast<uintptr_t>(c->blob.data) % alignof(float) == 0) {
+      constants_[v] = reinterpret_cast<const float*>(c->blob.data);
+    } else {
+      converted_.push_back(c->to_f32());
+      constants_[v] = converted_.back().data();
+    }
+  }
+}
+
+namespace {
+
+void round_storage(DType t, float* p, int64_t n) {
+  if (t == DType::F16)
+    for (int64_t i = 0; i < n; ++i) p[i] = round_f16(p[i]);
+  else if (t == DType::BF16)
+    for (int64_t i = 0; i < n; ++i) p[i] = round_bf16(p[i]);
+}
+
+int as_int(int64_t v) { return static_cast<int>(v); }
+
+}  // namespace
+
+void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float*>& ptr, ThreadPool& pool) const {
+  auto in = [&](size_t i) -> const float* {
+    int v = n.inputs[i];
+    return constants_[v] ? constants_[v] : ptr[v];
+  };
+  const Value& out_v = g.values[n.outputs[0]];
+  float* out = ptr[n.outputs[0]];
+  const Shape& xs = g.values[n.inputs[0]].shape;
+  const int64_t count = shape_numel(out_v.shape);
+  switch (n.op) {
+    case Op::Conv2d: {
+      const Shape& ws = g.values[n.inputs[1]].shape;
+      auto s = n.has_attr("strides") ? n.attr_ints("strides") : std::vector<int64_t>{1, 1};
+      auto p = n.has_attr("pads") ? n.attr_ints("pads") : std::vector<int64_t>{0, 0, 0, 0};
+      auto d = n.has_attr("dilations") ? n.attr_ints("dilations") : std::vector<int64_t>{1, 1};
+      Conv2dParams cp;
+      cp.n = as_int(xs[0]), cp.c_in = as_int(xs[1]), cp.h = as_int(xs[2]), cp.w = as_int(xs[3]);
+      cp.c_out = as_int(ws[0]), cp.kh = as_int(ws[2]), cp.kw = as_int(ws[3]);
+      cp.stride_h = as_int(s[0]), cp.stride_w = as_int(s[1]);
+      cp.pad_t = as_int(p[0]), cp.pad_l = as_int(p[1]), cp.pad_b = as_int(p[2]), cp.pad_r = as_int(p[3]);
+      cp.dil_h = as_int(d[0]), cp.dil_w = as_int(d[1]);
+      cp.groups = as_int(n.attr_int("groups", 1));
+      conv2d(cp, in(0), in(1), n.inputs.size() > 2 ? in(2) : nullptr, n.inputs.size() > 3 ? in(3) : nullptr,
+             n.activation(), out, pool);
+      break;
+    }
+    case Op::BatchNorm: {
+      const float *x = in(0), *sc = in(1), *b = in(2), *m = in(3), *var = in(4);
+      const double eps = n.attr_float("eps", 1e-5);
+      const int64_t c = xs[1], inner = count / (xs[0] * c);
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t ch = (i / inner) % c;
+        out[i] = static_cast<float>((x[i] - m[ch]) / std::sqrt(var[ch] + eps) * sc[ch] + b[ch]);
+      }
+      break;
+    }
+    case Op::Activation: activation(count, in(0), n.activation(), out); break;
+    case Op::Add: add(count, in(0), in(1), n.activation(), out); break;
+    case Op::Mul:
+      if (g.values[n.inputs[1]].shape == xs) {
+        for (int64_t i = 0; i < count; ++i) out[i] = in(0)[i] * in(1)[i];
+      } else {
+        mul_channel(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), in(0), in(1), out);
+      }
+      break;
+    case Op::MaxPool2d:
+    case Op::AvgPool2d: {
+      auto k = n.attr_ints("kernel");
+      auto s = n.has_attr("strides") ? n.attr_ints("strides") : k;
+      auto p = n.has_attr("pads") ? n.attr_ints("pads") : std::vector<int64_t>{0, 0, 0, 0};
+      Pool2dParams pp;
+      pp.n = as_int(xs[0]), pp.c = as_int(xs[1]), pp.h = as_int(xs[2]), pp.w = as_int(xs[3]);
+      pp.kh = as_int(k[0]), pp.kw = as_int(k[1]), pp.stride_h = as_int(s[0]), pp.stride_w = as_int(s[1]);
+      pp.pad_t = as_int(p[0]), pp.pad_l = as_int(p[1]), pp.pad_b = as_int(p[2]), pp.pad_r = as_int(p[3]);
+      pp.ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+      pp.count_include_pad = n.attr_int("count_include_pad", 1) != 0;
+      if (n.op == Op::MaxPool2d) max_pool2d(pp, in(0), out, pool);
+      else avg_pool2d(pp, in(0), out, pool);
+      break;
+    }
+    case Op::GlobalAvgPool: global_avg_pool(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), in(0), out); break;
+    case Op::Flatten:
+    case Op::Cast: std::memcpy(out, in(0), static_cast<size_t>(count) * sizeof(float)); break;
+    case Op::Linear: {
+      const Shape& ws = g.values[n.inputs[1]].shape;
+      linear(as_int(xs[0]), as_int(ws[1]), as_int(ws[0]), in(0), in(1), n.inputs.size() > 2 ? in(2) : nullptr,
+             n.activation(), out, pool);
+      break;
+    }
+    case Op::Concat: {
+      if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU concat supports NCHW channel axis only");
+      std::vector<std::pair<const float*, int>> parts;
+      for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back({in(i), as_int(g.values[n.inputs[i]].shape[1])});
+      concat_channels(as_int(xs[0]), as_int(xs[2] * xs[3]), parts, out);
+      break;
+    }
+    case Op::Slice: {
+      if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU slice supports NCHW channel axis only");
+      int64_t start = n.attr_int("start"), end = n.attr_int("end");
+      slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);
+      break;
+    }
+  }
+  round_storage(out_v.dtype, out, count);
+}
+
+void CpuProgram::run(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool) const {
+  std::vector<float*> ptr(g.values.size(), nullptr);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (plan.offsets[v] >= 0) ptr[v] = reinterpret_cast<float*>(reinterpret_cast<char*>(arena) + plan.offsets[v]);
+  for (const Node& n : g.nodes) run_node(g, n, ptr, pool);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,36 @@
+// The CPU backend runs every op of the op table (it is the reference backend).
+// Activations are stored as f32; an f16/bf16 graph is emulated exactly by
+// rounding each node's output to its storage type (RNE) and by using the
+// narrow weights converted back to f32.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/thread_pool.hpp"
+#include "ir/graph.hpp"
+#include "runtime/memory_planner.hpp"
+
+namespace kiln::cpu {
+
+bool supports(const Graph& g, const Node& n);
+
+class CpuProgram {
+ public:
+  // Converts constants to f32 once (f32 constants are used in place).
+  explicit CpuProgram(const Graph& g);
+  // `shaped` is the engine graph with shapes inferred for the batch at hand
+  // (same value ids). Activations live in `arena` at plan.offsets.
+  void run(const Graph& shaped, const MemoryPlan& plan, float* arena, ThreadPool& pool) const;
+  // Runs one node (used by per-layer comparisons and the pass tests).
+  void run_node(const Graph& shaped, const Node& n, const std::vector<float*>& value_ptrs, ThreadPool& pool) const;
+  const float* constant(int value_id) const { return constants_[value_id]; }
+
+ private:
+  std::vector<const float*> constants_;
+  std::vector<std::vector<float>> converted_;
+};
+
+// Bytes the CPU backend stores for an activation (always f32).
+size_t activation_bytes(const Value& v);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,79 @@
+// fp32 CPU kernels: the numerical reference of kiln and the fallback where no
+// GPU exists. All tensors are dense NCHW (or [n, features]) row-major fp32
+// buffers owned by the caller; kernels know nothing of the IR so they can be
+// tested and benchmarked on their own. Invalid parameters throw via
+// fail_runtime (the IR layer is expected to have validated shapes already).
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/thread_pool.hpp"
+#include "core/activation.hpp"
+
+namespace kiln::cpu {
+
+struct Conv2dParams {
+  int n = 1, c_in = 1, h = 1, w = 1, c_out = 1, kh = 1, kw = 1;
+  int stride_h = 1, stride_w = 1;
+  // Asymmetric padding because TensorFlow/ONNX "SAME" pads more at the end.
+  int pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
+  int dil_h = 1, dil_w = 1;
+  int groups = 1;
+  int out_h() const { return (h + pad_t + pad_b - dil_h * (kh - 1) - 1) / stride_h + 1; }
+  int out_w() const { return (w + pad_l + pad_r - dil_w * (kw - 1) - 1) / stride_w + 1; }
+};
+
+// y = act(conv(x, w) + bias + residual).
+// x [n, c_in, h, w]; w [c_out, c_in/groups, kh, kw]; bias [c_out] or nullptr;
+// residual [n, c_out, out_h, out_w] or nullptr; y like residual. y must not
+// alias x, w or residual (the GEMM writes y before the epilogue reads residual).
+void conv2d(const Conv2dParams& p, const float* x, const float* w, const float* bias, const float* residual,
+            Activation act, float* y, ThreadPool& pool);
+
+// y[n, out] = act(x[n, in] · w[out, in]^T + bias); bias [out] or nullptr.
+void linear(int n, int in, int out, const float* x, const float* w, const float* bias, Activation act, float* y,
+            ThreadPool& pool);
+
+struct Pool2dParams {
+  int n = 1, c = 1, h = 1, w = 1, kh = 1, kw = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg only
+  int out_h() const;
+  int out_w() const;
+};
+
+// PyTorch's output-size rule generalised to asymmetric padding: in ceil mode
+// the last window must start inside the input or the begin padding, otherwise
+// it is dropped.
+int pool_out_dim(int in, int k, int stride, int pad_begin, int pad_end, bool ceil_mode);
+
+// Padding acts as -inf. Every pad must be smaller than its kernel size so no
+// window is empty.
+void max_pool2d(const Pool2dParams& p, const float* x, float* y, ThreadPool& pool);
+// PyTorch AvgPool2d: with count_include_pad the divisor counts padded cells
+// but never the cells a ceil_mode window reaches beyond the end padding;
+// without it the divisor counts only real input cells.
+void avg_pool2d(const Pool2dParams& p, const float* x, float* y, ThreadPool& pool);
+// y[n, c] = mean of x[n, c, 0..hw).
+void global_avg_pool(int n, int c, int hw, const float* x, float* y);
+
+// y = act(a + b); y may alias a or b.
+void add(int64_t count, const float* a, const float* b, Activation act, float* y);
+// y = act(x); may run in place.
+void activation(int64_t count, const float* x, Activation act, float* y);
+// y[n, c, :] = x[n, c, :] * s[n, c] (squeeze-excitation scale); may run in place.
+void mul_channel(int n, int c, int hw, const float* x, const float* s, float* y);
+// Channel concat on NCHW: inputs are (pointer, channels) in output order.
+void concat_channels(int n, int hw, const std::vector<std::pair<const float*, int>>& inputs, float* y);
+// y = x[:, c_begin : c_begin + c_count] on NCHW.
+void slice_channels(int n, int c_total, int hw, int c_begin, int c_count, const float* x, float* y);
+
+// Sets OpenBLAS's (process-global) thread count, skipping the call when it is
+// already the requested value. Kernels use 1 while the pool parallelises
+// across items, and pool.threads() when a single GEMM gets the whole machine.
+void set_blas_threads(int threads);
+
+}  // namespace kiln::cpu

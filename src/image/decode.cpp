@@ -1,0 +1,282 @@
+// JPEG (libjpeg) and PNG (libpng) decoding into RGB8, matching what timm sees
+// through PIL: Image.open(path).convert('RGB').
+//
+// Both libraries report fatal errors by calling a handler that must not
+// return. We longjmp out of it back into a small function whose only locals
+// are the library structs (the pattern libjpeg's example.c uses); no C++
+// object with a destructor lives in those frames, and the C++ exception is
+// thrown only after the library state has been destroyed.
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <jpeglib.h>
+#include <jerror.h>
+#include <png.h>
+
+#include "core/file.hpp"
+#include "image/image.hpp"
+
+namespace kiln {
+namespace {
+
+// Both decoders fill this; `error` empty means success.
+struct DecodeResult {
+  ImageU8 image;
+  char error[JMSG_LENGTH_MAX + 64] = {};
+};
+
+void set_error(DecodeResult& r, const char* msg) {
+  std::snprintf(r.error, sizeof(r.error), "%s", msg);
+}
+
+bool dimensions_ok(DecodeResult& r, unsigned long w, unsigned long h) {
+  if (w == 0 || h == 0) {
+    set_error(r, "image has zero width or height");
+    return false;
+  }
+  if (w > static_cast<unsigned long>(kMaxImageSide) || h > static_cast<unsigned long>(kMaxImageSide) ||
+      static_cast<unsigned long long>(w) * h > static_cast<unsigned long long>(kMaxImagePixels)) {
+    std::snprintf(r.error, sizeof(r.error),
+                  "image too large: %lux%lu (limit %d pixels per side and 2^28 pixels)", w, h,
+                  kMaxImageSide);
+    return false;
+  }
+  return true;
+}
+
+// Allocation can throw; turn that into a decode error so the library state is
+// still cleaned up by the caller's normal path.
+bool allocate_rgb(DecodeResult& r, int w, int h) {
+  try {
+    r.image.width = w;
+    r.image.height = h;
+    r.image.rgb.resize(static_cast<size_t>(w) * h * 3);
+    return true;
+  } catch (const std::bad_alloc&) {
+    set_error(r, "out of memory for decoded image");
+    return false;
+  }
+}
+
+// ---------------------------------------------------------------- JPEG ----
+
+struct JpegErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void jpeg_on_error(j_common_ptr cinfo) {
+  auto* mgr = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, mgr->message);
+  std::longjmp(mgr->jump, 1);
+}
+
+// libjpeg only warns when the data runs out and then pads with a fake EOI,
+// producing a grey bottom. PIL treats that case as "image file is truncated",
+// so it is fatal here too; other warnings (e.g. extraneous bytes) are ignored
+// exactly like PIL's silent output_message.
+void jpeg_on_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    auto* mgr = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+    std::snprintf(mgr->message, sizeof(mgr->message), "truncated JPEG data");
+    std::longjmp(mgr->jump, 1);
+  }
+}
+
+void decode_jpeg(const uint8_t* data, size_t size, DecodeResult& r) {
+  jpeg_decompress_struct cinfo;
+  JpegErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = jpeg_on_error;
+  err.pub.emit_message = jpeg_on_message;
+  err.message[0] = 0;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    set_error(r, err.message[0] ? err.message : "corrupt JPEG data");
+    return;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, const_cast<unsigned char*>(data), static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    set_error(r, "CMYK JPEG images are not supported (convert to RGB first)");
+  } else if (cinfo.num_components != 1 && cinfo.num_components != 3) {
+    std::snprintf(r.error, sizeof(r.error), "unsupported JPEG with %d components",
+                  cinfo.num_components);
+  } else if (dimensions_ok(r, cinfo.image_width, cinfo.image_height)) {
+    const bool gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
+    // PIL leaves libjpeg at its defaults: accurate integer IDCT and fancy
+    // (triangular) chroma upsampling. Set them explicitly anyway.
+    cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(&cinfo);
+    const int w = static_cast<int>(cinfo.output_width), h = static_cast<int>(cinfo.output_height);
+    if (allocate_rgb(r, w, h)) {
+      uint8_t* base = r.image.rgb.data();
+      while (cinfo.output_scanline < cinfo.output_height) {
+        uint8_t* row = base + static_cast<size_t>(cinfo.output_scanline) * w * 3;
+        JSAMPROW rows[1] = {row};
+        // Grayscale rows are decoded into the row's first third and then
+        // spread out in place (back to front so nothing is overwritten early).
+        if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) break;
+        if (gray) {
+          for (int x = w - 1; x >= 0; --x) row[x * 3] = row[x * 3 + 1] = row[x * 3 + 2] = row[x];
+        }
+      }
+      if (cinfo.output_scanline < cinfo.output_height) set_error(r, "truncated JPEG data");
+      else jpeg_finish_decompress(&cinfo);
+    }
+  }
+  jpeg_destroy_decompress(&cinfo);
+}
+
+// ----------------------------------------------------------------- PNG ----
+
+struct PngSource {
+  const uint8_t* data;
+  size_t size;
+  size_t pos;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void png_read_from_memory(png_structp png, png_bytep out, png_size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > src->size - src->pos) png_error(png, "truncated PNG data");
+  std::memcpy(out, src->data + src->pos, n);
+  src->pos += n;
+}
+
+[[noreturn]] void png_on_error(png_structp png, png_const_charp msg) {
+  auto* src = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(src->message, sizeof(src->message), "%s", msg);
+  std::longjmp(png_jmpbuf(png), 1);
+}
+
+void png_on_warning(png_structp, png_const_charp) {}
+
+// Converts one decoded row (after libpng's 8-bit expansion of low bit depths
+// and palettes, but with 16-bit samples kept) to RGB8 the way PIL would.
+void png_row_to_rgb(const uint8_t* in, uint8_t* out, int w, int channels, bool sixteen,
+                    bool gray16_clamp) {
+  const int bps = sixteen ? 2 : 1;
+  for (int x = 0; x < w; ++x) {
+    const uint8_t* px = in + static_cast<size_t>(x) * channels * bps;
+    uint8_t rgb[3];
+    if (gray16_clamp) {
+      // PIL opens 16-bit grayscale as mode I;16 and its I;16 -> RGB/L
+      // conversion clamps the 16-bit value to 255 instead of rescaling.
+      const unsigned v = (unsigned{px[0]} << 8) | px[1];
+      rgb[0] = rgb[1] = rgb[2] = static_cast<uint8_t>(v > 255 ? 255 : v);
+    } else if (channels <= 2) {
+      // Big-endian samples: the high byte is the first one. PIL's ";16B"
+      // unpackers keep just that byte (truncation, not rounding).
+      rgb[0] = rgb[1] = rgb[2] = px[0];
+    } else {
+      rgb[0] = px[0];
+      rgb[1] = px[bps];
+      rgb[2] = px[2 * bps];
+    }
+    std::memcpy(out + static_cast<size_t>(x) * 3, rgb, 3);
+  }
+}
+
+void decode_png(const uint8_t* data, size_t size, DecodeResult& r) {
+  PngSource src{data, size, 0, {}};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_on_error, png_on_warning);
+  if (!png) {
+    set_error(r, "cannot initialise libpng");
+    return;
+  }
+  png_infop info = png_create_info_struct(png);
+  // Raw row buffer: a raw pointer so that nothing with a destructor is
+  // skipped by longjmp; volatile because it changes after setjmp and is read
+  // after a longjmp. Freed on both paths.
+  uint8_t* volatile rows = nullptr;
+  if (!info || setjmp(png_jmpbuf(png))) {
+    std::free(rows);
+    png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+    set_error(r, src.message[0] ? src.message : "cannot initialise libpng");
+    return;
+  }
+  png_set_read_fn(png, &src, png_read_from_memory);
+  png_read_info(png, info);
+  const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  const int color_type = png_get_color_type(png, info);
+  const int bit_depth = png_get_bit_depth(png, info);
+  if (dimensions_ok(r, w, h)) {
+    // Palette -> RGB and 1/2/4-bit gray -> 8-bit (scaled like PIL's L;2/L;4
+    // unpackers: x*85, x*17). Alpha/tRNS is dropped later, as convert('RGB').
+    if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    const int passes = png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    const int channels = png_get_channels(png, info);
+    const bool sixteen = png_get_bit_depth(png, info) == 16;
+    const bool gray16 = sixteen && color_type == PNG_COLOR_TYPE_GRAY;
+    const size_t rowbytes = png_get_rowbytes(png, info);
+    if (allocate_rgb(r, static_cast<int>(w), static_cast<int>(h))) {
+      // Interlaced images need the whole raw image across passes; others are
+      // converted row by row to keep peak memory at one row.
+      const size_t raw_rows = passes > 1 ? h : 1;
+      uint8_t* const buffer = static_cast<uint8_t*>(std::malloc(rowbytes * raw_rows));
+      rows = buffer;
+      if (!buffer) {
+        set_error(r, "out of memory for decoded image");
+      } else {
+        for (int pass = 0; pass < passes; ++pass) {
+          for (png_uint_32 y = 0; y < h; ++y) {
+            uint8_t* raw = buffer + (passes > 1 ? rowbytes * y : 0);
+            png_read_row(png, raw, nullptr);
+            if (passes == 1)
+              png_row_to_rgb(raw, &r.image.rgb[static_cast<size_t>(y) * w * 3], w, channels,
+                             sixteen, gray16);
+          }
+        }
+        if (passes > 1) {
+          for (png_uint_32 y = 0; y < h; ++y)
+            png_row_to_rgb(buffer + rowbytes * y, &r.image.rgb[static_cast<size_t>(y) * w * 3], w,
+                           channels, sixteen, gray16);
+        }
+        // Trailing chunks (and IEND) are not read: PIL tolerates a file that
+        // ends right after the image data, and so do we.
+      }
+    }
+  }
+  std::free(rows);
+  png_destroy_read_struct(&png, &info, nullptr);
+}
+
+constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+
+}  // namespace
+
+ImageU8 decode_image_bytes(const uint8_t* data, size_t size, const std::string& name_for_errors) {
+  if (size == 0) fail_input(name_for_errors, ": empty file, not a JPEG or PNG image");
+  DecodeResult r;
+  if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+    decode_jpeg(data, size, r);
+    if (r.error[0]) fail_input(name_for_errors, ": ", r.error);
+  } else if (size >= 8 && std::memcmp(data, kPngMagic, 8) == 0) {
+    decode_png(data, size, r);
+    if (r.error[0]) fail_input(name_for_errors, ": ", r.error);
+  } else if (size < 8 && std::memcmp(data, kPngMagic, size) == 0) {
+    fail_input(name_for_errors, ": truncated PNG data");
+  } else if (size < 3 && data[0] == 0xFF && (size == 1 || data[1] == 0xD8)) {
+    fail_input(name_for_errors, ": truncated JPEG data");
+  } else {
+    fail_input(name_for_errors, ": not a JPEG or PNG image");
+  }
+  return std::move(r.image);
+}
+
+ImageU8 decode_image(const std::filesystem::path& path) {
+  const Blob blob = map_file(path);
+  return decode_image_bytes(blob.data, blob.size, path.string());
+}
+
+}  // namespace kiln

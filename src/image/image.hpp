@@ -1,0 +1,72 @@
+// 8-bit RGB images: decoding (JPEG, PNG), PIL-exact resizing, and timm's
+// evaluation pre-processing. The goal is bit-for-bit agreement with what timm
+// feeds a model (PIL decode -> convert('RGB') -> Resize -> CenterCrop ->
+// ToTensor -> Normalize), so every rounding step here mirrors PIL/torchvision.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "image/interpolation.hpp"
+
+namespace kiln {
+
+// Decoding refuses anything larger, before allocating pixel memory.
+constexpr int kMaxImageSide = 32768;
+constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
+struct ImageU8 {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // HWC, RGB, row-major, size 3*width*height
+};
+
+// Detects JPEG/PNG by magic bytes and returns RGB8 the way PIL's
+// Image.open(p).convert('RGB') would: grayscale replicated, palette expanded,
+// alpha dropped (not composited), 16-bit RGB/LA/RGBA reduced to the high byte,
+// 16-bit grayscale clamped to 255 (PIL's I;16 -> RGB conversion). CMYK JPEGs
+// are rejected. Every failure is Error(Input) whose message starts with the
+// file name, e.g. "x.png: truncated PNG data".
+ImageU8 decode_image(const std::filesystem::path& path);
+ImageU8 decode_image_bytes(const uint8_t* data, size_t size, const std::string& name_for_errors);
+
+// Bit-exact with PIL Image.resize((out_w, out_h), resample) on an RGB image.
+ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp);
+
+// torchvision CenterCrop: offsets round((in - out) / 2) half-to-even; when the
+// crop is larger than the image it first pads (extra pixel on the right/bottom)
+// with `fill` (torchvision uses 0, timm's CenterCropOrPad the mean colour).
+ImageU8 center_crop(const ImageU8& in, int out_w, int out_h,
+                    std::array<uint8_t, 3> fill = {0, 0, 0});
+
+struct TimmPreprocess {
+  int height = 224, width = 224;
+  float crop_pct = 0.875f;
+  Interpolation interpolation = Interpolation::Bicubic;
+  std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, std{0.229f, 0.224f, 0.225f};
+  std::string crop_mode = "center";  // "center", "squash" or "border" (timm's crop_mode)
+};
+
+struct ResizeStep {
+  int width = 0, height = 0;
+  Interpolation interpolation = Interpolation::Bilinear;
+};
+
+// The Resize that timm's transforms_imagenet_eval applies to an in_w x in_h
+// image (before the crop). Exposed for tests and for CLI diagnostics.
+ResizeStep timm_resize_step(int in_w, int in_h, const TimmPreprocess& p);
+
+// Resize + crop/pad: the 8-bit image right before ToTensor.
+ImageU8 timm_resize_crop(const ImageU8& img, const TimmPreprocess& p);
+
+// ToTensor + Normalize in float32 exactly as torch does it:
+// (float(v) / 255.f - mean[c]) / std[c], laid out CHW.
+std::vector<float> normalize_to_chw(const ImageU8& img, const std::array<float, 3>& mean,
+                                    const std::array<float, 3>& std);
+
+// The whole timm eval transform; returns CHW float32 of 3 * p.height * p.width.
+std::vector<float> timm_preprocess(const ImageU8& img, const TimmPreprocess& p);
+
+}  // namespace kiln

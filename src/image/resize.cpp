@@ -1,0 +1,217 @@
+// PIL-exact resampling of 8-bit RGB images (PIL's libImaging/Resample.c and the
+// NEAREST path of Geometry.c, re-derived). Every floating-point expression
+// below keeps PIL's operation order, because the coefficient values, once
+// quantised to fixed point, decide the 8-bit result.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "image/image.hpp"
+
+// A fused multiply-add rounds differently from PIL's separate mul + add, which
+// can flip a fixed-point coefficient by one unit; keep contraction off even if
+// someone builds with -march=native.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace kiln {
+namespace {
+
+// PIL: 8 bits of result, 2 bits of headroom for the negative lobes of the
+// cubic kernel, the rest for the fractional part of the coefficients.
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+struct Filter {
+  double (*weight)(double);
+  double support;
+};
+
+double bilinear_weight(double x) {
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return 1.0 - x;
+  return 0.0;
+}
+
+double bicubic_weight(double x) {
+  // Cubic convolution with a = -0.5 (Keys); same grouping as PIL.
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+// For each output index along one axis: the first input index, the number of
+// inputs, and `ksize` fixed-point weights (unused tail is zero).
+struct AxisCoeffs {
+  int ksize = 0;
+  std::vector<int> first, count;
+  std::vector<int32_t> weights;
+};
+
+AxisCoeffs precompute_coeffs(int in_size, int out_size, const Filter& filter) {
+  // PIL passes the box edges as floats (0 and in_size); the scale is computed
+  // in double from their float difference.
+  const float in0 = 0.0f, in1 = static_cast<float>(in_size);
+  const double scale = static_cast<double>(in1 - in0) / out_size;
+  // Downscaling widens the kernel by the scale (antialiasing); upscaling keeps it.
+  const double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = filter.support * filterscale;
+  AxisCoeffs c;
+  c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
+  c.first.resize(out_size);
+  c.count.resize(out_size);
+  c.weights.assign(static_cast<size_t>(out_size) * c.ksize, 0);
+  std::vector<double> k(c.ksize);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = in0 + (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    // PIL "rounds" with +0.5 and a C cast, i.e. truncation toward zero; the
+    // clamp to 0 afterwards makes that equal to its result for negatives too.
+    int xmin = static_cast<int>(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = static_cast<int>(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      const double w = filter.weight((x + xmin - center + 0.5) * ss);
+      k[x] = w;
+      ww += w;
+    }
+    int32_t* out = &c.weights[static_cast<size_t>(xx) * c.ksize];
+    for (int x = 0; x < xmax; ++x) {
+      const double kn = ww != 0.0 ? k[x] / ww : k[x];
+      // Round half away from zero into fixed point, as PIL does.
+      out[x] = kn < 0 ? static_cast<int32_t>(-0.5 + kn * (1 << kPrecisionBits))
+                      : static_cast<int32_t>(0.5 + kn * (1 << kPrecisionBits));
+    }
+    c.first[xx] = xmin;
+    c.count[xx] = xmax;
+  }
+  return c;
+}
+
+// The accumulator starts at one half so the final arithmetic shift rounds to
+// nearest; PIL then clips the shifted value to [0, 255].
+inline uint8_t clip8(int32_t acc) {
+  const int32_t v = acc >> kPrecisionBits;
+  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+// Horizontal pass over input rows [row0, row0 + rows).
+ImageU8 resample_horizontal(const ImageU8& in, int out_w, int row0, int rows,
+                            const AxisCoeffs& c) {
+  ImageU8 out;
+  out.width = out_w;
+  out.height = rows;
+  out.rgb.resize(static_cast<size_t>(out_w) * rows * 3);
+  for (int yy = 0; yy < rows; ++yy) {
+    const uint8_t* src = &in.rgb[static_cast<size_t>(yy + row0) * in.width * 3];
+    uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * out_w * 3];
+    for (int xx = 0; xx < out_w; ++xx) {
+      const int32_t* k = &c.weights[static_cast<size_t>(xx) * c.ksize];
+      const uint8_t* p = src + static_cast<size_t>(c.first[xx]) * 3;
+      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+      for (int x = 0; x < c.count[xx]; ++x, p += 3) {
+        s0 += p[0] * k[x];
+        s1 += p[1] * k[x];
+        s2 += p[2] * k[x];
+      }
+      dst[xx * 3 + 0] = clip8(s0);
+      dst[xx * 3 + 1] = clip8(s1);
+      dst[xx * 3 + 2] = clip8(s2);
+    }
+  }
+  return out;
+}
+
+// Vertical pass; `row_offset` is the input row that the coefficients' row 0
+// refers to (non-zero when the horizontal pass only produced the needed rows).
+ImageU8 resample_vertical(const ImageU8& in, int out_h, int row_offset, const AxisCoeffs& c) {
+  ImageU8 out;
+  out.width = in.width;
+  out.height = out_h;
+  out.rgb.resize(static_cast<size_t>(in.width) * out_h * 3);
+  const size_t stride = static_cast<size_t>(in.width) * 3;
+  for (int yy = 0; yy < out_h; ++yy) {
+    const int32_t* k = &c.weights[static_cast<size_t>(yy) * c.ksize];
+    const uint8_t* base = &in.rgb[static_cast<size_t>(c.first[yy] - row_offset) * stride];
+    uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * stride];
+    for (size_t i = 0; i < stride; ++i) {
+      int32_t s = 1 << (kPrecisionBits - 1);
+      const uint8_t* p = base + i;
+      for (int y = 0; y < c.count[yy]; ++y, p += stride) s += *p * k[y];
+      dst[i] = clip8(s);
+    }
+  }
+  return out;
+}
+
+// PIL's NEAREST resize is an affine "scale" transform: source positions are
+// accumulated (not multiplied) in double from a pixel-centre start and
+// truncated; positions falling outside the image leave black pixels.
+std::vector<int> nearest_positions(int in_size, int out_size) {
+  const double step = static_cast<double>(static_cast<float>(in_size) - 0.0f) / out_size;
+  std::vector<int> pos(out_size);
+  double v = 0.0 + step * 0.5;
+  for (int i = 0; i < out_size; ++i) {
+    const int p = v < 0.0 ? -1 : static_cast<int>(v);
+    pos[i] = (p >= 0 && p < in_size) ? p : -1;
+    v += step;
+  }
+  return pos;
+}
+
+ImageU8 resize_nearest(const ImageU8& in, int out_w, int out_h) {
+  const std::vector<int> xs = nearest_positions(in.width, out_w);
+  const std::vector<int> ys = nearest_positions(in.height, out_h);
+  ImageU8 out;
+  out.width = out_w;
+  out.height = out_h;
+  out.rgb.assign(static_cast<size_t>(out_w) * out_h * 3, 0);
+  for (int y = 0; y < out_h; ++y) {
+    if (ys[y] < 0) continue;
+    const uint8_t* src = &in.rgb[static_cast<size_t>(ys[y]) * in.width * 3];
+    uint8_t* dst = &out.rgb[static_cast<size_t>(y) * out_w * 3];
+    for (int x = 0; x < out_w; ++x) {
+      if (xs[x] < 0) continue;
+      std::memcpy(dst + x * 3, src + static_cast<size_t>(xs[x]) * 3, 3);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp) {
+  if (out_w < 1 || out_h < 1) fail_input("resize: height and width must be > 0, got ", out_w, "x", out_h);
+  if (in.width < 1 || in.height < 1 ||
+      in.rgb.size() != static_cast<size_t>(in.width) * in.height * 3)
+    fail_input("resize: malformed input image ", in.width, "x", in.height);
+  // Image.resize returns a copy when the size does not change.
+  if (out_w == in.width && out_h == in.height) return in;
+  if (interp == Interpolation::Nearest) return resize_nearest(in, out_w, out_h);
+
+  const Filter filter = interp == Interpolation::Bicubic ? Filter{bicubic_weight, 2.0}
+                                                         : Filter{bilinear_weight, 1.0};
+  // A pass runs only when its dimension changes (default box).
+  const bool need_horizontal = out_w != in.width;
+  const bool need_vertical = out_h != in.height;
+  if (!need_vertical) return resample_horizontal(in, out_w, 0, in.height,
+                                                 precompute_coeffs(in.width, out_w, filter));
+  const AxisCoeffs vert = precompute_coeffs(in.height, out_h, filter);
+  if (!need_horizontal) return resample_vertical(in, out_h, 0, vert);
+  // Like PIL, the horizontal pass only produces the rows the vertical pass
+  // reads (identical results, less work when the rows are cropped away).
+  const int row_first = vert.first.front();
+  const int row_last = vert.first.back() + vert.count.back();
+  const ImageU8 tmp = resample_horizontal(in, out_w, row_first, row_last - row_first,
+                                          precompute_coeffs(in.width, out_w, filter));
+  return resample_vertical(tmp, out_h, row_first, vert);
+}
+
+}  // namespace kiln

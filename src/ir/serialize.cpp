@@ -1,0 +1,168 @@
+#include "ir/serialize.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "ir/verifier.hpp"
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+json attr_to_json(const AttrValue& v) {
+  if (auto p = std::get_if<int64_t>(&v)) return *p;
+  if (auto d = std::get_if<double>(&v)) return *d;
+  if (auto s = std::get_if<std::string>(&v)) return *s;
+  return std::get<std::vector<int64_t>>(v);
+}
+
+AttrValue attr_from_json(const json& j, const std::string& where) {
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number_float()) return j.get<double>();
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_array()) {
+    std::vector<int64_t> r;
+    for (const auto& e : j) {
+      if (!e.is_number_integer()) fail_input(where, ": attribute lists must hold integers");
+      r.push_back(e.get<int64_t>());
+    }
+    return r;
+  }
+  fail_input(where, ": unsupported attribute value");
+}
+
+const json& need(const json& obj, const char* key, const std::string& where) {
+  if (!obj.is_object() || !obj.contains(key)) fail_input(where, ": missing key '", key, "'");
+  return obj.at(key);
+}
+
+int64_t need_int(const json& obj, const char* key, const std::string& where) {
+  const json& v = need(obj, key, where);
+  if (!v.is_number_integer()) fail_input(where, ": key '", key, "' must be an integer");
+  return v.get<int64_t>();
+}
+
+std::vector<int> need_ids(const json& obj, const char* key, const std::string& where, size_t nvalues) {
+  const json& v = need(obj, key, where);
+  if (!v.is_array()) fail_input(where, ": key '", key, "' must be a list");
+  std::vector<int> ids;
+  for (const auto& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<uint64_t>() >= nvalues)
+      fail_input(where, ": '", key, "' holds a value id out of range");
+    ids.push_back(e.get<int>());
+  }
+  return ids;
+}
+
+}  // namespace
+
+SerializedGraph serialize_graph(const Graph& g) {
+  SerializedGraph out;
+  json values = json::array();
+  for (const Value& v : g.values) {
+    json jv = {{"name", v.name}, {"dtype", dtype_name(v.dtype)}, {"shape", v.shape}};
+    if (v.constant) {
+      size_t off = (out.weights.size() + kAlign - 1) / kAlign * kAlign;
+      out.weights.resize(off, 0);
+      const size_t nbytes = v.constant->nbytes();
+      out.weights.insert(out.weights.end(), v.constant->blob.data, v.constant->blob.data + nbytes);
+      jv["data"] = {{"offset", off}, {"nbytes", nbytes}};
+    }
+    values.push_back(std::move(jv));
+  }
+  json nodes = json::array();
+  for (const Node& n : g.nodes) {
+    json attrs = json::object();
+    for (const auto& [k, v] : n.attrs) attrs[k] = attr_to_json(v);
+    nodes.push_back({{"op", op_name(n.op)}, {"name", n.name}, {"inputs", n.inputs}, {"outputs", n.outputs}, {"attrs", attrs}});
+  }
+  json j = {{"format", kGraphFormat}, {"values", values}, {"nodes", nodes}, {"inputs", g.inputs}, {"outputs", g.outputs}};
+  out.graph_json = j.dump(1);
+  return out;
+}
+
+Graph deserialize_graph(const std::string& graph_json, const Blob& weights, const std::string& source) {
+  json j = json::parse(graph_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail_input(source, ": not a JSON object");
+  if (need_int(j, "format", source) != kGraphFormat)
+    fail_input(source, ": graph format ", j["format"].dump(), " is not supported (expected ", kGraphFormat, ")");
+  Graph g;
+  const json& values = need(j, "values", source);
+  if (!values.is_array()) fail_input(source, ": 'values' must be a list");
+  for (size_t i = 0; i < values.size(); ++i) {
+    const json& jv = values[i];
+    std::string where = cat(source, ": value ", i);
+    Value v;
+    const json& name = need(jv, "name", where);
+    if (!name.is_string()) fail_input(where, ": name must be a string");
+    v.name = name.get<std::string>();
+    where = cat(source, ": value '", v.name, "'");
+    const json& dt = need(jv, "dtype", where);
+    auto t = dt.is_string() ? dtype_from_name(dt.get<std::string>()) : std::nullopt;
+    if (!t) fail_input(where, ": unknown dtype");
+    v.dtype = *t;
+    const json& shape = need(jv, "shape", where);
+    if (!shape.is_array()) fail_input(where, ": shape must be a list");
+    for (const auto& d : shape) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t{1} << 31))
+        fail_input(where, ": bad shape");
+      v.shape.push_back(d.get<int64_t>());
+    }
+    if (jv.contains("data")) {
+      const json& data = jv["data"];
+      int64_t off = need_int(data, "offset", where), nbytes = need_int(data, "nbytes", where);
+      HostTensor t{v.dtype, v.shape, {}};
+      if (off < 0 || nbytes < 0 || static_cast<uint64_t>(off) > weights.size ||
+          static_cast<uint64_t>(nbytes) > weights.size - static_cast<uint64_t>(off))
+        fail_input(where, ": data lies outside weights.bin (", weights.size, " bytes)");
+      if (static_cast<size_t>(nbytes) != t.nbytes())
+        fail_input(where, ": ", nbytes, " bytes of data for ", dtype_name(v.dtype), shape_str(v.shape));
+      t.blob.owner = weights.owner;
+      t.blob.data = weights.data + off;
+      t.blob.size = static_cast<size_t>(nbytes);
+      v.constant = std::move(t);
+    }
+    g.values.push_back(std::move(v));
+  }
+  const json& nodes = need(j, "nodes", source);
+  if (!nodes.is_array()) fail_input(source, ": 'nodes' must be a list");
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const json& jn = nodes[i];
+    std::string where = cat(source, ": node ", i);
+    Node n;
+    const json& op = need(jn, "op", where);
+    auto o = op.is_string() ? op_from_name(op.get<std::string>()) : std::nullopt;
+    if (!o) fail_input(where, ": unknown op ", op.dump());
+    n.op = *o;
+    const json& name = need(jn, "name", where);
+    if (!name.is_string()) fail_input(where, ": name must be a string");
+    n.name = name.get<std::string>();
+    where = cat(source, ": node '", n.name, "'");
+    n.inputs = need_ids(jn, "inputs", where, g.values.size());
+    n.outputs = need_ids(jn, "outputs", where, g.values.size());
+    if (n.outputs.size() != 1) fail_input(where, ": a node has exactly one output");
+    const json& attrs = need(jn, "attrs", where);
+    if (!attrs.is_object()) fail_input(where, ": attrs must be an object");
+    for (const auto& [k, v] : attrs.items()) n.attrs[k] = attr_from_json(v, where);
+    const int nin = static_cast<int>(n.inputs.size());
+    if (nin < op_info(n.op).min_inputs || nin > op_info(n.op).max_inputs) fail_input(where, ": wrong number of inputs");
+    Value& out = g.values[n.outputs[0]];
+    if (out.constant || out.producer != -1) fail_input(where, ": output value is a constant or produced twice");
+    out.producer = static_cast<int>(i);
+    g.nodes.push_back(std::move(n));
+  }
+  g.inputs = need_ids(j, "inputs", source, g.values.size());
+  g.outputs = need_ids(j, "outputs", source, g.values.size());
+  try {
+    verify_graph(g, "load");
+  } catch (const Error& e) {
+    fail_input(source, ": ", e.what());
+  }
+  return g;
+}
+
+}  // namespace kiln

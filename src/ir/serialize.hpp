@@ -1,0 +1,26 @@
+// graph.json + weights.bin: the optimized graph as human-readable JSON, and
+// every constant's bytes concatenated with 64-byte alignment (mmapped at load
+// and used in place). docs/bundle-format.md describes both.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "ir/graph.hpp"
+
+namespace kiln {
+
+inline constexpr int kGraphFormat = 1;
+
+struct SerializedGraph {
+  std::string graph_json;
+  std::vector<uint8_t> weights;
+};
+
+SerializedGraph serialize_graph(const Graph& g);
+// Strict: unknown ops or dtypes, ids out of range, constants outside the
+// weights blob, wrong input counts and shape mismatches are Error(Input)
+// naming `source` (e.g. "model.bundle: graph.json") and the node/value.
+Graph deserialize_graph(const std::string& graph_json, const Blob& weights, const std::string& source);
+
+}  // namespace kiln

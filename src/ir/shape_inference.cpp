@@ -1,0 +1,164 @@
+// Shape and dtype rules, one per op. Errors name the node and the offending
+// input so a family bug shows up as "layer3.0.conv2: ..." rather than a crash.
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "ir/graph.hpp"
+
+namespace kiln {
+
+namespace {
+
+// PyTorch's rule for conv and pool output sizes; with ceil_mode the last
+// window must start inside the input or the left padding.
+int64_t window_out_dim(const Node& n, int64_t in, int64_t k, int64_t stride, int64_t pad_begin, int64_t pad_end,
+                       int64_t dilation, bool ceil_mode) {
+  if (stride <= 0 || k <= 0 || dilation <= 0) fail_input(n.name, ": kernel, stride and dilation must be positive");
+  int64_t span = in + pad_begin + pad_end - dilation * (k - 1) - 1;
+  if (span < 0) fail_input(n.name, ": window ", k, " larger than padded input ", in + pad_begin + pad_end);
+  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
+  return out;
+}
+
+const Value& input(const Graph& g, const Node& n, size_t i) { return g.values.at(n.inputs.at(i)); }
+
+void expect_rank(const Node& n, const Value& v, size_t rank) {
+  if (v.shape.size() != rank)
+    fail_input(n.name, ": input '", v.name, "' has shape ", shape_str(v.shape), ", expected rank ", rank);
+}
+
+std::vector<int64_t> ints_or(const Node& n, const char* key, std::vector<int64_t> fallback, size_t len) {
+  std::vector<int64_t> v = n.has_attr(key) ? n.attr_ints(key) : fallback;
+  if (v.size() != len) fail_input(n.name, ": attribute '", key, "' must have ", len, " values");
+  return v;
+}
+
+Shape infer_conv(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  const Value& w = input(g, n, 1);
+  expect_rank(n, x, 4);
+  expect_rank(n, w, 4);
+  auto s = ints_or(n, "strides", {1, 1}, 2);
+  auto p = ints_or(n, "pads", {0, 0, 0, 0}, 4);
+  auto d = ints_or(n, "dilations", {1, 1}, 2);
+  int64_t groups = n.attr_int("groups", 1);
+  if (groups <= 0 || x.shape[1] % groups || w.shape[0] % groups || w.shape[1] * groups != x.shape[1])
+    fail_input(n.name, ": weight ", shape_str(w.shape), " does not fit input ", shape_str(x.shape), " with groups=", groups);
+  Shape y = {x.shape[0], w.shape[0], window_out_dim(n, x.shape[2], w.shape[2], s[0], p[0], p[2], d[0], false),
+             window_out_dim(n, x.shape[3], w.shape[3], s[1], p[1], p[3], d[1], false)};
+  if (n.inputs.size() > 2) {
+    const Value& b = input(g, n, 2);
+    if (b.shape != Shape{w.shape[0]}) fail_input(n.name, ": bias shape ", shape_str(b.shape), " != [", w.shape[0], "]");
+  }
+  if (n.inputs.size() > 3 && input(g, n, 3).shape != y)
+    fail_input(n.name, ": residual shape ", shape_str(input(g, n, 3).shape), " != output ", shape_str(y));
+  return y;
+}
+
+Shape infer_pool(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  expect_rank(n, x, 4);
+  auto k = ints_or(n, "kernel", {}, 2);
+  auto s = ints_or(n, "strides", k, 2);
+  auto p = ints_or(n, "pads", {0, 0, 0, 0}, 4);
+  bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  return {x.shape[0], x.shape[1], window_out_dim(n, x.shape[2], k[0], s[0], p[0], p[2], 1, ceil_mode),
+          window_out_dim(n, x.shape[3], k[1], s[1], p[1], p[3], 1, ceil_mode)};
+}
+
+Shape infer_batch_norm(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  if (x.shape.size() < 2) fail_input(n.name, ": batch_norm needs a channel dimension");
+  for (size_t i = 1; i < 5; ++i)
+    if (input(g, n, i).shape != Shape{x.shape[1]})
+      fail_input(n.name, ": parameter '", input(g, n, i).name, "' has shape ", shape_str(input(g, n, i).shape),
+                 ", expected [", x.shape[1], "]");
+  return x.shape;
+}
+
+Shape infer_linear(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  const Value& w = input(g, n, 1);
+  expect_rank(n, x, 2);
+  expect_rank(n, w, 2);
+  if (w.shape[1] != x.shape[1])
+    fail_input(n.name, ": weight ", shape_str(w.shape), " does not fit input ", shape_str(x.shape));
+  if (n.inputs.size() > 2 && input(g, n, 2).shape != Shape{w.shape[0]})
+    fail_input(n.name, ": bias shape ", shape_str(input(g, n, 2).shape), " != [", w.shape[0], "]");
+  return {x.shape[0], w.shape[0]};
+}
+
+Shape infer_binary(const Graph& g, const Node& n) {
+  const Value& a = input(g, n, 0);
+  const Value& b = input(g, n, 1);
+  if (a.shape == b.shape) return a.shape;
+  // mul also allows a per-channel scale [N,C,1,1] (squeeze-excitation).
+  if (n.op == Op::Mul && a.shape.size() == 4 && b.shape == Shape{a.shape[0], a.shape[1], 1, 1}) return a.shape;
+  fail_input(n.name, ": shapes ", shape_str(a.shape), " and ", shape_str(b.shape), " do not match");
+}
+
+int64_t norm_axis(const Node& n, int64_t axis, size_t rank) {
+  if (axis < 0) axis += static_cast<int64_t>(rank);
+  if (axis < 0 || axis >= static_cast<int64_t>(rank)) fail_input(n.name, ": axis out of range");
+  return axis;
+}
+
+Shape infer_concat(const Graph& g, const Node& n) {
+  Shape y = input(g, n, 0).shape;
+  int64_t axis = norm_axis(n, n.attr_int("axis"), y.size());
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    const Shape& s = input(g, n, i).shape;
+    bool ok = s.size() == y.size();
+    for (size_t d = 0; ok && d < s.size(); ++d) ok = static_cast<int64_t>(d) == axis || s[d] == y[d];
+    if (!ok) fail_input(n.name, ": input ", i, " shape ", shape_str(s), " does not concat with ", shape_str(y));
+    y[axis] += s[axis];
+  }
+  return y;
+}
+
+Shape infer_slice(const Graph& g, const Node& n) {
+  Shape y = input(g, n, 0).shape;
+  int64_t axis = norm_axis(n, n.attr_int("axis"), y.size());
+  int64_t start = n.attr_int("start"), end = n.attr_int("end");
+  if (start < 0 || end > y[axis] || start >= end) fail_input(n.name, ": slice [", start, ",", end, ") out of range");
+  y[axis] = end - start;
+  return y;
+}
+
+}  // namespace
+
+void infer_node(const Graph& g, const Node& n, DType* dtype, Shape* shape) {
+  const OpInfo& info = op_info(n.op);
+  const int nin = static_cast<int>(n.inputs.size());
+  if (nin < info.min_inputs || nin > info.max_inputs)
+    fail_input(n.name, ": ", info.name, " takes ", info.min_inputs, "..", info.max_inputs, " inputs, got ", nin);
+  const Value& x = input(g, n, 0);
+  *dtype = x.dtype;
+  switch (n.op) {
+    case Op::Conv2d: *shape = infer_conv(g, n); break;
+    case Op::BatchNorm: *shape = infer_batch_norm(g, n); break;
+    case Op::Activation: *shape = x.shape; break;
+    case Op::Add:
+    case Op::Mul: *shape = infer_binary(g, n); break;
+    case Op::MaxPool2d:
+    case Op::AvgPool2d: *shape = infer_pool(g, n); break;
+    case Op::GlobalAvgPool:
+      expect_rank(n, x, 4);
+      *shape = {x.shape[0], x.shape[1], 1, 1};
+      break;
+    case Op::Flatten: *shape = {x.shape.at(0), x.shape.empty() ? 0 : shape_numel(x.shape) / std::max<int64_t>(1, x.shape[0])}; break;
+    case Op::Linear: *shape = infer_linear(g, n); break;
+    case Op::Concat: *shape = infer_concat(g, n); break;
+    case Op::Slice: *shape = infer_slice(g, n); break;
+    case Op::Cast: {
+      auto t = dtype_from_name(n.attr_str("dtype"));
+      if (!t) fail_input(n.name, ": unknown dtype '", n.attr_str("dtype"), "'");
+      *dtype = *t;
+      *shape = x.shape;
+      break;
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,52 @@
+#include "ir/verifier.hpp"
+
+#include <set>
+
+#include "core/error.hpp"
+
+namespace kiln {
+
+void verify_graph(const Graph& g, const std::string& stage) {
+  const int nv = static_cast<int>(g.values.size());
+  auto bad = [&](const std::string& what) { fail_runtime("IR verifier after '", stage, "': ", what); };
+  std::vector<char> available(g.values.size(), 0);
+  for (int v : g.inputs) {
+    if (v < 0 || v >= nv) bad("graph input id out of range");
+    available[v] = 1;
+  }
+  for (int v = 0; v < nv; ++v) {
+    const Value& val = g.values[v];
+    if (!val.constant) continue;
+    available[v] = 1;
+    if (val.constant->dtype != val.dtype || val.constant->shape != val.shape)
+      bad(cat("constant '", val.name, "' data does not match its dtype/shape"));
+    if (val.constant->blob.size < val.constant->nbytes()) bad(cat("constant '", val.name, "' has too few bytes"));
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!names.insert(n.name).second) bad(cat("duplicate node name '", n.name, "'"));
+    for (int in : n.inputs) {
+      if (in < 0 || in >= nv) bad(cat(n.name, ": input id out of range"));
+      if (!available[in]) bad(cat(n.name, ": input '", g.values[in].name, "' used before it is produced"));
+    }
+    if (n.outputs.size() != 1) bad(cat(n.name, ": nodes have exactly one output"));
+    int out = n.outputs[0];
+    if (out < 0 || out >= nv) bad(cat(n.name, ": output id out of range"));
+    if (available[out]) bad(cat(n.name, ": output '", g.values[out].name, "' produced twice"));
+    if (g.values[out].producer != static_cast<int>(i)) bad(cat(n.name, ": stale producer link"));
+    DType t;
+    Shape s;
+    infer_node(g, n, &t, &s);
+    if (t != g.values[out].dtype || s != g.values[out].shape)
+      bad(cat(n.name, ": recorded ", dtype_name(g.values[out].dtype), shape_str(g.values[out].shape), " but op rule gives ",
+              dtype_name(t), shape_str(s)));
+    available[out] = 1;
+  }
+  for (int v : g.outputs) {
+    if (v < 0 || v >= nv) bad("graph output id out of range");
+    if (!available[v]) bad(cat("graph output '", g.values[v].name, "' is never produced"));
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// A pass is a match function and a rewrite; pipeline.cpp is the ordered list.
+// Passes keep node names: a fused conv is still called "layer1.0.conv1".
+#pragma once
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ir/graph.hpp"
+
+namespace kiln {
+
+struct Pass {
+  const char* name;
+  std::function<int(Graph&)> run;  // returns the number of rewrites it made
+};
+
+// Rewires every use of `from` (node inputs and graph outputs) to `to`.
+void replace_uses(Graph& g, int from, int to);
+// True when value_id feeds exactly one node and is not a graph output, so the
+// producer may be rewritten in place without changing other readers.
+bool single_use(const Graph& g, int value_id);
+
+int fold_batchnorm(Graph& g);
+int fuse_activation(Graph& g);
+int fuse_residual_add(Graph& g);
+int eliminate_dead_nodes(Graph& g);
+// Converts float constants and activations to `dtype` (f16/bf16) and inserts
+// casts so graph inputs and outputs stay f32 (the engine casts internally).
+int set_precision(Graph& g, DType dtype);
+
+struct PipelineOptions {
+  DType precision = DType::F32;
+  bool verify = false;          // run the IR verifier after every pass (always on in debug builds)
+  std::ostream* log = nullptr;  // one line per pass: name, rewrites, node count
+};
+
+std::vector<Pass> default_pipeline(const PipelineOptions& opts);
+void run_pipeline(Graph& g, const PipelineOptions& opts);
+
+}  // namespace kiln

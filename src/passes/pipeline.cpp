@@ -1,0 +1,50 @@
+#include "core/error.hpp"
+#include "ir/verifier.hpp"
+#include "passes/pass.hpp"
+
+namespace kiln {
+
+void replace_uses(Graph& g, int from, int to) {
+  for (auto& n : g.nodes)
+    for (int& in : n.inputs)
+      if (in == from) in = to;
+  for (int& o : g.outputs)
+    if (o == from) o = to;
+}
+
+bool single_use(const Graph& g, int value_id) {
+  return !g.is_graph_output(value_id) && g.consumers(value_id).size() == 1;
+}
+
+std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
+  // Order matters: BatchNorm folds into the conv first (so the activation
+  // follows the conv directly), activations fuse before residual adds (so
+  // add+relu moves into the conv as one unit), and precision comes last so
+  // folding happens in fp32.
+  std::vector<Pass> p = {
+      {"fold_batchnorm", fold_batchnorm},
+      {"fuse_activation", fuse_activation},
+      {"fuse_residual_add", fuse_residual_add},
+      {"eliminate_dead_nodes", eliminate_dead_nodes},
+  };
+  if (opts.precision != DType::F32)
+    p.push_back({"set_precision", [dt = opts.precision](Graph& g) { return set_precision(g, dt); }});
+  return p;
+}
+
+void run_pipeline(Graph& g, const PipelineOptions& opts) {
+#ifdef KILN_VERIFY_PASSES
+  const bool verify = true;
+#else
+  const bool verify = opts.verify;
+#endif
+  if (verify) verify_graph(g, "family builder");
+  for (const Pass& pass : default_pipeline(opts)) {
+    int rewrites = pass.run(g);
+    g.canonicalize();
+    if (verify) verify_graph(g, pass.name);
+    if (opts.log) *opts.log << "pass " << pass.name << ": " << rewrites << " rewrites, " << g.nodes.size() << " nodes\n";
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,90 @@
+#include <cstring>
+
+#include "core/error.hpp"
+#include "ir/serialize.hpp"
+#include "runtime/engine_impl.hpp"
+#include "tasks/runtime_config.hpp"
+
+namespace kiln {
+
+const char* version() { return KILN_VERSION; }
+
+namespace {
+
+std::vector<std::string> parse_labels(const std::string& text, const std::string& source) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) fail_input(source, ": expected a JSON list of strings");
+  std::vector<std::string> labels;
+  for (const auto& e : j) {
+    if (!e.is_string()) fail_input(source, ": expected a JSON list of strings");
+    labels.push_back(e.get<std::string>());
+  }
+  return labels;
+}
+
+TensorInfo info_of(const Graph& g, int v) {
+  return {g.values[v].name, g.values[v].shape, dtype_name(g.values[v].dtype)};
+}
+
+}  // namespace
+
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch) {
+  ShapedPlan p{g, {}};
+  for (int in : p.graph.inputs) p.graph.values[in].shape[0] = batch;
+  p.graph.infer_shapes();
+  p.memory = plan_memory(p.graph, cpu::activation_bytes);
+  return p;
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
+  auto impl = std::make_unique<Impl>(Impl{Bundle::open(bundle_path), {}, {}, {}, {}, {}, {}, {}, {}, {}});
+  const Bundle& b = impl->bundle;
+  const std::string src = bundle_path + ": ";
+  impl->graph = deserialize_graph(b.section_text("graph.json"), b.section("weights.bin"), src + "graph.json");
+  impl->runtime_text = b.section_text("runtime.json");
+  validate_runtime_json(impl->runtime_text, src + "runtime.json");
+  impl->labels = parse_labels(b.section_text("labels.json"), src + "labels.json");
+  impl->provenance = nlohmann::json::parse(b.section_text("provenance.json"), nullptr, false);
+  if (impl->provenance.is_discarded() || !impl->provenance.is_object())
+    fail_input(src, "provenance.json: not a JSON object");
+  impl->family = b.info().family;
+  impl->task = b.info().task;
+  impl->backend = options.backend.empty() ? b.info().backend : options.backend;
+  impl->precision = impl->provenance.value("build", nlohmann::json::object()).value("precision", "f32");
+  if (impl->backend != "cpu")
+    fail_runtime(src, "backend '", impl->backend, "' is not available in this build (use --backend cpu)");
+  for (const Node& n : impl->graph.nodes)
+    if (!cpu::supports(impl->graph, n)) fail_input(src, "layer '", n.name, "' is not supported by the CPU backend");
+  impl->cpu = std::make_unique<cpu::CpuProgram>(impl->graph);
+  return std::shared_ptr<const Engine>(new Engine(std::move(impl)));
+}
+
+const std::string& Engine::family() const { return impl_->family; }
+const std::string& Engine::task() const { return impl_->task; }
+const std::string& Engine::backend() const { return impl_->backend; }
+const std::string& Engine::precision() const { return impl_->precision; }
+const std::vector<std::string>& Engine::labels() const { return impl_->labels; }
+std::string Engine::runtime_json() const { return impl_->runtime_text; }
+size_t Engine::node_count() const { return impl_->graph.nodes.size(); }
+
+std::vector<TensorInfo> Engine::inputs() const {
+  std::vector<TensorInfo> r;
+  for (int v : impl_->graph.inputs) r.push_back(info_of(impl_->graph, v));
+  return r;
+}
+std::vector<TensorInfo> Engine::outputs() const {
+  std::vector<TensorInfo> r;
+  for (int v : impl_->graph.outputs) r.push_back(info_of(impl_->graph, v));
+  return r;
+}
+
+std::unique_ptr<ExecutionContext> Engine::create_context() const {
+  auto impl = std::make_unique<ExecutionContext::Impl>();
+  impl->engine = shared_from_this();
+  return std::unique_ptr<ExecutionContext>(new ExecutionContext(std::move(impl)));
+}
+
+}  // namespace kiln

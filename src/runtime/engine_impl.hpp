@@ -1,0 +1,42 @@
+// Internal view of a loaded engine, shared by the runtime, the tasks and the
+// CLI (inspect, per-layer tools). Not part of the public API.
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "bundle/bundle.hpp"
+#include "ir/graph.hpp"
+#include "kiln/kiln.hpp"
+#include "runtime/memory_planner.hpp"
+
+namespace kiln {
+
+struct Engine::Impl {
+  Bundle bundle;
+  Graph graph;
+  std::string family, task, backend, precision;
+  std::vector<std::string> labels;
+  std::string runtime_text;
+  nlohmann::json provenance;
+  std::unique_ptr<cpu::CpuProgram> cpu;
+};
+
+// Engine graph with shapes re-inferred for a batch size, plus its memory plan.
+struct ShapedPlan {
+  Graph graph;
+  MemoryPlan memory;
+};
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch);
+
+struct ExecutionContext::Impl {
+  std::shared_ptr<const Engine> engine;
+  std::map<int64_t, ShapedPlan> plans;  // per batch size: shapes are planned once
+  std::vector<float> arena;
+  int64_t last_batch = -1;
+};
+
+}  // namespace kiln

@@ -1,0 +1,77 @@
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/thread_pool.hpp"
+#include "core/error.hpp"
+#include "runtime/engine_impl.hpp"
+
+namespace kiln {
+
+ExecutionContext::ExecutionContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ExecutionContext::~ExecutionContext() = default;
+
+namespace {
+
+// Checks names, shapes (all but the batch dim) and sizes; returns the batch.
+int64_t check_inputs(const Graph& g, const std::vector<Tensor>& inputs, std::vector<const Tensor*>* by_input) {
+  by_input->assign(g.inputs.size(), nullptr);
+  int64_t batch = -1;
+  for (const Tensor& t : inputs) {
+    auto it = std::find_if(g.inputs.begin(), g.inputs.end(), [&](int v) { return g.values[v].name == t.name; });
+    if (it == g.inputs.end()) fail_input("input '", t.name, "' is not an input of this engine");
+    size_t k = static_cast<size_t>(it - g.inputs.begin());
+    if ((*by_input)[k]) fail_input("input '", t.name, "' given twice");
+    const Shape& want = g.values[*it].shape;
+    bool ok = t.shape.size() == want.size() && !t.shape.empty() && t.shape[0] >= 1 && t.shape[0] <= 4096;
+    for (size_t d = 1; ok && d < want.size(); ++d) ok = t.shape[d] == want[d];
+    if (!ok) {
+      std::string expect = "[N";
+      for (size_t d = 1; d < want.size(); ++d) expect += "," + std::to_string(want[d]);
+      fail_input("input '", t.name, "' has shape ", shape_str(t.shape), ", expected ", expect, "]");
+    }
+    if (static_cast<int64_t>(t.data.size()) != shape_numel(t.shape))
+      fail_input("input '", t.name, "' has ", t.data.size(), " values for shape ", shape_str(t.shape));
+    if (batch >= 0 && batch != t.shape[0]) fail_input("inputs disagree on the batch size");
+    batch = t.shape[0];
+    (*by_input)[k] = &t;
+  }
+  for (size_t k = 0; k < g.inputs.size(); ++k)
+    if (!(*by_input)[k]) fail_input("input '", g.values[g.inputs[k]].name, "' is missing");
+  return batch;
+}
+
+}  // namespace
+
+std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
+  const Engine::Impl& e = impl_->engine->impl();
+  std::vector<const Tensor*> given;
+  const int64_t batch = check_inputs(e.graph, inputs, &given);
+  auto it = impl_->plans.find(batch);
+  if (it == impl_->plans.end()) it = impl_->plans.emplace(batch, plan_for_batch(e.graph, batch)).first;
+  const ShapedPlan& plan = it->second;
+  const size_t floats = plan.memory.arena_bytes / sizeof(float) + 1;
+  if (impl_->arena.size() < floats) impl_->arena.resize(floats);
+  impl_->last_batch = batch;
+  float* arena = impl_->arena.data();
+  auto at = [&](int v) { return arena + plan.memory.offsets[v] / static_cast<int64_t>(sizeof(float)); };
+  for (size_t k = 0; k < given.size(); ++k)
+    std::memcpy(at(plan.graph.inputs[k]), given[k]->data.data(), given[k]->data.size() * sizeof(float));
+  e.cpu->run(plan.graph, plan.memory, arena, cpu::default_pool());
+  std::vector<Tensor> out;
+  for (int v : plan.graph.outputs) {
+    const Value& val = plan.graph.values[v];
+    const float* p = at(v);
+    out.push_back({val.name, val.shape, std::vector<float>(p, p + shape_numel(val.shape))});
+  }
+  return out;
+}
+
+MemoryReport ExecutionContext::memory() const {
+  const Engine::Impl& e = impl_->engine->impl();
+  auto it = impl_->plans.find(impl_->last_batch);
+  if (it != impl_->plans.end()) return {it->second.memory.arena_bytes, it->second.memory.naive_bytes};
+  MemoryPlan p = plan_memory(e.graph, cpu::activation_bytes);
+  return {p.arena_bytes, p.naive_bytes};
+}
+
+}  // namespace kiln

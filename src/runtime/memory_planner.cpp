@@ -1,0 +1,56 @@
+#include "runtime/memory_planner.hpp"
+
+#include <algorithm>
+
+namespace kiln {
+
+MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>& bytes_of, size_t alignment) {
+  const int nv = static_cast<int>(g.values.size());
+  const int end = static_cast<int>(g.nodes.size());
+  std::vector<int> first(nv, -1), last(nv, -1);
+  for (int v : g.inputs) first[v] = last[v] = -1;
+  for (int i = 0; i < end; ++i) {
+    const Node& n = g.nodes[i];
+    for (int in : n.inputs) last[in] = std::max(last[in], i);
+    for (int o : n.outputs) first[o] = last[o] = i;
+  }
+  for (int o : g.outputs) last[o] = end;
+  struct Item {
+    int value;
+    size_t bytes;
+  };
+  std::vector<Item> items;
+  MemoryPlan plan;
+  plan.offsets.assign(nv, -1);
+  for (int v = 0; v < nv; ++v) {
+    if (g.values[v].constant) continue;
+    size_t b = (bytes_of(g.values[v]) + alignment - 1) / alignment * alignment;
+    items.push_back({v, b});
+    plan.naive_bytes += b;
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.bytes > b.bytes; });
+  struct Placed {
+    int64_t offset;
+    size_t bytes;
+    int first, last;
+  };
+  std::vector<Placed> placed;
+  for (const Item& it : items) {
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const Placed& p : placed)
+      if (!(p.last < first[it.value] || last[it.value] < p.first))
+        busy.push_back({p.offset, p.offset + static_cast<int64_t>(p.bytes)});
+    std::sort(busy.begin(), busy.end());
+    int64_t off = 0;
+    for (const auto& [b, e] : busy) {
+      if (off + static_cast<int64_t>(it.bytes) <= b) break;
+      off = std::max(off, e);
+    }
+    plan.offsets[it.value] = off;
+    placed.push_back({off, it.bytes, first[it.value], last[it.value]});
+    plan.arena_bytes = std::max(plan.arena_bytes, static_cast<size_t>(off) + it.bytes);
+  }
+  return plan;
+}
+
+}  // namespace kiln

@@ -1,0 +1,26 @@
+// Packs every activation into one arena. A value lives from the node that
+// produces it (graph inputs: from the start) to its last reader (graph
+// outputs: to the end); two values may share bytes when their lifetimes do
+// not overlap. Greedy by size, each placed at the lowest offset that does not
+// collide with an already-placed value alive at the same time.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "ir/graph.hpp"
+
+namespace kiln {
+
+struct MemoryPlan {
+  std::vector<int64_t> offsets;  // per value id; -1 for constants
+  size_t arena_bytes = 0;
+  size_t naive_bytes = 0;  // sum of all activation sizes (no reuse)
+};
+
+// bytes_of gives the storage size of a non-constant value (backends store
+// activations differently: the CPU backend keeps f32 even for f16 graphs).
+MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>& bytes_of, size_t alignment = 64);
+
+}  // namespace kiln

@@ -1,0 +1,97 @@
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "image/image.hpp"
+#include "kiln/kiln.hpp"
+#include "tasks/runtime_config.hpp"
+
+namespace kiln {
+
+struct Classifier::Impl {
+  ClassificationRuntime rt;
+  TimmPreprocess pre;
+  std::unique_ptr<ExecutionContext> ctx;
+};
+
+Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)), impl_(std::make_unique<Impl>()) {
+  if (engine_->task() != "classification")
+    fail_input("engine task is '", engine_->task(), "', not classification");
+  impl_->rt = parse_classification_runtime(nlohmann::json::parse(engine_->runtime_json()), "runtime.json");
+  const auto& p = impl_->rt.preprocess;
+  impl_->pre.height = p.height;
+  impl_->pre.width = p.width;
+  impl_->pre.crop_pct = p.crop_pct;
+  impl_->pre.interpolation = p.interpolation;
+  impl_->pre.mean = p.mean;
+  impl_->pre.std = p.std;
+  impl_->pre.crop_mode = p.crop_mode;
+  impl_->ctx = engine_->create_context();
+}
+
+Classifier::~Classifier() = default;
+
+namespace {
+
+Classification postprocess(const float* logits, int classes, int top_k, const std::vector<std::string>& labels) {
+  Classification c;
+  c.logits.assign(logits, logits + classes);
+  const float mx = *std::max_element(c.logits.begin(), c.logits.end());
+  std::vector<double> prob(classes);
+  double sum = 0;
+  for (int i = 0; i < classes; ++i) sum += prob[i] = std::exp(static_cast<double>(c.logits[i]) - mx);
+  std::vector<int> order(classes);
+  std::iota(order.begin(), order.end(), 0);
+  const int k = std::clamp(top_k, 0, classes);
+  // Ties broken by the lower class id, as torch.topk does on CPU in practice.
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+    return c.logits[a] != c.logits[b] ? c.logits[a] > c.logits[b] : a < b;
+  });
+  for (int i = 0; i < k; ++i) {
+    int id = order[i];
+    c.top_k.push_back({id, id < static_cast<int>(labels.size()) ? labels[id] : std::to_string(id),
+                       static_cast<float>(prob[id] / sum)});
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<Classification> Classifier::classify_files(const std::vector<std::string>& paths, int top_k) {
+  if (paths.empty()) return {};
+  const auto& p = impl_->pre;
+  const int64_t per = 3LL * p.height * p.width;
+  Tensor input{impl_->rt.input, {static_cast<int64_t>(paths.size()), 3, p.height, p.width}, {}};
+  input.data.reserve(per * paths.size());
+  for (const auto& path : paths) {
+    auto chw = timm_preprocess(decode_image(path), p);
+    input.data.insert(input.data.end(), chw.begin(), chw.end());
+  }
+  auto outputs = impl_->ctx->run({input});
+  const Tensor* logits = nullptr;
+  for (const auto& o : outputs)
+    if (o.name == impl_->rt.output) logits = &o;
+  if (!logits) fail_runtime("engine has no output '", impl_->rt.output, "'");
+  const int classes = static_cast<int>(logits->shape.back());
+  std::vector<Classification> r;
+  for (size_t i = 0; i < paths.size(); ++i)
+    r.push_back(postprocess(logits->data.data() + i * classes, classes, top_k, engine_->labels()));
+  return r;
+}
+
+Classification Classifier::classify_file(const std::string& path, int top_k) { return classify_files({path}, top_k)[0]; }
+
+Classification Classifier::classify_rgb(int width, int height, const uint8_t* rgb, int top_k) {
+  if (width <= 0 || height <= 0 || !rgb) fail_input("classify_rgb: empty image");
+  ImageU8 img{width, height, std::vector<uint8_t>(rgb, rgb + 3LL * width * height)};
+  const auto& p = impl_->pre;
+  Tensor input{impl_->rt.input, {1, 3, p.height, p.width}, timm_preprocess(img, p)};
+  auto outputs = impl_->ctx->run({input});
+  for (const auto& o : outputs)
+    if (o.name == impl_->rt.output)
+      return postprocess(o.data.data(), static_cast<int>(o.shape.back()), top_k, engine_->labels());
+  fail_runtime("engine has no output '", impl_->rt.output, "'");
+}
+
+}  // namespace kiln

@@ -1,0 +1,43 @@
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bundle/builder.hpp"
+#include "commands.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cli {
+
+void add_build(CLI::App& app) {
+  struct Opts {
+    BuildOptions b;
+    std::string out, precision = "fp32";
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("build", "Build a checkpoint (directory or HF id in the local cache) into a .bundle");
+  sub->add_option("model", o->b.model, "Local directory with config.json + *.safetensors, or a Hugging Face id")->required();
+  sub->add_option("-o,--output", o->out, "Output .bundle path")->required();
+  sub->add_option("--revision", o->b.revision, "Hugging Face revision (branch, tag or commit)");
+  sub->add_option("--precision", o->precision, "fp32 | fp16 | bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  sub->add_option("--backend", o->b.backend, "cpu (cuda: later)")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--batch", o->b.batch, "Batch size the engine is planned for");
+  sub->add_option("--opt-level", o->b.opt_level, "0..5 (tactic search effort)");
+  sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");
+  sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
+  sub->callback([o] {
+    o->b.precision = o->precision == "fp16" ? DType::F16 : o->precision == "bf16" ? DType::BF16 : DType::F32;
+    o->b.log = &std::cerr;
+    BuildSummary s = build_bundle(o->b, o->out);
+    if (o->json) {
+      nlohmann::json j = {{"bundle", o->out},          {"family", s.family},           {"model_dir", s.model_dir},
+                          {"nodes_before", s.nodes_before}, {"nodes_after", s.nodes_after}, {"op_counts", s.op_counts},
+                          {"bundle_bytes", s.bundle_bytes}, {"seconds", s.seconds}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << "built " << o->out << ": family " << s.family << ", " << s.nodes_after << " nodes, "
+                << s.bundle_bytes << " bytes, " << s.seconds << " s\n";
+    }
+  });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,43 @@
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "kiln/kiln.hpp"
+
+namespace kiln::cli {
+
+void add_classify(CLI::App& app) {
+  struct Opts {
+    std::string bundle;
+    std::vector<std::string> images;
+    int top_k = 5;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("classify", "Classify images with a classification bundle");
+  sub->add_option("bundle", o->bundle, "Bundle file")->required();
+  sub->add_option("--image", o->images, "Image file(s) (JPEG or PNG)")->required();
+  sub->add_option("--top-k", o->top_k, "Number of classes to report")->check(CLI::Range(1, 100000));
+  sub->add_flag("--json", o->json, "JSON output");
+  sub->callback([o] {
+    Classifier clf(Engine::load(o->bundle));
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& path : o->images) {
+      Classification c = clf.classify_file(path, o->top_k);
+      if (o->json) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& p : c.top_k) top.push_back({{"class_id", p.class_id}, {"label", p.label}, {"score", p.score}});
+        all.push_back({{"image", path}, {"top_k", top}});
+      } else {
+        std::cout << path << "\n";
+        for (const auto& p : c.top_k)
+          std::cout << "  " << std::setw(6) << p.class_id << "  " << std::fixed << std::setprecision(4) << p.score << "  "
+                    << p.label << "\n";
+      }
+    }
+    if (o->json) std::cout << all.dump(2) << "\n";
+  });
+}
+
+}  // namespace kiln::cli

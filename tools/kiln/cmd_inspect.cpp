@@ -1,0 +1,92 @@
+// kiln inspect BUNDLE: header, sections, layers (name, op, output, fused
+// epilogue), op counts, memory plan and provenance.
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "ir/printer.hpp"
+#include "runtime/engine_impl.hpp"
+
+namespace kiln::cli {
+
+namespace {
+
+std::string fused(const Graph& g, const Node& n) {
+  std::string s;
+  if (n.op == Op::Conv2d) {
+    if (n.inputs.size() > 2) s += "+bias";
+    if (n.inputs.size() > 3) s += "+residual";
+  }
+  if (n.activation() != Activation::None) s += std::string("+") + activation_name(n.activation());
+  return s;
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& app) {
+  struct Opts {
+    std::string bundle;
+    bool json = false, graph = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("inspect", "Show a bundle's header, sections, layers, precisions and sizes");
+  sub->add_option("bundle", o->bundle, "Bundle file")->required();
+  sub->add_flag("--json", o->json, "JSON output");
+  sub->add_flag("--graph", o->graph, "Print the graph in kiln's text IR");
+  sub->callback([o] {
+    auto engine = Engine::load(o->bundle);
+    const auto& e = engine->impl();
+    auto mem = engine->create_context()->memory();
+    std::map<std::string, int> ops;
+    for (const auto& n : e.graph.nodes) ++ops[op_name(n.op)];
+    size_t weight_bytes = 0;
+    for (const auto& v : e.graph.values)
+      if (v.constant) weight_bytes += v.constant->nbytes();
+    if (o->json) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (const auto& n : e.graph.nodes) {
+        const Value& out = e.graph.values[n.outputs[0]];
+        layers.push_back({{"name", n.name}, {"op", op_name(n.op)}, {"fused", fused(e.graph, n)},
+                          {"dtype", dtype_name(out.dtype)}, {"shape", out.shape}});
+      }
+      nlohmann::json sections = nlohmann::json::object();
+      for (const auto& s : e.bundle.section_names()) sections[s] = e.bundle.section(s).size;
+      nlohmann::json j = {{"header", e.bundle.header()},
+                          {"section_bytes", sections},
+                          {"precision", e.precision},
+                          {"nodes", e.graph.nodes.size()},
+                          {"op_counts", ops},
+                          {"weight_bytes", weight_bytes},
+                          {"memory", {{"arena_bytes", mem.arena_bytes}, {"naive_bytes", mem.naive_bytes}}},
+                          {"layers", layers},
+                          {"runtime", nlohmann::json::parse(e.runtime_text)},
+                          {"provenance", e.provenance}};
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    const auto& info = e.bundle.info();
+    std::cout << o->bundle << ": kiln bundle format " << info.format << ", built by kiln " << info.kiln_version << "\n"
+              << "  family " << info.family << ", task " << info.task << ", backend " << info.backend << ", precision "
+              << e.precision << "\n  sections:\n";
+    for (const auto& s : e.bundle.section_names())
+      std::cout << "    " << std::left << std::setw(20) << s << std::right << std::setw(12) << e.bundle.section(s).size
+                << " bytes\n";
+    for (const auto& t : engine->inputs()) std::cout << "  input  " << t.name << " f32" << shape_str(t.shape) << "\n";
+    for (const auto& t : engine->outputs()) std::cout << "  output " << t.name << " f32" << shape_str(t.shape) << "\n";
+    std::cout << "  weights " << weight_bytes << " bytes; activation arena " << mem.arena_bytes << " bytes (naive sum "
+              << mem.naive_bytes << ", " << std::fixed << std::setprecision(1)
+              << (mem.arena_bytes ? static_cast<double>(mem.naive_bytes) / mem.arena_bytes : 0.0) << "x less)\n";
+    std::cout << "  " << e.graph.nodes.size() << " layers:";
+    for (const auto& [op, n] : ops) std::cout << " " << op << "=" << n;
+    std::cout << "\n";
+    for (const auto& n : e.graph.nodes) {
+      const Value& out = e.graph.values[n.outputs[0]];
+      std::cout << "    " << std::left << std::setw(28) << n.name << std::setw(16) << op_name(n.op) << std::setw(22)
+                << fused(e.graph, n) << dtype_name(out.dtype) << shape_str(out.shape) << std::right << "\n";
+    }
+    if (o->graph) std::cout << print_graph(e.graph);
+  });
+}
+
+}  // namespace kiln::cli

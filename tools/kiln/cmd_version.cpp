@@ -1,0 +1,23 @@
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "bundle/bundle.hpp"
+#include "commands.hpp"
+#include "kiln/kiln.hpp"
+
+namespace kiln::cli {
+
+void add_version(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  auto* sub = app.add_subcommand("version", "Print kiln's version and the bundle format it writes");
+  sub->add_flag("--json", *json, "JSON output");
+  sub->callback([json] {
+    if (*json)
+      std::cout << nlohmann::json{{"kiln_version", version()}, {"bundle_format", kBundleFormat}, {"backends", {"cpu"}}}.dump()
+                << "\n";
+    else
+      std::cout << "kiln " << version() << " (bundle format " << kBundleFormat << ", backends: cpu)\n";
+  });
+}
+
+}  // namespace kiln::cli
