@@ -58,15 +58,6 @@ struct Reader {
 
 }  // namespace
 
-const char* interpolation_name(Interpolation i) {
-  switch (i) {
-    case Interpolation::Nearest: return "nearest";
-    case Interpolation::Bilinear: return "bilinear";
-    case Interpolation::Bicubic: return "bicubic";
-  }
-  return "?";
-}
-
 Interpolation interpolation_from_name(const std::string& name, const std::string& what) {
   for (auto i : {Interpolation::Nearest, Interpolation::Bilinear, Interpolation::Bicubic})
     if (name == interpolation_name(i)) return i;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace kiln {
+#include "image/interpolation.hpp"  // Interpolation, interpolation_name
 
-enum class Interpolation { Nearest, Bilinear, Bicubic };
+namespace kiln {
 
 struct TimmConfig {
   std::string architecture;
@@ -30,7 +30,6 @@ TimmConfig parse_timm_config(const nlohmann::json& j, const std::string& label);
 // Errors are Error(Input), e.g. "config.json: missing key 'pretrained_cfg.mean'".
 TimmConfig read_timm_config(const std::filesystem::path& config_json);
 
-const char* interpolation_name(Interpolation i);  // "nearest", "bilinear", "bicubic"
 // Error(Input) for anything but the three names above; `what` prefixes the message.
 Interpolation interpolation_from_name(const std::string& name, const std::string& what);
 

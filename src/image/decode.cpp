@@ -205,6 +205,9 @@ void decode_png(const uint8_t* data, size_t size, DecodeResult& r) {
   }
   png_set_read_fn(png, &src, png_read_from_memory);
   png_read_info(png, info);
+  // PIL verifies the header chunks' CRCs but not IDAT's; ignore CRC errors in
+  // the image data (the critical chunks still to come) to accept the same files.
+  png_set_crc_action(png, PNG_CRC_QUIET_USE, PNG_CRC_DEFAULT);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   const int color_type = png_get_color_type(png, info);
   const int bit_depth = png_get_bit_depth(png, info);

@@ -32,8 +32,17 @@ struct ImageU8 {
 ImageU8 decode_image(const std::filesystem::path& path);
 ImageU8 decode_image_bytes(const uint8_t* data, size_t size, const std::string& name_for_errors);
 
+// When both dimensions change, PIL resamples in two 8-bit passes and the
+// order matters (the rounded intermediate makes the orders differ by +-1).
+// Pillow <= 12 always goes horizontal first; Pillow 13 (python-pillow PR
+// #9549) goes vertical first when the height shrinks by more than twice as
+// many pixels as the width. For ordinary photos resized proportionally the
+// two agree unless the image is more than twice as tall as wide.
+enum class PilPassOrder { Pillow13, Pillow12 };
+
 // Bit-exact with PIL Image.resize((out_w, out_h), resample) on an RGB image.
-ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp);
+ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp,
+                   PilPassOrder order = PilPassOrder::Pillow13);
 
 // torchvision CenterCrop: offsets round((in - out) / 2) half-to-even; when the
 // crop is larger than the image it first pads (extra pixel on the right/bottom)
@@ -47,6 +56,7 @@ struct TimmPreprocess {
   Interpolation interpolation = Interpolation::Bicubic;
   std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, std{0.229f, 0.224f, 0.225f};
   std::string crop_mode = "center";  // "center", "squash" or "border" (timm's crop_mode)
+  PilPassOrder pil_pass_order = PilPassOrder::Pillow13;  // the Pillow the references use
 };
 
 struct ResizeStep {

@@ -119,7 +119,8 @@ ImageU8 timm_resize_crop(const ImageU8& img, const TimmPreprocess& p) {
   const ResizeStep step = timm_resize_step(img.width, img.height, p);
   if (step.width < 1 || step.height < 1)
     fail_input("pre-processing: image ", img.width, "x", img.height, " is too small to resize");
-  const ImageU8 resized = resize_pil(img, step.width, step.height, step.interpolation);
+  const ImageU8 resized =
+      resize_pil(img, step.width, step.height, step.interpolation, p.pil_pass_order);
   std::array<uint8_t, 3> fill{0, 0, 0};
   if (p.crop_mode == "border") {
     // CenterCropOrPad(fill=[round(255 * v) for v in mean]).

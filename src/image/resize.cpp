@@ -187,7 +187,8 @@ ImageU8 resize_nearest(const ImageU8& in, int out_w, int out_h) {
 
 }  // namespace
 
-ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp) {
+ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp,
+                   PilPassOrder order) {
   if (out_w < 1 || out_h < 1) fail_input("resize: height and width must be > 0, got ", out_w, "x", out_h);
   if (in.width < 1 || in.height < 1 ||
       in.rgb.size() != static_cast<size_t>(in.width) * in.height * 3)
@@ -199,18 +200,24 @@ ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp
   const Filter filter = interp == Interpolation::Bicubic ? Filter{bicubic_weight, 2.0}
                                                          : Filter{bilinear_weight, 1.0};
   // A pass runs only when its dimension changes (default box).
-  const bool need_horizontal = out_w != in.width;
-  const bool need_vertical = out_h != in.height;
-  if (!need_vertical) return resample_horizontal(in, out_w, 0, in.height,
-                                                 precompute_coeffs(in.width, out_w, filter));
+  if (out_h == in.height)
+    return resample_horizontal(in, out_w, 0, in.height, precompute_coeffs(in.width, out_w, filter));
   const AxisCoeffs vert = precompute_coeffs(in.height, out_h, filter);
-  if (!need_horizontal) return resample_vertical(in, out_h, 0, vert);
+  if (out_w == in.width) return resample_vertical(in, out_h, 0, vert);
+  const AxisCoeffs horiz = precompute_coeffs(in.width, out_w, filter);
+  // Pillow 13 measures the reductions in pixels: vertical first iff the height
+  // shrinks and loses more than twice as many pixels as the width does.
+  const bool vertical_first = order == PilPassOrder::Pillow13 && out_h < in.height &&
+                              (in.height - out_h) > 2 * (in.width - out_w);
+  if (vertical_first) {
+    const ImageU8 tmp = resample_vertical(in, out_h, 0, vert);
+    return resample_horizontal(tmp, out_w, 0, out_h, horiz);
+  }
   // Like PIL, the horizontal pass only produces the rows the vertical pass
   // reads (identical results, less work when the rows are cropped away).
   const int row_first = vert.first.front();
   const int row_last = vert.first.back() + vert.count.back();
-  const ImageU8 tmp = resample_horizontal(in, out_w, row_first, row_last - row_first,
-                                          precompute_coeffs(in.width, out_w, filter));
+  const ImageU8 tmp = resample_horizontal(in, out_w, row_first, row_last - row_first, horiz);
   return resample_vertical(tmp, out_h, row_first, vert);
 }
 

@@ -274,7 +274,9 @@ TEST(Safetensors, ShardedIndexErrors) {
   expect_bad([](Shards& s) { s.map["c.w"] = "model-00002-of-00002.safetensors"; s.write_index(); },
              {"c.w", "does not contain"});
   expect_bad([](Shards& s) { s.map["b.w"] = "model-00001-of-00002.safetensors"; s.write_index(); },
-             {"b.w", "is listed in model-00001-of-00002.safetensors but is in model-00002"});
+             {"b.w", "does not contain"});
+  expect_bad([](Shards& s) { s.map["a.w"] = "model-00002-of-00002.safetensors"; s.write_index(); },
+             {"a.w", "is listed in model-00002-of-00002.safetensors but is in model-00001"});
   expect_bad([](Shards& s) {
     write_file(s.dir / "model-00002-of-00002.safetensors",
                make_st({{"a.w", "F32", {1}, bytes_of(std::vector<float>{9})}}));

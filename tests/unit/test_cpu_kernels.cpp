@@ -28,10 +28,16 @@ std::vector<float> random_vec(size_t count, uint32_t seed, float lo = -1.f, floa
 void expect_close(const std::vector<float>& got, const std::vector<double>& ref, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   double max_ref = 0, max_err = 0;
+  size_t non_finite = 0;  // std::max would silently skip NaN, so count them apart
   for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i]) && got[i] != ref[i]) {
+      ++non_finite;
+      continue;
+    }
     max_ref = std::max(max_ref, std::abs(ref[i]));
-    max_err = std::max(max_err, std::abs(double(got[i]) - ref[i]));
+    if (std::isfinite(ref[i])) max_err = std::max(max_err, std::abs(double(got[i]) - ref[i]));
   }
+  EXPECT_EQ(non_finite, 0u) << what;
   EXPECT_LE(max_err, 1e-4 * std::max(1.0, max_ref)) << what;
 }
 

@@ -155,12 +155,14 @@ def hf_config(
         pretrained: Dict[str, Any],
         model_args: Optional[Dict[str, Any]] = None,
         label_names: Optional[list] = None,
+        global_pool: str = "avg",
 ) -> Dict[str, Any]:
     """config.json content, keys in the order timm's save_config_for_hf writes them."""
     cfg: Dict[str, Any] = {
         "architecture": architecture,
         "num_classes": int(num_classes),
         "num_features": int(num_features),
+        "global_pool": global_pool,
     }
     if label_names:
         cfg["label_names"] = list(label_names)

@@ -349,7 +349,7 @@ def main():
         extra = []
         random_resize_cases(args.resize_cases, 99, args.resize_dir, "x", extra)
         with open(os.path.join(args.resize_dir, "manifest.json"), "w") as f:
-            json.dump({"resize": extra}, f, indent=1)
+            json.dump({"pillow": PIL.__version__, "resize": extra}, f, indent=1)
         print(f"wrote {len(extra)} extra resize cases to {args.resize_dir}")
 
     images = sample_images()
@@ -389,7 +389,7 @@ def main():
         else:
             t = normalize(np.asarray(img, dtype=np.uint8), cfg["mean"], cfg["std"])
         ref = f"norm/{cfg_name}.npy"
-        np.save(os.path.join(out, ref), t)
+        np.save(os.path.join(out, ref), np.ascontiguousarray(t))
         manifest["normalize"].append({"input": "norm/all_values.npy", "config": cfg_name,
                                       "reference": ref})
 

@@ -1,0 +1,57 @@
+// Helpers for tests that build small graphs in code and run them on the CPU
+// reference backend.
+#pragma once
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "ir/graph.hpp"
+#include "runtime/memory_planner.hpp"
+
+namespace kiln::testing {
+
+inline HostTensor random_tensor(const Shape& shape, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (auto& x : v) x = d(rng);
+  return HostTensor::from_f32(shape, v);
+}
+
+// Runs the graph on the CPU backend; returns every graph output as f32.
+inline std::vector<std::vector<float>> run_cpu(const Graph& g, const std::vector<std::vector<float>>& inputs) {
+  cpu::CpuProgram prog(g);
+  MemoryPlan plan = plan_memory(g, cpu::activation_bytes);
+  std::vector<float> arena(plan.arena_bytes / sizeof(float) + 1);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    float* dst = arena.data() + plan.offsets[g.inputs[i]] / 4;
+    std::copy(inputs[i].begin(), inputs[i].end(), dst);
+  }
+  prog.run(g, plan, arena.data(), cpu::default_pool());
+  std::vector<std::vector<float>> out;
+  for (int o : g.outputs) {
+    const float* p = arena.data() + plan.offsets[o] / 4;
+    out.emplace_back(p, p + shape_numel(g.values[o].shape));
+  }
+  return out;
+}
+
+inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return a.size() == b.size() ? m : INFINITY;
+}
+
+inline float max_abs(const std::vector<float>& a) {
+  float m = 0;
+  for (float x : a) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+inline double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ab += double(a[i]) * b[i], aa += double(a[i]) * a[i], bb += double(b[i]) * b[i];
+  return ab / std::sqrt(aa * bb + 1e-30);
+}
+
+}  // namespace kiln::testing

@@ -1,0 +1,176 @@
+// Every pass: build a tiny graph in code, run it on the CPU before and after,
+// compare the numbers and assert the structural change (op counts).
+#include <gtest/gtest.h>
+
+#include "graph_test_util.hpp"
+#include "ir/verifier.hpp"
+#include "core/half.hpp"
+#include "passes/pass.hpp"
+
+namespace kiln {
+namespace {
+
+using testing::max_abs;
+using testing::max_abs_diff;
+using testing::random_tensor;
+using testing::run_cpu;
+
+Attrs conv_attrs(int stride, int pad, int groups = 1) {
+  return {{"strides", std::vector<int64_t>{stride, stride}},
+          {"pads", std::vector<int64_t>{pad, pad, pad, pad}},
+          {"groups", int64_t{groups}}};
+}
+
+int add_bn(Graph& g, const std::string& name, int x, int64_t c, std::mt19937& rng) {
+  int s = g.add_constant(name + ".weight", random_tensor({c}, rng, 0.5f, 1.5f));
+  int b = g.add_constant(name + ".bias", random_tensor({c}, rng, -0.2f, 0.2f));
+  int m = g.add_constant(name + ".running_mean", random_tensor({c}, rng, -0.2f, 0.2f));
+  int v = g.add_constant(name + ".running_var", random_tensor({c}, rng, 0.5f, 1.5f));
+  return g.add_node(Op::BatchNorm, name, {x, s, b, m, v}, {{"eps", 1e-5}});
+}
+
+int relu(Graph& g, const std::string& name, int x) {
+  return g.add_node(Op::Activation, name, {x}, {{"activation", std::string("relu")}});
+}
+
+// A residual block with 13 channels (awkward on purpose): conv-bn-relu,
+// conv-bn, shortcut conv-bn (stride 2), add, relu.
+Graph residual_block(std::mt19937& rng, bool with_conv_bias) {
+  Graph g;
+  int x = g.add_input("x", DType::F32, {2, 6, 9, 9});
+  int w1 = g.add_constant("c1.weight", random_tensor({13, 6, 3, 3}, rng));
+  std::vector<int> c1_in = {x, w1};
+  if (with_conv_bias) c1_in.push_back(g.add_constant("c1.bias", random_tensor({13}, rng)));
+  int y = g.add_node(Op::Conv2d, "c1", c1_in, conv_attrs(2, 1));
+  y = relu(g, "a1", add_bn(g, "bn1", y, 13, rng));
+  int w2 = g.add_constant("c2.weight", random_tensor({13, 13, 3, 3}, rng));
+  y = add_bn(g, "bn2", g.add_node(Op::Conv2d, "c2", {y, w2}, conv_attrs(1, 1)), 13, rng);
+  int wd = g.add_constant("down.weight", random_tensor({13, 6, 1, 1}, rng));
+  int skip = add_bn(g, "down_bn", g.add_node(Op::Conv2d, "down", {x, wd}, conv_attrs(2, 0)), 13, rng);
+  y = relu(g, "a2", g.add_node(Op::Add, "add", {y, skip}));
+  g.mark_output(y);
+  return g;
+}
+
+std::vector<float> input_for(const Graph& g, std::mt19937& rng) {
+  return random_tensor(g.values[g.inputs[0]].shape, rng).to_f32();
+}
+
+TEST(Passes, FoldBatchNormKeepsNumbersAndRemovesBn) {
+  for (bool bias : {false, true}) {
+    std::mt19937 rng(1);
+    Graph g = residual_block(rng, bias);
+    auto x = input_for(g, rng);
+    auto before = run_cpu(g, {x})[0];
+    EXPECT_EQ(fold_batchnorm(g), 3);
+    g.canonicalize();
+    verify_graph(g, "fold_batchnorm");
+    EXPECT_EQ(g.count_ops(Op::BatchNorm), 0);
+    EXPECT_EQ(g.count_ops(Op::Conv2d), 3);
+    auto after = run_cpu(g, {x})[0];
+    EXPECT_LE(max_abs_diff(before, after), 1e-5f * std::max(1.f, max_abs(before)));
+  }
+}
+
+TEST(Passes, FoldBatchNormSkipsSharedConvOutput) {
+  std::mt19937 rng(2);
+  Graph g;
+  int x = g.add_input("x", DType::F32, {1, 3, 5, 5});
+  int c = g.add_node(Op::Conv2d, "c", {x, g.add_constant("w", random_tensor({4, 3, 1, 1}, rng))}, conv_attrs(1, 0));
+  int bn = add_bn(g, "bn", c, 4, rng);
+  g.mark_output(bn);
+  g.mark_output(c);  // the raw conv output is read elsewhere: folding would change it
+  EXPECT_EQ(fold_batchnorm(g), 0);
+  EXPECT_EQ(g.count_ops(Op::BatchNorm), 1);
+}
+
+TEST(Passes, FuseActivationAndResidualGiveOneConvPerLayer) {
+  std::mt19937 rng(3);
+  Graph g = residual_block(rng, false);
+  auto x = input_for(g, rng);
+  auto before = run_cpu(g, {x})[0];
+  fold_batchnorm(g);
+  EXPECT_EQ(fuse_activation(g), 2);  // a1 into c1, a2 into add
+  g.canonicalize();
+  verify_graph(g, "fuse_activation");
+  EXPECT_EQ(g.count_ops(Op::Activation), 0);
+  auto mid = run_cpu(g, {x})[0];
+  EXPECT_LE(max_abs_diff(before, mid), 1e-5f * std::max(1.f, max_abs(before)));
+  EXPECT_EQ(fuse_residual_add(g), 1);
+  g.canonicalize();
+  verify_graph(g, "fuse_residual_add");
+  EXPECT_EQ(g.count_ops(Op::Add), 0);
+  ASSERT_EQ(g.nodes.size(), 3u);
+  const Node* c2 = g.find_node("c2");
+  ASSERT_NE(c2, nullptr);
+  EXPECT_EQ(c2->inputs.size(), 4u);  // x, w, bias, residual
+  EXPECT_EQ(c2->activation(), Activation::Relu);
+  auto after = run_cpu(g, {x})[0];
+  EXPECT_LE(max_abs_diff(before, after), 1e-5f * std::max(1.f, max_abs(before)));
+}
+
+TEST(Passes, ResidualNotFusedIntoConvWithActivation) {
+  // add(relu(conv(x)), x) must keep the add: relu(conv)+x != relu-free fusion.
+  std::mt19937 rng(4);
+  Graph g;
+  int x = g.add_input("x", DType::F32, {1, 4, 6, 6});
+  int c = g.add_node(Op::Conv2d, "c", {x, g.add_constant("w", random_tensor({4, 4, 3, 3}, rng))}, conv_attrs(1, 1));
+  int r = relu(g, "r", c);
+  g.mark_output(g.add_node(Op::Add, "add", {r, x}));
+  auto in = input_for(g, rng);
+  auto before = run_cpu(g, {in})[0];
+  fuse_activation(g);
+  EXPECT_EQ(fuse_residual_add(g), 0);
+  EXPECT_EQ(g.count_ops(Op::Add), 1);
+  EXPECT_LE(max_abs_diff(before, run_cpu(g, {in})[0]), 1e-6f);
+}
+
+TEST(Passes, EliminateDeadNodes) {
+  std::mt19937 rng(5);
+  Graph g;
+  int x = g.add_input("x", DType::F32, {1, 4, 6, 6});
+  int c = g.add_node(Op::Conv2d, "c", {x, g.add_constant("w", random_tensor({4, 4, 3, 3}, rng))}, conv_attrs(1, 1));
+  int dead1 = relu(g, "dead1", c);
+  relu(g, "dead2", dead1);
+  g.mark_output(relu(g, "live", c));
+  auto in = input_for(g, rng);
+  auto before = run_cpu(g, {in})[0];
+  EXPECT_EQ(eliminate_dead_nodes(g), 2);
+  verify_graph(g, "eliminate_dead_nodes");
+  EXPECT_EQ(g.nodes.size(), 2u);
+  EXPECT_EQ(g.find_node("dead1"), nullptr);
+  EXPECT_LE(max_abs_diff(before, run_cpu(g, {in})[0]), 0.f);
+}
+
+TEST(Passes, FullPipelineFp16MatchesWithinHalfPrecision) {
+  std::mt19937 rng(6);
+  Graph g = residual_block(rng, true);
+  auto x = input_for(g, rng);
+  auto ref = run_cpu(g, {x})[0];
+  PipelineOptions o;
+  o.precision = DType::F16;
+  o.verify = true;
+  run_pipeline(g, o);
+  EXPECT_EQ(g.count_ops(Op::Cast), 2);
+  EXPECT_EQ(g.values[g.inputs[0]].dtype, DType::F32);
+  EXPECT_EQ(g.values[g.outputs[0]].dtype, DType::F32);
+  for (const auto& v : g.values)
+    if (v.constant) {
+      EXPECT_EQ(v.dtype, DType::F16) << v.name;
+    }
+  auto out = run_cpu(g, {x})[0];
+  EXPECT_GE(testing::cosine(ref, out), 0.999);
+  EXPECT_LE(max_abs_diff(ref, out), 1e-2f * std::max(1.f, max_abs(ref)));
+  // fp16 storage is really emulated: every output value is representable in fp16.
+  for (float v : out) EXPECT_EQ(v, round_f16(v));
+}
+
+TEST(Passes, NodeNamesSurvive) {
+  std::mt19937 rng(7);
+  Graph g = residual_block(rng, false);
+  run_pipeline(g, {});
+  for (const char* name : {"c1", "c2", "down"}) EXPECT_NE(g.find_node(name), nullptr) << name;
+}
+
+}  // namespace
+}  // namespace kiln
