@@ -1,0 +1,68 @@
+// kiln's own CUDA kernels for the memory-bound ops around convolutions and
+// GEMMs. Activations live on the GPU as NHWC ([n, h, w, c]; 2-D tensors
+// [n, c] as is) in the engine precision (f32, f16, bf16); kernels compute in
+// f32 and round to nearest even on store.
+//
+// Every launcher only enqueues on the given stream: no allocation, no
+// synchronisation, no host reads of device memory, so each can be captured
+// into a CUDA graph. Launch errors surface through cudaGetLastError (checked
+// here, so a bad configuration throws kiln::Error at the call site).
+// Pointers need only element alignment; 16-byte aligned buffers whose channel
+// counts are multiples of the vector width take a vectorised path.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/activation.hpp"
+#include "core/dtype.hpp"
+
+namespace kiln::cuda {
+
+// Engine input: host layout float NCHW (already on the device) to NHWC in
+// the engine storage type, cast fused into the transpose.
+void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, int w, cudaStream_t stream);
+// The reverse, for tests and for engine outputs that stay 4-D: NHWC of xdt
+// to float NCHW.
+void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, int w, cudaStream_t stream);
+
+// y = x converted from xdt to ydt (RNE). x == y is allowed when xdt == ydt.
+void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStream_t stream);
+
+// y = act(a + b); y may alias a or b.
+void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream);
+
+// y = act(x); may run in place.
+void activation(const void* x, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream);
+
+// Inference batch norm folded to an affine map: y[r, ch] = act(x[r, ch] *
+// scale[ch] + shift[ch]) over rows = n*h*w. scale/shift are f32 on the device.
+void batch_norm_nhwc(const void* x, void* y, DType dt, int64_t rows, int c, const float* scale,
+                     const float* shift, Activation act, cudaStream_t stream);
+
+// Squeeze-excitation scale: y[n, p, ch] = x[n, p, ch] * s[n, ch] for p < hw;
+// s is in the engine dtype. May run in place.
+void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, int hw, int c, cudaStream_t stream);
+
+// The caller computes out_h/out_w with PyTorch's rule (cpu::pool_out_dim);
+// ceil mode is implied by them. pad_b/pad_r matter for the avg-pool divisor
+// with count_include_pad: windows are clipped to the padded input first.
+struct PoolShape {
+  int n, h, w, c, out_h, out_w, kh, kw, stride_h, stride_w, pad_t, pad_l;
+  bool count_include_pad;
+  int pad_b, pad_r;
+};
+// Padding acts as -inf (a window made only of padding yields -inf).
+void max_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream);
+// PyTorch AvgPool2d divisor rule (see cpu::avg_pool2d).
+void avg_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream);
+
+// y[n, ch] = mean of x[n, 0..hw, ch].
+void global_avg_pool_nhwc(const void* x, void* y, DType dt, int n, int hw, int c, cudaStream_t stream);
+
+// y[r, y_c_begin + i] = x[r, x_c_begin + i] for i < c_count, r < rows
+// (rows = n*h*w): writes one input of a channel concat, or reads a slice.
+void copy_channels_nhwc(const void* x, int x_c, int x_c_begin, void* y, int y_c, int y_c_begin, int c_count,
+                        int64_t rows, DType dt, cudaStream_t stream);
+
+}  // namespace kiln::cuda

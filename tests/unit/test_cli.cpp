@@ -1,0 +1,150 @@
+// The kiln command line, end to end: exit codes (0 ok, 1 usage, 2 input,
+// 3 runtime), JSON outputs, and no partial files on failure.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/file.hpp"
+#include "core/npy.hpp"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kRepo = fs::path(KILN_FIXTURES_DIR).parent_path().parent_path();
+const fs::path kDigits = kRepo / "models" / "digits_resnet";
+
+struct Result {
+  int code;
+  std::string out;
+};
+
+Result kiln(const std::string& args) {
+  fs::path log = fs::temp_directory_path() / ("kiln_cli_" + std::to_string(::getpid()) + ".out");
+  std::string cmd = std::string(KILN_BINARY) + " " + args + " > " + log.string() + " 2>&1";
+  int status = std::system(cmd.c_str());
+  std::ifstream f(log);
+  std::string out((std::istreambuf_iterator<char>(f)), {});
+  fs::remove(log);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("kiln_cli_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    Result r = kiln("build " + kDigits.string() + " -o " + (dir_ / "digits.bundle").string());
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static fs::path bundle() { return dir_ / "digits.bundle"; }
+  static fs::path dir_;
+};
+fs::path Cli::dir_;
+
+TEST_F(Cli, VersionAndUsage) {
+  EXPECT_EQ(kiln("version").code, 0);
+  EXPECT_EQ(kiln("").code, 1);
+  EXPECT_EQ(kiln("frobnicate").code, 1);
+  EXPECT_EQ(kiln("build").code, 1);
+  EXPECT_EQ(kiln("build x -o y --precision fp64").code, 1);
+}
+
+TEST_F(Cli, ClassifyJson) {
+  Result r = kiln("classify " + bundle().string() + " --json --top-k 3 --image " + (kDigits / "samples" / "digit7_0094.png").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["top_k"].size(), 3u);
+  EXPECT_EQ(j[0]["top_k"][0]["label"], "7");
+}
+
+TEST_F(Cli, EvalJsonHasTop1) {
+  Result r = kiln("eval " + bundle().string() + " --json --dataset " + (kDigits / "heldout").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  auto ref = nlohmann::json::parse(std::ifstream(kDigits / "reference.json"));
+  EXPECT_NEAR(j["top1"].get<double>(), ref["pytorch_top1"].get<double>(), 0.005);  // issue #2: within 0.5 points
+}
+
+TEST_F(Cli, RunWritesNpyMatchingTheApi) {
+  HostTensor x = HostTensor::from_f32({2, 3, 32, 32}, std::vector<float>(2 * 3 * 32 * 32, 0.25f));
+  write_npy(dir_ / "x.npy", x);
+  fs::path out = dir_ / "run_out";
+  Result r = kiln("run " + bundle().string() + " --input pixel_values=" + (dir_ / "x.npy").string() + " --output-dir " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  HostTensor y = read_npy(out / "logits.npy");
+  EXPECT_EQ(y.shape, (Shape{2, 10}));
+  auto v = y.to_f32();
+  for (int k = 0; k < 10; ++k) EXPECT_EQ(v[k], v[10 + k]);  // identical images, identical logits
+
+  write_npy(dir_ / "bad.npy", HostTensor::from_f32({1, 3, 31, 32}, std::vector<float>(3 * 31 * 32)));
+  fs::path out2 = dir_ / "run_bad";
+  r = kiln("run " + bundle().string() + " --input pixel_values=" + (dir_ / "bad.npy").string() + " --output-dir " + out2.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("pixel_values"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out2 / "logits.npy"));
+}
+
+TEST_F(Cli, NotAnImageIsAnInputError) {
+  std::ofstream(dir_ / "fake.png") << "this is not an image";
+  Result r = kiln("classify " + bundle().string() + " --image " + (dir_ / "fake.png").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("fake.png"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, CorruptBundlesAreRejected) {
+  auto bytes = read_file_bytes(bundle());
+  // One flipped byte in every section (and in the header) is detected.
+  for (size_t pos : {size_t{20}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 7}) {
+    auto copy = bytes;
+    copy[pos] ^= 0x10;
+    fs::path p = dir_ / "flipped.bundle";
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(copy.data()), copy.size());
+    Result r = kiln("inspect " + p.string());
+    EXPECT_EQ(r.code, 2) << "flip at " << pos << ": " << r.out;
+  }
+  // A bundle of a newer format names the version problem.
+  std::string text(bytes.begin(), bytes.end());
+  auto at = text.find("\"format\":1");
+  ASSERT_NE(at, std::string::npos);
+  text[at + 9] = '7';
+  fs::path p = dir_ / "newer.bundle";
+  std::ofstream(p, std::ios::binary) << text;
+  Result r = kiln("inspect " + p.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("newer"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, FailedBuildLeavesNothing) {
+  fs::path model = dir_ / "truncated_model";
+  fs::create_directories(model);
+  fs::copy_file(kDigits / "config.json", model / "config.json");
+  auto st = read_file_bytes(kDigits / "model.safetensors");
+  std::ofstream(model / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(st.data()), st.size() / 2);
+  fs::path out = dir_ / "never.bundle";
+  Result r = kiln("build " + model.string() + " -o " + out.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  EXPECT_EQ(kiln("build " + (dir_ / "no_such_dir").string() + " -o " + out.string()).code, 2);
+}
+
+TEST_F(Cli, InspectJson) {
+  Result r = kiln("inspect --json " + bundle().string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["header"]["family"], "timm_resnet");
+  EXPECT_LT(j["memory"]["arena_bytes"].get<size_t>(), j["memory"]["naive_bytes"].get<size_t>());
+  EXPECT_EQ(j["op_counts"].value("batch_norm", 0), 0);  // folded
+}
+
+}  // namespace
+}  // namespace kiln
