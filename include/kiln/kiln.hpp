@@ -92,6 +92,7 @@ class ExecutionContext {
   MemoryReport memory() const;
 
   struct Impl;
+  Impl& impl() { return *impl_; }
 
  private:
   friend class Engine;

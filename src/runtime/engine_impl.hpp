@@ -39,4 +39,12 @@ struct ExecutionContext::Impl {
   int64_t last_batch = -1;
 };
 
+// Time of one engine call as `kiln bench` defines it (docs/benchmarking.md):
+// CPU: wall clock of the graph execution with inputs already in the arena;
+// CUDA: one CUDA-graph replay between two events. Runs `inputs` once first
+// if the shape is new (planning/capture are never timed).
+double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& inputs);
+// Kernels (CPU: nodes) launched by one engine call.
+size_t kernels_per_call(ExecutionContext& ctx);
+
 }  // namespace kiln

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "backends/cpu/thread_pool.hpp"
@@ -65,6 +66,19 @@ std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
   }
   return out;
 }
+
+double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& inputs) {
+  ExecutionContext::Impl& c = ctx.impl();
+  const int64_t batch = inputs.empty() || inputs[0].shape.empty() ? 1 : inputs[0].shape[0];
+  if (!c.plans.count(batch) || c.last_batch != batch) ctx.run(inputs);
+  const ShapedPlan& plan = c.plans.at(batch);
+  const Engine::Impl& e = c.engine->impl();
+  const auto t0 = std::chrono::steady_clock::now();
+  e.cpu->run(plan.graph, plan.memory, c.arena.data(), cpu::default_pool());
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t kernels_per_call(ExecutionContext& ctx) { return ctx.impl().engine->impl().graph.nodes.size(); }
 
 MemoryReport ExecutionContext::memory() const {
   const Engine::Impl& e = impl_->engine->impl();

@@ -10,5 +10,6 @@ void add_run(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_version(CLI::App& app);
+void add_bench(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -1,0 +1,92 @@
+// Fused NHWC convolution on cuDNN's graph API: one cuDNN operation graph
+// conv -> +bias -> +residual -> activation, with its candidate engine configs
+// ("tactics") exposed so the builder can pick one by heuristics or by timing.
+//
+// Layouts: x, residual and y are NHWC, the filter is KRSC ([k][r][s][c/groups]),
+// bias is [k]; all in the op's dtype (f32, f16 or bf16). Accumulation and the
+// epilogue run in f32. Device pointers must be 16-byte aligned (the alignment
+// the engines are selected for).
+//
+// When cuDNN offers no engine for the fused pattern (for example some grouped
+// convolutions or activations on some dtypes) the op silently becomes a plain
+// convolution and epilogue_fused() says false: the caller must then apply bias,
+// residual and activation itself, in that order, to y (which holds conv(x, w)).
+#pragma once
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/activation.hpp"
+#include "core/dtype.hpp"
+
+namespace kiln::cuda {
+
+struct ConvDesc {
+  DType dtype = DType::F32;
+  int n = 1, c = 1, h = 1, w = 1, k = 1, r = 1, s = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;  // asymmetric: TF "same" pads more at the end
+  int dil_h = 1, dil_w = 1;
+  int groups = 1;
+  bool has_bias = false, has_residual = false;
+  Activation act = Activation::None;
+  bool allow_tf32 = false;  // f32 only: permit TF32 tensor-core engines
+  int out_h() const { return (h + pad_t + pad_b - dil_h * (r - 1) - 1) / stride_h + 1; }
+  int out_w() const { return (w + pad_l + pad_r - dil_w * (s - 1) - 1) / stride_w + 1; }
+};
+
+class ConvOp {
+ public:
+  // Builds the fused operation graph (or the conv-only one when nothing fuses),
+  // queries heuristics A + fallback and builds the first plan that builds.
+  // Throws kiln::Error when not even the plain convolution is supported.
+  ConvOp(cudnnHandle_t h, const ConvDesc& d);
+  ~ConvOp();
+  ConvOp(ConvOp&&) noexcept;
+  ConvOp& operator=(ConvOp&&) noexcept;
+  ConvOp(const ConvOp&) = delete;
+  ConvOp& operator=(const ConvOp&) = delete;
+
+  const ConvDesc& desc() const;
+  // True when bias, residual and activation run inside the cuDNN graph.
+  bool epilogue_fused() const;
+
+  int tactic_count() const;
+  // The engine config's tag ("eng12_k2=3_k13=1"): stable across runs of the
+  // same cuDNN version, so it can key a tactic cache.
+  std::string tactic_name(int i) const;
+  // Readable numerical/behaviour notes of tactic i ("tensor_core,runtime_compiled").
+  std::string tactic_notes(int i) const;
+  // Builds plan i if needed and selects it; throws when it does not build.
+  void select(int i);
+  // Like select but returns false (and keeps the previous selection) when plan i does not build.
+  bool try_select(int i);
+  int selected() const;
+  size_t workspace_bytes() const;
+
+  // Enqueues the selected plan on s (sets h's stream). Capturable in a CUDA graph.
+  void run(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
+           void* workspace, cudaStream_t s) const;
+
+  // Times up to max_candidates tactics (cudaEvents, 2 warm-ups, median of 5)
+  // on the caller's scratch buffers, skipping those that do not build or need
+  // more than ws_cap bytes of workspace, and selects the fastest. Synchronizes
+  // s; not for use during capture. Returns the selected index.
+  int autotune(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
+               void* workspace, size_t ws_cap, cudaStream_t s, int max_candidates);
+  // Median time in microseconds of the last autotune for tactic i (negative when not timed).
+  float tuned_time_us(int i) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// PyTorch stores conv weights KCRS ([k][c/groups][r][s]); the NHWC engines want KRSC.
+std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, int s);
+
+}  // namespace kiln::cuda

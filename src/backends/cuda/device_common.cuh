@@ -1,0 +1,163 @@
+// Shared pieces of kiln's CUDA kernels (.cu files only): element conversion,
+// activations, vector loads/stores and the host-side type/activation
+// dispatch and grid sizing of the launchers.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "core/activation.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cuda::dev {
+
+// ---- element conversion: compute in f32, store with RNE -------------------
+template <typename T>
+__device__ __forceinline__ float to_f32(T v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, __half>) return __half2float(v);
+  else return __bfloat162float(v);
+}
+template <typename T>
+__device__ __forceinline__ T from_f32(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
+  else return __float2bfloat16_rn(v);
+}
+
+// Full-precision expf: these kernels are memory-bound, so the accurate
+// version costs nothing measurable and keeps f32 engines close to the CPU.
+template <Activation A>
+__device__ __forceinline__ float act(float x) {
+  if constexpr (A == Activation::Relu) return fmaxf(x, 0.f);
+  else if constexpr (A == Activation::Relu6) return fminf(fmaxf(x, 0.f), 6.f);
+  else if constexpr (A == Activation::Silu) return x / (1.f + expf(-x));
+  else if constexpr (A == Activation::Sigmoid) return 1.f / (1.f + expf(-x));
+  else return x;
+}
+
+// ---- vector access ---------------------------------------------------------
+// V elements of T as one (or several) 16-byte accesses; V == 1 is a plain
+// scalar access. Callers guarantee 16-byte alignment when V > 1.
+template <typename T, int V>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[V]) {
+  if constexpr (V == 1) {
+    f[0] = to_f32(*p);
+  } else {
+    constexpr int kBytes = int(sizeof(T)) * V;
+    static_assert(kBytes % 16 == 0, "vector width must be a multiple of 16 bytes");
+    uint4 raw[kBytes / 16];
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
+    const T* e = reinterpret_cast<const T*>(raw);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = to_f32(e[k]);
+  }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_vec(T* p, const float (&f)[V]) {
+  if constexpr (V == 1) {
+    *p = from_f32<T>(f[0]);
+  } else {
+    constexpr int kBytes = int(sizeof(T)) * V;
+    static_assert(kBytes % 16 == 0, "vector width must be a multiple of 16 bytes");
+    uint4 raw[kBytes / 16];
+    T* e = reinterpret_cast<T*>(raw);
+#pragma unroll
+    for (int k = 0; k < V; ++k) e[k] = from_f32<T>(f[k]);
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<uint4*>(p)[i] = raw[i];
+  }
+}
+
+// Elements per 16-byte access.
+template <typename T>
+inline constexpr int kVec16 = 16 / int(sizeof(T));
+
+// Walk over a [rows, cols] grid where each thread keeps one column for its
+// whole life: the grid stride is a whole number of rows, so per-column data
+// (BN scale, channel offsets) is loaded once and the index math needs no
+// division inside the loop. Threads past the last whole row sit out.
+struct RowWalk {
+  uint32_t col;
+  int64_t row;
+  uint32_t step;
+};
+__device__ __forceinline__ bool row_walk(uint32_t cols, RowWalk& w) {
+  const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const uint32_t n = gridDim.x * blockDim.x;
+  w.step = n / cols;
+  w.col = tid % cols;
+  w.row = tid / cols;
+  return w.row < w.step;
+}
+
+}  // namespace kiln::cuda::dev
+
+namespace kiln::cuda::detail {
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over `work` items: enough to fill every SM
+// (8 blocks of 256 threads is an SM's full thread capacity), never more than
+// the work needs. The SM count is read once; kiln runs one GPU model per process.
+inline int grid_for(int64_t work, int threads = kThreads) {
+  static const int sm_count = [] {
+    int dev = 0, sms = 0;
+    KILN_CUDA_CHECK(cudaGetDevice(&dev));
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  const int64_t need = (work + threads - 1) / threads;
+  const int64_t cap = int64_t(sm_count) * (2048 / threads);
+  return int(need < 1 ? 1 : (need < cap ? need : cap));
+}
+
+// Blocks for a RowWalk over [rows, cols]: at least one thread per column.
+inline int grid_rows(int64_t rows, int64_t cols, int threads = kThreads) {
+  const int g = grid_for(rows * cols, threads);
+  const int64_t min_blocks = (cols + threads - 1) / threads;
+  return int(g < min_blocks ? min_blocks : g);
+}
+
+// Calls f(T{}) with T the CUDA element type of dt.
+template <typename F>
+void dispatch_float(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::F32: f(float{}); return;
+    case DType::F16: f(__half{}); return;
+    case DType::BF16: f(__nv_bfloat16{}); return;
+    default: fail_runtime("cuda ", op, ": unsupported dtype ", dtype_name(dt));
+  }
+}
+
+// Calls f(std::integral_constant<Activation, A>{}) so kernels can be
+// specialised on the activation instead of branching per element.
+template <typename F>
+void dispatch_act(Activation a, F&& f) {
+  switch (a) {
+    case Activation::None: f(std::integral_constant<Activation, Activation::None>{}); return;
+    case Activation::Relu: f(std::integral_constant<Activation, Activation::Relu>{}); return;
+    case Activation::Relu6: f(std::integral_constant<Activation, Activation::Relu6>{}); return;
+    case Activation::Silu: f(std::integral_constant<Activation, Activation::Silu>{}); return;
+    case Activation::Sigmoid: f(std::integral_constant<Activation, Activation::Sigmoid>{}); return;
+  }
+  fail_runtime("cuda: unknown activation ", int(a));
+}
+
+// Launch-configuration errors are reported at once; asynchronous faults
+// surface at the next synchronising call as usual.
+inline void check_launch(const char* op) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) ::kiln::cuda::throw_cuda(e, op, __FILE__, __LINE__);
+}
+
+}  // namespace kiln::cuda::detail

@@ -1,0 +1,221 @@
+// Elementwise kernels: cast, add, activation, folded batch norm and the
+// squeeze-excitation channel scale. All are memory-bound, so the work is
+// 16-byte vector accesses with two independent loads in flight per thread.
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+using dev::act;
+using dev::load_vec;
+using dev::store_vec;
+
+template <Activation A>
+struct AddOp {
+  template <int N>
+  __device__ void operator()(float (&a)[N], const float (&b)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) a[k] = act<A>(a[k] + b[k]);
+  }
+};
+template <Activation A>
+struct ActOp {
+  template <int N>
+  __device__ void operator()(float (&a)[N], const float (&)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) a[k] = act<A>(a[k]);
+  }
+};
+
+// y = op(a[, b]) over count elements: full V-packs first, then the scalar
+// tail. Pointers may alias (each element is read and written by one thread),
+// hence no __restrict__ and no read-only cache loads.
+template <typename Ti, typename To, int V, bool kBinary, typename Op>
+__global__ void map_kernel(const Ti* a, const Ti* b, To* y, int64_t count, Op op) {
+  const int64_t packs = count / V;
+  const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = tid; i < packs; i += 2 * stride) {
+    const int64_t j = i + stride;
+    const bool second = j < packs;
+    float a0[V], b0[V], a1[V], b1[V];
+    load_vec<Ti, V>(a + i * V, a0);
+    if constexpr (kBinary) load_vec<Ti, V>(b + i * V, b0);
+    if (second) {
+      load_vec<Ti, V>(a + j * V, a1);
+      if constexpr (kBinary) load_vec<Ti, V>(b + j * V, b1);
+    }
+    op(a0, b0);
+    store_vec<To, V>(y + i * V, a0);
+    if (second) {
+      op(a1, b1);
+      store_vec<To, V>(y + j * V, a1);
+    }
+  }
+  for (int64_t e = packs * V + tid; e < count; e += stride) {
+    float s[1], t[1];
+    load_vec<Ti, 1>(a + e, s);
+    if constexpr (kBinary) load_vec<Ti, 1>(b + e, t);
+    op(s, t);
+    store_vec<To, 1>(y + e, s);
+  }
+}
+
+struct CopyOp {
+  template <int N>
+  __device__ void operator()(float (&)[N], const float (&)[N]) const {}
+};
+
+template <typename Ti, typename To, bool kBinary, typename Op>
+void launch_map(const void* a, const void* b, void* y, int64_t count, Op op, cudaStream_t stream, const char* name) {
+  if (count <= 0) return;
+  // The pack covers 16 bytes of the wider type so both sides stay vectorised.
+  constexpr int kV = dev::kVec16<Ti> > dev::kVec16<To> ? dev::kVec16<Ti> : dev::kVec16<To>;
+  const bool vec = detail::aligned16(a) && detail::aligned16(y) && (!kBinary || detail::aligned16(b));
+  const auto* ta = static_cast<const Ti*>(a);
+  const auto* tb = static_cast<const Ti*>(b);
+  auto* ty = static_cast<To*>(y);
+  if (vec) {
+    map_kernel<Ti, To, kV, kBinary><<<detail::grid_for(count / kV / 2 + 1), detail::kThreads, 0, stream>>>(
+        ta, tb, ty, count, op);
+  } else {
+    map_kernel<Ti, To, 1, kBinary><<<detail::grid_for(count / 2 + 1), detail::kThreads, 0, stream>>>(ta, tb, ty,
+                                                                                                      count, op);
+  }
+  detail::check_launch(name);
+}
+
+// y[r, ch] = act(x[r, ch] * scale[ch] + shift[ch]).
+template <typename T, int V, Activation A>
+__global__ void batch_norm_kernel(const T* x, T* y, int64_t rows, int c, const float* scale, const float* shift) {
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(c / V), w)) return;
+  const int ch = int(w.col) * V;
+  float sc[V], sh[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    sc[k] = __ldg(scale + ch + k);
+    sh[k] = __ldg(shift + ch + k);
+  }
+  for (int64_t r = w.row; r < rows; r += 2 * int64_t(w.step)) {
+    const int64_t r1 = r + w.step;
+    float f0[V], f1[V];
+    load_vec<T, V>(x + r * c + ch, f0);
+    if (r1 < rows) load_vec<T, V>(x + r1 * c + ch, f1);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f0[k] = act<A>(fmaf(f0[k], sc[k], sh[k]));
+    store_vec<T, V>(y + r * c + ch, f0);
+    if (r1 < rows) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) f1[k] = act<A>(fmaf(f1[k], sc[k], sh[k]));
+      store_vec<T, V>(y + r1 * c + ch, f1);
+    }
+  }
+}
+
+// y[b, p, ch] = x[b, p, ch] * s[b, ch]; rows run over b*hw.
+template <typename T, int V>
+__global__ void mul_channel_kernel(const T* x, const T* s, T* y, int64_t rows, int hw, int c) {
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(c / V), w)) return;
+  const int ch = int(w.col) * V;
+  int64_t cur_b = -1;
+  float sv[V];
+  for (int64_t r = w.row; r < rows; r += w.step) {
+    const int64_t b = r / hw;
+    if (b != cur_b) {  // the scale changes only once per image
+      cur_b = b;
+      load_vec<T, V>(s + b * c + ch, sv);
+    }
+    float f[V];
+    load_vec<T, V>(x + r * c + ch, f);
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] *= sv[k];
+    store_vec<T, V>(y + r * c + ch, f);
+  }
+}
+
+}  // namespace
+
+void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  if (xdt == ydt) {
+    if (x != y) KILN_CUDA_CHECK(cudaMemcpyAsync(y, x, size_t(count) * dtype_size(xdt), cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  detail::dispatch_float(xdt, "cast", [&](auto ti) {
+    detail::dispatch_float(ydt, "cast", [&](auto to) {
+      using Ti = decltype(ti);
+      using To = decltype(to);
+      if constexpr (!std::is_same_v<Ti, To>) launch_map<Ti, To, false>(x, nullptr, y, count, CopyOp{}, stream, "cast");
+    });
+  });
+}
+
+void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act_kind, cudaStream_t stream) {
+  detail::dispatch_float(dt, "add", [&](auto t) {
+    using T = decltype(t);
+    detail::dispatch_act(act_kind, [&](auto a_c) {
+      launch_map<T, T, true>(a, b, y, count, AddOp<decltype(a_c)::value>{}, stream, "add");
+    });
+  });
+}
+
+void activation(const void* x, void* y, DType dt, int64_t count, Activation act_kind, cudaStream_t stream) {
+  if (act_kind == Activation::None) {
+    cast(x, dt, y, dt, count, stream);
+    return;
+  }
+  detail::dispatch_float(dt, "activation", [&](auto t) {
+    using T = decltype(t);
+    detail::dispatch_act(act_kind, [&](auto a_c) {
+      launch_map<T, T, false>(x, nullptr, y, count, ActOp<decltype(a_c)::value>{}, stream, "activation");
+    });
+  });
+}
+
+void batch_norm_nhwc(const void* x, void* y, DType dt, int64_t rows, int c, const float* scale, const float* shift,
+                     Activation act_kind, cudaStream_t stream) {
+  if (rows <= 0 || c <= 0) return;
+  detail::dispatch_float(dt, "batch_norm_nhwc", [&](auto t) {
+    using T = decltype(t);
+    constexpr int kV = dev::kVec16<T>;
+    const bool vec = c % kV == 0 && detail::aligned16(x) && detail::aligned16(y);
+    const auto* tx = static_cast<const T*>(x);
+    auto* ty = static_cast<T*>(y);
+    detail::dispatch_act(act_kind, [&](auto a_c) {
+      constexpr Activation A = decltype(a_c)::value;
+      if (vec) {
+        const int cols = c / kV;
+        batch_norm_kernel<T, kV, A><<<detail::grid_rows((rows + 1) / 2, cols), detail::kThreads, 0, stream>>>(
+            tx, ty, rows, c, scale, shift);
+      } else {
+        batch_norm_kernel<T, 1, A><<<detail::grid_rows((rows + 1) / 2, c), detail::kThreads, 0, stream>>>(
+            tx, ty, rows, c, scale, shift);
+      }
+    });
+  });
+  detail::check_launch("batch_norm_nhwc");
+}
+
+void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, int hw, int c, cudaStream_t stream) {
+  if (n <= 0 || hw <= 0 || c <= 0) return;
+  const int64_t rows = int64_t(n) * hw;
+  detail::dispatch_float(dt, "mul_channel_nhwc", [&](auto t) {
+    using T = decltype(t);
+    constexpr int kV = dev::kVec16<T>;
+    const auto* tx = static_cast<const T*>(x);
+    const auto* ts = static_cast<const T*>(s);
+    auto* ty = static_cast<T*>(y);
+    if (c % kV == 0 && detail::aligned16(x) && detail::aligned16(s) && detail::aligned16(y)) {
+      mul_channel_kernel<T, kV><<<detail::grid_rows(rows, c / kV), detail::kThreads, 0, stream>>>(tx, ts, ty, rows,
+                                                                                                   hw, c);
+    } else {
+      mul_channel_kernel<T, 1><<<detail::grid_rows(rows, c), detail::kThreads, 0, stream>>>(tx, ts, ty, rows, hw, c);
+    }
+  });
+  detail::check_launch("mul_channel_nhwc");
+}
+
+}  // namespace kiln::cuda

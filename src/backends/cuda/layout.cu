@@ -1,0 +1,143 @@
+// Layout kernels: NCHW f32 <-> NHWC engine storage (transpose with the cast
+// fused) and the strided channel copy behind concat and slice.
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+using dev::from_f32;
+using dev::to_f32;
+
+constexpr int kTile = 32;
+constexpr int kTileRows = 8;  // a 32x8 block moves a 32x32 tile, 4 elements per thread
+
+// Per image: x is [c, hw], y is [hw, c]. Reads run along hw and writes along
+// c, both coalesced; the tile row is padded by one word so the transposed
+// reads from shared memory hit 32 different banks.
+template <typename T>
+__global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, T* __restrict__ y, int c, int hw) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int p0 = blockIdx.x * kTile, c0 = blockIdx.y * kTile;
+  const int64_t img = int64_t(blockIdx.z) * c * hw;
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int ch = c0 + j, p = p0 + threadIdx.x;
+    if (ch < c && p < hw) tile[j][threadIdx.x] = x[img + int64_t(ch) * hw + p];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int p = p0 + j, ch = c0 + threadIdx.x;
+    if (ch < c && p < hw) y[img + int64_t(p) * c + ch] = from_f32<T>(tile[threadIdx.x][j]);
+  }
+}
+
+// Few channels (RGB input): a 32-channel tile would leave most threads idle,
+// so each thread writes one pixel's channels; reads stay coalesced per plane.
+template <typename T>
+__global__ void nchw_to_nhwc_small_c_kernel(const float* __restrict__ x, T* __restrict__ y, int c, int hw,
+                                            int64_t pixels) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < pixels; q += stride) {
+    const int64_t b = q / hw, p = q % hw;
+    const float* src = x + b * c * hw + p;
+    T* dst = y + q * c;
+    for (int ch = 0; ch < c; ++ch) dst[ch] = from_f32<T>(src[int64_t(ch) * hw]);
+  }
+}
+
+// Per image: x is [hw, c] (engine type), y is [c, hw] f32.
+template <typename T>
+__global__ void nhwc_to_nchw_kernel(const T* __restrict__ x, float* __restrict__ y, int c, int hw) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int c0 = blockIdx.x * kTile, p0 = blockIdx.y * kTile;
+  const int64_t img = int64_t(blockIdx.z) * c * hw;
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int p = p0 + j, ch = c0 + threadIdx.x;
+    if (ch < c && p < hw) tile[j][threadIdx.x] = to_f32(x[img + int64_t(p) * c + ch]);
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+    const int ch = c0 + j, p = p0 + threadIdx.x;
+    if (ch < c && p < hw) y[img + int64_t(ch) * hw + p] = tile[threadIdx.x][j];
+  }
+}
+
+// Copies `cols` words per row between two row-strided buffers; Word is the
+// widest unsigned type that every offset and stride allows (up to 16 bytes),
+// so the copy is dtype-agnostic.
+template <typename Word>
+__global__ void copy_rows_kernel(const Word* __restrict__ x, int64_t x_stride, Word* __restrict__ y,
+                                 int64_t y_stride, uint32_t cols, int64_t rows) {
+  dev::RowWalk w;
+  if (!dev::row_walk(cols, w)) return;
+  for (int64_t r = w.row; r < rows; r += w.step) y[r * y_stride + w.col] = x[r * x_stride + w.col];
+}
+
+template <typename Word>
+void launch_copy_rows(const char* x, int64_t x_row_bytes, char* y, int64_t y_row_bytes, int64_t bytes,
+                      int64_t rows, cudaStream_t stream) {
+  const int64_t cols = bytes / int64_t(sizeof(Word));
+  copy_rows_kernel<Word><<<detail::grid_rows(rows, cols), detail::kThreads, 0, stream>>>(
+      reinterpret_cast<const Word*>(x), x_row_bytes / int64_t(sizeof(Word)), reinterpret_cast<Word*>(y),
+      y_row_bytes / int64_t(sizeof(Word)), uint32_t(cols), rows);
+}
+
+}  // namespace
+
+void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, int w, cudaStream_t stream) {
+  if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return;
+  if (n > 65535) fail_runtime("cuda nchw_f32_to_nhwc: batch ", n, " exceeds the grid limit 65535");
+  const int hw = h * w;
+  detail::dispatch_float(ydt, "nchw_f32_to_nhwc", [&](auto t) {
+    using T = decltype(t);
+    T* ty = static_cast<T*>(y);
+    if (c <= 4) {
+      const int64_t pixels = int64_t(n) * hw;
+      nchw_to_nhwc_small_c_kernel<T><<<detail::grid_for(pixels), detail::kThreads, 0, stream>>>(x, ty, c, hw, pixels);
+    } else {
+      const dim3 grid((hw + kTile - 1) / kTile, (c + kTile - 1) / kTile, n);
+      nchw_to_nhwc_kernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(x, ty, c, hw);
+    }
+  });
+  detail::check_launch("nchw_f32_to_nhwc");
+}
+
+void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, int w, cudaStream_t stream) {
+  if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return;
+  if (n > 65535) fail_runtime("cuda nhwc_to_nchw_f32: batch ", n, " exceeds the grid limit 65535");
+  const int hw = h * w;
+  if ((hw + kTile - 1) / kTile > 65535) fail_runtime("cuda nhwc_to_nchw_f32: ", hw, " pixels per image is too many");
+  detail::dispatch_float(xdt, "nhwc_to_nchw_f32", [&](auto t) {
+    using T = decltype(t);
+    const dim3 grid((c + kTile - 1) / kTile, (hw + kTile - 1) / kTile, n);
+    nhwc_to_nchw_kernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(static_cast<const T*>(x), y, c, hw);
+  });
+  detail::check_launch("nhwc_to_nchw_f32");
+}
+
+void copy_channels_nhwc(const void* x, int x_c, int x_c_begin, void* y, int y_c, int y_c_begin, int c_count,
+                        int64_t rows, DType dt, cudaStream_t stream) {
+  if (rows <= 0 || c_count <= 0) return;
+  if (x_c_begin < 0 || y_c_begin < 0 || x_c_begin + c_count > x_c || y_c_begin + c_count > y_c)
+    fail_runtime("cuda copy_channels_nhwc: channels [", x_c_begin, ", +", c_count, ") of ", x_c, " -> [", y_c_begin,
+                 ", +", c_count, ") of ", y_c, " out of range");
+  const int64_t es = int64_t(dtype_size(dt));
+  const char* xb = static_cast<const char*>(x) + x_c_begin * es;
+  char* yb = static_cast<char*>(y) + y_c_begin * es;
+  const int64_t x_row = x_c * es, y_row = y_c * es, bytes = c_count * es;
+  // Whole rows on both sides: one contiguous block, which the copy engine moves.
+  if (x_row == bytes && y_row == bytes) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(yb, xb, size_t(rows * bytes), cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  const uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(xb)) | uint64_t(reinterpret_cast<uintptr_t>(yb)) |
+                        uint64_t(x_row) | uint64_t(y_row) | uint64_t(bytes);
+  if (bits % 16 == 0) launch_copy_rows<uint4>(xb, x_row, yb, y_row, bytes, rows, stream);
+  else if (bits % 8 == 0) launch_copy_rows<uint2>(xb, x_row, yb, y_row, bytes, rows, stream);
+  else if (bits % 4 == 0) launch_copy_rows<uint32_t>(xb, x_row, yb, y_row, bytes, rows, stream);
+  else if (bits % 2 == 0) launch_copy_rows<uint16_t>(xb, x_row, yb, y_row, bytes, rows, stream);
+  else launch_copy_rows<uint8_t>(xb, x_row, yb, y_row, bytes, rows, stream);
+  detail::check_launch("copy_channels_nhwc");
+}
+
+}  // namespace kiln::cuda

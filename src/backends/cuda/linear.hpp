@@ -1,0 +1,59 @@
+// Linear layers through cuBLASLt: y[m, n] = act(x[m, k] · W[n, k]^T + bias[n])
+// with W in PyTorch's [out, in] row-major layout. f32 computes in full fp32
+// unless allow_tf32; f16/bf16 accumulate in f32. Bias and ReLU ride on
+// cuBLASLt epilogues; other activations run as a separate kernel on y.
+// Every pointer passed to run() must be 16-byte aligned (the algorithm
+// search is told so, so arena offsets need not be 256-byte aligned).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "core/activation.hpp"
+#include "core/dtype.hpp"
+
+namespace kiln::cuda {
+
+class LinearOp {
+ public:
+  // Asks cuBLASLt's heuristic for up to kMaxTactics algorithms; throws
+  // kiln::Error if it offers none (e.g. an unsupported shape/type).
+  LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
+           bool allow_tf32 = false);
+  ~LinearOp();
+  LinearOp(const LinearOp&) = delete;
+  LinearOp& operator=(const LinearOp&) = delete;
+
+  static constexpr int kMaxTactics = 8;
+  // Upper bound on the workspace an algorithm may ask for (NVIDIA suggests
+  // 32 MiB on Hopper); the engine allocates workspace_bytes() of the chosen one.
+  static constexpr size_t kMaxWorkspace = size_t(32) << 20;
+
+  int tactic_count() const { return int(algos_.size()); }
+  // "cublasLt algo 21 tile 7 stages 13 splitk 1 red 0 swizzle 0 custom 0 cluster 0".
+  std::string tactic_name(int i) const;
+  void select(int i);
+  int selected() const { return selected_; }
+  size_t workspace_bytes() const;
+
+  // bias may be nullptr only when constructed without bias. Enqueues on s;
+  // capturable in a CUDA graph.
+  void run(const void* x, const void* w, const void* bias, void* y, void* workspace, size_t workspace_size,
+           cudaStream_t s) const;
+
+ private:
+  cublasLtHandle_t handle_;
+  DType dt_;
+  int m_, k_, n_;
+  bool has_bias_;
+  Activation act_;
+  Activation post_act_;  // applied by a kernel after the GEMM (not fusable as an epilogue)
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos_;
+  int selected_ = 0;
+};
+
+}  // namespace kiln::cuda

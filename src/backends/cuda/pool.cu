@@ -1,0 +1,161 @@
+// NHWC pooling. One thread owns one (output pixel, channel pack): the
+// channel dimension is innermost, so a warp's window reads are contiguous
+// 16-byte vectors and need no shared memory.
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+using dev::load_vec;
+using dev::store_vec;
+
+template <typename T, int V, bool kMax>
+__global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShape s) {
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(s.c / V), w)) return;
+  const int ch = int(w.col) * V;
+  const uint32_t outs = uint32_t(s.n) * s.out_h * s.out_w;  // < 2^31, checked by the launcher
+  for (uint32_t r = uint32_t(w.row); r < outs; r += w.step) {
+    const int ox = int(r % s.out_w);
+    const uint32_t t = r / s.out_w;
+    const int oy = int(t % s.out_h);
+    const int b = int(t / s.out_h);
+    const int hs = oy * s.stride_h - s.pad_t, ws = ox * s.stride_w - s.pad_l;
+    const int h0 = max(hs, 0), h1 = min(hs + s.kh, s.h);
+    const int w0 = max(ws, 0), w1 = min(ws + s.kw, s.w);
+    float acc[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = kMax ? -INFINITY : 0.f;
+    const T* img = x + int64_t(b) * s.h * s.w * s.c + ch;
+    for (int i = h0; i < h1; ++i) {
+      const T* row = img + int64_t(i) * s.w * s.c;
+      for (int j = w0; j < w1; ++j) {
+        float f[V];
+        load_vec<T, V>(row + int64_t(j) * s.c, f);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] = kMax ? fmaxf(acc[k], f[k]) : acc[k] + f[k];
+      }
+    }
+    if constexpr (!kMax) {
+      // PyTorch: the count_include_pad divisor is the window clipped to the
+      // padded input (so ceil-mode overhang is never counted).
+      const int he = min(hs + s.kh, s.h + s.pad_b), we = min(ws + s.kw, s.w + s.pad_r);
+      const int divisor = s.count_include_pad ? (he - hs) * (we - ws) : (h1 - h0) * (w1 - w0);
+      const float inv = 1.f / float(divisor);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] *= inv;
+    }
+    store_vec<T, V>(y + int64_t(r) * s.c + ch, acc);
+  }
+}
+
+template <bool kMax>
+void launch_pool(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream, const char* name) {
+  if (s.n <= 0 || s.c <= 0 || s.out_h <= 0 || s.out_w <= 0) return;
+  if (s.kh < 1 || s.kw < 1 || s.stride_h < 1 || s.stride_w < 1)
+    fail_runtime("cuda ", name, ": invalid kernel ", s.kh, "x", s.kw, " stride ", s.stride_h, "x", s.stride_w);
+  const int64_t outs = int64_t(s.n) * s.out_h * s.out_w;
+  if (outs >= (int64_t(1) << 31)) fail_runtime("cuda ", name, ": output too large (", outs, " pixels)");
+  detail::dispatch_float(dt, name, [&](auto t) {
+    using T = decltype(t);
+    constexpr int kV = dev::kVec16<T>;
+    const auto* tx = static_cast<const T*>(x);
+    auto* ty = static_cast<T*>(y);
+    if (s.c % kV == 0 && detail::aligned16(x) && detail::aligned16(y))
+      pool_kernel<T, kV, kMax><<<detail::grid_rows(outs, s.c / kV), detail::kThreads, 0, stream>>>(tx, ty, s);
+    else
+      pool_kernel<T, 1, kMax><<<detail::grid_rows(outs, s.c), detail::kThreads, 0, stream>>>(tx, ty, s);
+  });
+  detail::check_launch(name);
+}
+
+// Block (bx, by): x over channel packs, y splits the hw reduction; partial
+// sums meet in shared memory laid out [V][by][bx] so each reduction step of
+// a warp touches consecutive words (no bank conflicts).
+template <typename T, int V>
+__global__ void global_avg_kernel(const T* __restrict__ x, T* __restrict__ y, int hw, int c) {
+  extern __shared__ float red[];
+  const int cols = c / V;
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const int col = blockIdx.x * bx + tx;
+  const int b = blockIdx.y;
+  float acc[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc[k] = 0.f;
+  if (col < cols) {
+    const T* base = x + int64_t(b) * hw * c + int64_t(col) * V;
+    int p = ty;
+    // Two loads in flight per iteration.
+    for (; p + by < hw; p += 2 * by) {
+      float f0[V], f1[V];
+      load_vec<T, V>(base + int64_t(p) * c, f0);
+      load_vec<T, V>(base + int64_t(p + by) * c, f1);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += f0[k] + f1[k];
+    }
+    if (p < hw) {
+      float f[V];
+      load_vec<T, V>(base + int64_t(p) * c, f);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += f[k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) red[(k * by + ty) * bx + tx] = acc[k];
+  __syncthreads();
+  for (int half = by / 2; half > 0; half /= 2) {
+    if (ty < half) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) red[(k * by + ty) * bx + tx] += red[(k * by + ty + half) * bx + tx];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && col < cols) {
+    const float inv = 1.f / float(hw);
+    float out[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = red[k * by * bx + tx] * inv;
+    store_vec<T, V>(y + int64_t(b) * c + int64_t(col) * V, out);
+  }
+}
+
+template <typename T, int V>
+void launch_global_avg(const T* x, T* y, int n, int hw, int c, cudaStream_t stream) {
+  const int cols = c / V;
+  int bx = 1;
+  while (bx < cols && bx < 32) bx *= 2;  // narrow tensors give the threads to the hw reduction
+  const int by = detail::kThreads / bx;
+  const dim3 grid((cols + bx - 1) / bx, n);
+  const size_t smem = size_t(detail::kThreads) * V * sizeof(float);
+  global_avg_kernel<T, V><<<grid, dim3(bx, by), smem, stream>>>(x, y, hw, c);
+}
+
+}  // namespace
+
+void max_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream) {
+  launch_pool<true>(x, y, dt, s, stream, "max_pool_nhwc");
+}
+
+void avg_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream) {
+  launch_pool<false>(x, y, dt, s, stream, "avg_pool_nhwc");
+}
+
+void global_avg_pool_nhwc(const void* x, void* y, DType dt, int n, int hw, int c, cudaStream_t stream) {
+  if (n <= 0 || c <= 0) return;
+  if (hw < 1) fail_runtime("cuda global_avg_pool_nhwc: empty spatial extent");
+  if (n > 65535) fail_runtime("cuda global_avg_pool_nhwc: batch ", n, " exceeds the grid limit 65535");
+  detail::dispatch_float(dt, "global_avg_pool_nhwc", [&](auto t) {
+    using T = decltype(t);
+    constexpr int kV = dev::kVec16<T>;
+    const auto* tx = static_cast<const T*>(x);
+    auto* ty = static_cast<T*>(y);
+    if (c % kV == 0 && detail::aligned16(x) && detail::aligned16(y))
+      launch_global_avg<T, kV>(tx, ty, n, hw, c, stream);
+    else
+      launch_global_avg<T, 1>(tx, ty, n, hw, c, stream);
+  });
+  detail::check_launch("global_avg_pool_nhwc");
+}
+
+}  // namespace kiln::cuda

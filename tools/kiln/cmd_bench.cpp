@@ -1,0 +1,129 @@
+// kiln bench: engine time and task time of one or more bundles, interleaved
+// round by round so drift hits every candidate alike (docs/benchmarking.md).
+#include <algorithm>
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "runtime/engine_impl.hpp"
+
+namespace kiln::cli {
+
+namespace {
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0;
+  double pos = q * (v.size() - 1);
+  size_t lo = static_cast<size_t>(pos);
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - lo);
+}
+
+// TRTMC's stability rule: medians of the first and last 5 samples within 5 %.
+bool stable(const std::vector<double>& v) {
+  if (v.size() < 10) return false;
+  double a = percentile({v.begin(), v.begin() + 5}, 0.5), b = percentile({v.end() - 5, v.end()}, 0.5);
+  return std::abs(a - b) <= 0.05 * std::max(a, b);
+}
+
+struct Candidate {
+  std::string path;
+  std::shared_ptr<const Engine> engine;
+  std::unique_ptr<ExecutionContext> ctx;
+  std::unique_ptr<Classifier> classifier;
+  std::vector<Tensor> inputs;
+  std::vector<double> engine_ms, task_ms;
+};
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  struct Opts {
+    std::vector<std::string> bundles;
+    int batch = 1, iterations = 200, warmup = 20;
+    bool json = false, task = true;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("bench", "Time bundles side by side (engine time and task time)");
+  sub->add_option("bundles", o->bundles, "Bundle files")->required();
+  sub->add_option("--batch", o->batch, "Batch size")->check(CLI::Range(1, 4096));
+  sub->add_option("--iterations", o->iterations, "Timed rounds")->check(CLI::Range(10, 1000000));
+  sub->add_option("--warmup", o->warmup, "Untimed rounds first")->check(CLI::Range(0, 100000));
+  sub->add_flag("!--no-task", o->task, "Skip the task-time measurement");
+  sub->add_flag("--json", o->json, "JSON output");
+  sub->callback([o] {
+    std::vector<Candidate> cands;
+    std::mt19937 rng(0);
+    std::normal_distribution<float> nd;
+    for (const auto& path : o->bundles) {
+      Candidate c;
+      c.path = path;
+      c.engine = Engine::load(path);
+      c.ctx = c.engine->create_context();
+      for (const auto& in : c.engine->inputs()) {
+        Tensor t{in.name, in.shape, {}};
+        t.shape[0] = o->batch;
+        t.data.resize(static_cast<size_t>(shape_numel(t.shape)));
+        for (auto& v : t.data) v = nd(rng);
+        c.inputs.push_back(std::move(t));
+      }
+      if (o->task && c.engine->task() == "classification") c.classifier = std::make_unique<Classifier>(c.engine);
+      cands.push_back(std::move(c));
+    }
+    // A synthetic 640x480 photo-sized image for the task path (decode excluded).
+    std::vector<uint8_t> rgb(640 * 480 * 3);
+    for (auto& v : rgb) v = static_cast<uint8_t>(rng() & 0xff);
+    for (int r = 0; r < o->warmup + o->iterations; ++r) {
+      for (auto& c : cands) {
+        double ms = timed_engine_call_ms(*c.ctx, c.inputs);
+        if (r >= o->warmup) c.engine_ms.push_back(ms);
+        if (c.classifier && o->batch == 1) {
+          auto t0 = std::chrono::steady_clock::now();
+          c.classifier->classify_rgb(640, 480, rgb.data(), 5);
+          double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          if (r >= o->warmup) c.task_ms.push_back(t);
+        }
+      }
+    }
+    nlohmann::json results = nlohmann::json::array();
+    for (auto& c : cands) {
+      nlohmann::json task = nullptr;
+      if (!c.task_ms.empty()) task = {{"p50", percentile(c.task_ms, 0.5)}, {"p95", percentile(c.task_ms, 0.95)}};
+      results.push_back({{"bundle", c.path},
+                         {"backend", c.engine->backend()},
+                         {"precision", c.engine->precision()},
+                         {"batch", o->batch},
+                         {"engine_ms",
+                          {{"median", percentile(c.engine_ms, 0.5)},
+                           {"p10", percentile(c.engine_ms, 0.1)},
+                           {"p90", percentile(c.engine_ms, 0.9)}}},
+                         {"task_ms", task},
+                         {"kernels_per_call", kernels_per_call(*c.ctx)},
+                         {"stable", stable(c.engine_ms)}});
+    }
+    if (o->json) {
+      std::cout << nlohmann::json{{"device", cands[0].engine->backend() == "cpu" ? "cpu" : "gpu"}, {"iterations", o->iterations},
+                                  {"warmup", o->warmup}, {"results", results}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::cout << std::fixed << std::setprecision(3);
+    for (const auto& r : results) {
+      std::cout << r["bundle"].get<std::string>() << " (" << r["backend"].get<std::string>() << ", "
+                << r["precision"].get<std::string>() << ", batch " << o->batch << "): engine median "
+                << r["engine_ms"]["median"].get<double>() << " ms (p10 " << r["engine_ms"]["p10"].get<double>() << ", p90 "
+                << r["engine_ms"]["p90"].get<double>() << "), " << r["kernels_per_call"].get<size_t>() << " kernels/call";
+      if (!r["task_ms"].is_null())
+        std::cout << "; task p50 " << r["task_ms"]["p50"].get<double>() << " ms, p95 " << r["task_ms"]["p95"].get<double>();
+      std::cout << (r["stable"].get<bool>() ? "" : "  [unstable]") << "\n";
+    }
+  });
+}
+
+}  // namespace kiln::cli
