@@ -8,6 +8,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ class LinearOp {
            cudaStream_t s) const;
 
  private:
+  void release();
+
   cublasLtHandle_t handle_;
   DType dt_;
   int m_, k_, n_;
@@ -54,6 +57,9 @@ class LinearOp {
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> algos_;
   int selected_ = 0;
+  // The bias pointer lives in the (shared) matmul descriptor, so run() sets
+  // it and enqueues under this lock; engines are shared across threads.
+  mutable std::mutex run_mutex_;
 };
 
 }  // namespace kiln::cuda

@@ -1,0 +1,373 @@
+// ConvOp against the CPU reference conv2d: every tactic cuDNN offers, for
+// f32/f16/bf16, on awkward shapes (odd channels, asymmetric pads, groups,
+// depthwise, 1x1 spatial). Layouts are converted on the host: the reference is
+// NCHW/KCRS, the GPU op NHWC/KRSC. Also checks CUDA-graph capture and prints
+// (never asserts) default-vs-autotuned timings for ResNet-50 shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels.hpp"
+#include "backends/cuda/conv.hpp"
+#include "backends/cuda/cuda_check.hpp"
+#include "core/half.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                         \
+    int n_dev_ = 0;                                                            \
+    if (cudaGetDeviceCount(&n_dev_) != cudaSuccess || n_dev_ == 0) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+cudnnHandle_t handle() {
+  static cudnnHandle_t h = [] {
+    cudnnHandle_t x = nullptr;
+    KILN_CUDNN_CHECK(cudnnCreate(&x));
+    return x;
+  }();
+  return h;
+}
+
+cpu::ThreadPool& pool() {
+  static cpu::ThreadPool p(0);
+  return p;
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) {
+    if (bytes) KILN_CUDA_CHECK(cudaMalloc(&p, bytes));
+  }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+float round_to(DType t, float v) {
+  return t == DType::F16 ? round_f16(v) : t == DType::BF16 ? round_bf16(v) : v;
+}
+
+std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> out(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::F32) {
+      std::memcpy(&out[i * 4], &v[i], 4);
+    } else {
+      uint16_t b = t == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+      std::memcpy(&out[i * 2], &b, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> decode(const std::vector<uint8_t>& raw, DType t) {
+  const size_t es = dtype_size(t);
+  std::vector<float> out(raw.size() / es);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t == DType::F32) {
+      std::memcpy(&out[i], &raw[i * 4], 4);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, &raw[i * 2], 2);
+      out[i] = t == DType::F16 ? f16_to_f32(b) : bf16_to_f32(b);
+    }
+  }
+  return out;
+}
+
+void upload(DevBuf& d, const std::vector<float>& v, DType t) {
+  auto raw = encode(v, t);
+  KILN_CUDA_CHECK(cudaMemcpy(d.p, raw.data(), raw.size(), cudaMemcpyHostToDevice));
+}
+
+std::vector<float> download(const DevBuf& d, size_t count, DType t) {
+  std::vector<uint8_t> raw(count * dtype_size(t));
+  KILN_CUDA_CHECK(cudaMemcpy(raw.data(), d.p, raw.size(), cudaMemcpyDeviceToHost));
+  return decode(raw, t);
+}
+
+std::vector<float> nchw_to_nhwc(const std::vector<float>& v, int n, int c, int h, int w) {
+  std::vector<float> out(v.size());
+  for (int a = 0; a < n; ++a)
+    for (int ch = 0; ch < c; ++ch)
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+          out[((static_cast<size_t>(a) * h + y) * w + x) * c + ch] = v[((static_cast<size_t>(a) * c + ch) * h + y) * w + x];
+  return out;
+}
+
+std::vector<float> nhwc_to_nchw(const std::vector<float>& v, int n, int c, int h, int w) {
+  std::vector<float> out(v.size());
+  for (int a = 0; a < n; ++a)
+    for (int ch = 0; ch < c; ++ch)
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+          out[((static_cast<size_t>(a) * c + ch) * h + y) * w + x] = v[((static_cast<size_t>(a) * h + y) * w + x) * c + ch];
+  return out;
+}
+
+std::vector<float> random_vec(size_t n, float scale, std::mt19937& rng, DType t) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_to(t, u(rng) * scale);  // the reference sees exactly what the GPU sees
+  return v;
+}
+
+// Per-dtype tolerances, as stated in the task: f32 (TF32 off) elementwise
+// |d| <= 1e-4 * max(1, |ref|); f16 max|d| <= 5e-3 * max|ref|; bf16 max|d| <= 3e-2 * max|ref|.
+constexpr float kTolF32 = 1e-4f, kTolF16 = 5e-3f, kTolBF16 = 3e-2f;
+
+struct Case {
+  std::string name;
+  ConvDesc d;
+};
+
+ConvDesc make(int n, int c, int h, int w, int k, int rs, int stride, int pad, int groups, bool bias, bool residual,
+              Activation act) {
+  ConvDesc d;
+  d.n = n, d.c = c, d.h = h, d.w = w, d.k = k, d.r = d.s = rs;
+  d.stride_h = d.stride_w = stride;
+  d.pad_t = d.pad_l = d.pad_b = d.pad_r = pad;
+  d.groups = groups, d.has_bias = bias, d.has_residual = residual, d.act = act;
+  return d;
+}
+
+std::vector<Case> cases() {
+  using A = Activation;
+  std::vector<Case> v = {
+      {"stem7x7s2_c3", make(1, 3, 33, 29, 64, 7, 2, 3, 1, true, false, A::Relu)},
+      {"pw1x1s1_c13_b3", make(3, 13, 17, 13, 24, 1, 1, 0, 1, true, false, A::None)},
+      {"pw1x1s2_c64_res", make(1, 64, 17, 13, 24, 1, 2, 0, 1, true, true, A::None)},
+      {"c3x3s1_c64_b3_relu", make(3, 64, 17, 13, 64, 3, 1, 1, 1, true, false, A::Relu)},
+      {"c3x3s2_c24_res_relu", make(1, 24, 17, 13, 13, 3, 2, 1, 1, true, true, A::Relu)},
+      {"tf_same_3x3s2_silu", make(1, 24, 17, 13, 24, 3, 2, 0, 1, true, false, A::Silu)},
+      {"group4_3x3_b3_relu", make(3, 64, 17, 13, 64, 3, 1, 1, 4, true, false, A::Relu)},
+      {"dw3x3s1_c32_silu", make(1, 32, 17, 13, 32, 3, 1, 1, 32, true, false, A::Silu)},
+      {"dw5x5s2_c32_b3_silu", make(3, 32, 17, 13, 32, 5, 2, 2, 32, true, false, A::Silu)},
+      {"spatial1_c64_b3", make(3, 64, 1, 1, 24, 1, 1, 0, 1, true, false, A::Silu)},
+      {"spatial1_c24_sigmoid", make(1, 24, 1, 1, 64, 1, 1, 0, 1, true, false, A::Sigmoid)},
+      {"plain3x3_c13_nobias", make(1, 13, 17, 13, 13, 3, 1, 1, 1, false, false, A::None)},
+      {"res_nobias_1x1_relu", make(1, 24, 17, 13, 64, 1, 1, 0, 1, false, true, A::Relu)},
+  };
+  // TF "same" for a 3x3 stride 2 on even-sized input pads only at the end.
+  v[5].d.pad_t = 0, v[5].d.pad_l = 0, v[5].d.pad_b = 1, v[5].d.pad_r = 1;
+  return v;
+}
+
+struct Param {
+  Case c;
+  DType t;
+};
+
+std::string param_name(const testing::TestParamInfo<Param>& info) {
+  return info.param.c.name + "_" + dtype_name(info.param.t);
+}
+
+std::vector<Param> params() {
+  std::vector<Param> out;
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const auto& c : cases()) out.push_back({c, t});
+  return out;
+}
+
+class ConvTactics : public testing::TestWithParam<Param> {};
+
+TEST_P(ConvTactics, EveryTacticMatchesCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const DType t = GetParam().t;
+  ConvDesc d = GetParam().c.d;
+  d.dtype = t;
+  const int cg = d.c / d.groups, oh = d.out_h(), ow = d.out_w();
+  std::mt19937 rng(1234);
+  auto x = random_vec(static_cast<size_t>(d.n) * d.c * d.h * d.w, 1.f, rng, t);
+  auto w = random_vec(static_cast<size_t>(d.k) * cg * d.r * d.s, 1.f / std::sqrt(float(cg * d.r * d.s)), rng, t);
+  auto bias = random_vec(d.k, 0.5f, rng, t);
+  const size_t ny = static_cast<size_t>(d.n) * d.k * oh * ow;
+  auto res = random_vec(ny, 1.f, rng, t);
+
+  cpu::Conv2dParams p;
+  p.n = d.n, p.c_in = d.c, p.h = d.h, p.w = d.w, p.c_out = d.k, p.kh = d.r, p.kw = d.s;
+  p.stride_h = d.stride_h, p.stride_w = d.stride_w;
+  p.pad_t = d.pad_t, p.pad_l = d.pad_l, p.pad_b = d.pad_b, p.pad_r = d.pad_r;
+  p.dil_h = d.dil_h, p.dil_w = d.dil_w, p.groups = d.groups;
+  std::vector<float> ref(ny);
+  cpu::conv2d(p, x.data(), w.data(), d.has_bias ? bias.data() : nullptr, d.has_residual ? res.data() : nullptr, d.act,
+              ref.data(), pool());
+  float ref_max = 0.f;
+  for (float v : ref) ref_max = std::max(ref_max, std::fabs(v));
+
+  const size_t es = dtype_size(t);
+  DevBuf dx(x.size() * es), dw(w.size() * es), db(bias.size() * es), dr(ny * es), dy(ny * es);
+  upload(dx, nchw_to_nhwc(x, d.n, d.c, d.h, d.w), t);
+  upload(dw, kcrs_to_krsc(w.data(), d.k, cg, d.r, d.s), t);
+  upload(db, bias, t);
+  upload(dr, nchw_to_nhwc(res, d.n, d.k, oh, ow), t);
+
+  auto t0 = std::chrono::steady_clock::now();
+  ConvOp op(handle(), d);
+  ASSERT_GT(op.tactic_count(), 0);
+  int built = 0, passed = 0;
+  float worst = 0.f;
+  for (int i = 0; i < op.tactic_count(); ++i) {
+    if (!op.try_select(i)) continue;
+    ++built;
+    DevBuf ws(op.workspace_bytes());
+    KILN_CUDA_CHECK(cudaMemset(dy.p, 0xff, ny * es));  // NaN pattern: unwritten outputs fail
+    op.run(handle(), dx.p, dw.p, d.has_bias ? db.p : nullptr, d.has_residual ? dr.p : nullptr, dy.p, ws.p, nullptr);
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    auto y = nhwc_to_nchw(download(dy, ny, t), d.n, d.k, oh, ow);
+    if (!op.epilogue_fused()) {
+      // The caller's job when cuDNN could not fuse: bias, residual, activation.
+      const size_t plane = static_cast<size_t>(oh) * ow;
+      for (size_t j = 0; j < ny; ++j) {
+        float v = y[j];
+        if (d.has_bias) v += bias[(j / plane) % d.k];
+        if (d.has_residual) v += res[j];
+        y[j] = apply_activation(d.act, v);
+      }
+    }
+    float err = 0.f;  // normalized so that err <= tolerance passes
+    for (size_t j = 0; j < ny; ++j) {
+      float diff = std::fabs(y[j] - ref[j]);
+      if (std::isnan(y[j])) diff = INFINITY;
+      float e = t == DType::F32 ? diff / std::max(1.f, std::fabs(ref[j])) : diff / std::max(ref_max, 1e-6f);
+      err = std::max(err, e);
+    }
+    const float tol = t == DType::F32 ? kTolF32 : t == DType::F16 ? kTolF16 : kTolBF16;
+    EXPECT_LE(err, tol) << "tactic " << i << " " << op.tactic_name(i) << " [" << op.tactic_notes(i) << "]";
+    if (err <= tol) ++passed;
+    worst = std::max(worst, err);
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[conv] %-24s %-4s fused=%d tactics=%d built=%d passed=%d worst=%.2e (%.2fs) default=%s\n",
+              GetParam().c.name.c_str(), dtype_name(t), op.epilogue_fused() ? 1 : 0, op.tactic_count(), built, passed,
+              worst, secs, op.tactic_name(0).c_str());
+  EXPECT_GT(built, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ConvTactics, testing::ValuesIn(params()), param_name);
+
+TEST(CudaConv, KcrsToKrsc) {
+  // k=2, c=3, r=1, s=2: w[k][c][0][x] = 100k + 10c + x.
+  std::vector<float> w(12);
+  for (int k = 0; k < 2; ++k)
+    for (int c = 0; c < 3; ++c)
+      for (int x = 0; x < 2; ++x) w[(k * 3 + c) * 2 + x] = 100.f * k + 10.f * c + x;
+  auto o = kcrs_to_krsc(w.data(), 2, 3, 1, 2);
+  for (int k = 0; k < 2; ++k)
+    for (int x = 0; x < 2; ++x)
+      for (int c = 0; c < 3; ++c) EXPECT_EQ(o[(k * 2 + x) * 3 + c], 100.f * k + 10.f * c + x);
+}
+
+TEST(CudaConv, CapturedGraphMatchesDirectRun) {
+  SKIP_WITHOUT_GPU();
+  ConvDesc d = make(3, 64, 17, 13, 64, 3, 1, 1, 1, true, true, Activation::Relu);
+  d.dtype = DType::F16;
+  std::mt19937 rng(7);
+  const size_t nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * 9, ny = size_t(d.n) * d.k * d.h * d.w;
+  DevBuf dx(nx * 2), dw(nw * 2), db(d.k * 2), dr(ny * 2), dy(ny * 2);
+  upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
+  upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
+  upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
+  upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+  ConvOp op(handle(), d);
+  DevBuf ws(op.workspace_bytes());
+  cudaStream_t s;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  op.run(handle(), dx.p, dw.p, db.p, dr.p, dy.p, ws.p, s);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  auto direct = download(dy, ny, d.dtype);
+  KILN_CUDA_CHECK(cudaMemset(dy.p, 0, ny * 2));
+
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  KILN_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  op.run(handle(), dx.p, dw.p, db.p, dr.p, dy.p, ws.p, s);
+  KILN_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  KILN_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  KILN_CUDA_CHECK(cudaGraphLaunch(ge, s));
+  KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+  auto replayed = download(dy, ny, d.dtype);
+  EXPECT_EQ(direct, replayed) << "tactic " << op.tactic_name(op.selected());
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+// Median of 20 timed runs of the selected tactic, in microseconds.
+float time_selected(ConvOp& op, void* x, void* w, void* b, void* r, void* y, void* ws, cudaStream_t s) {
+  constexpr int kRuns = 20;
+  cudaEvent_t ev[kRuns + 1];
+  for (auto& e : ev) KILN_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < 3; ++i) op.run(handle(), x, w, b, r, y, ws, s);
+  KILN_CUDA_CHECK(cudaEventRecord(ev[0], s));
+  for (int i = 0; i < kRuns; ++i) {
+    op.run(handle(), x, w, b, r, y, ws, s);
+    KILN_CUDA_CHECK(cudaEventRecord(ev[i + 1], s));
+  }
+  KILN_CUDA_CHECK(cudaEventSynchronize(ev[kRuns]));
+  std::vector<float> t(kRuns);
+  for (int i = 0; i < kRuns; ++i) KILN_CUDA_CHECK(cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]));
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(t.begin(), t.end());
+  return t[kRuns / 2] * 1000.f;
+}
+
+TEST(CudaConvPerf, ResNet50ShapesF16) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    const char* name;
+    ConvDesc d;
+  };
+  using A = Activation;
+  std::vector<Shape> shapes = {
+      {"3x3 64->64 56x56 +b relu", make(1, 64, 56, 56, 64, 3, 1, 1, 1, true, false, A::Relu)},
+      {"1x1 256->64 56x56 +b relu", make(1, 256, 56, 56, 64, 1, 1, 0, 1, true, false, A::Relu)},
+      {"1x1 64->256 56x56 +b+res relu", make(1, 64, 56, 56, 256, 1, 1, 0, 1, true, true, A::Relu)},
+      {"7x7s2 3->64 224x224 +b relu", make(1, 3, 224, 224, 64, 7, 2, 3, 1, true, false, A::Relu)},
+      {"dw3x3 144 56x56 +b silu (effnet)", make(1, 144, 56, 56, 144, 3, 1, 1, 144, true, false, A::Silu)},
+  };
+  constexpr size_t kWsCap = size_t(256) << 20;
+  DevBuf ws(kWsCap);
+  cudaStream_t s;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::printf("[perf] %-34s %5s %5s %3s %10s %-28s %10s %-28s\n", "shape (f16 NHWC)", "batch", "tacs", "fus",
+              "default_us", "default", "tuned_us", "tuned");
+  std::mt19937 rng(3);
+  for (int batch : {1, 32}) {
+    for (auto sh : shapes) {
+      ConvDesc d = sh.d;
+      d.n = batch;
+      d.dtype = DType::F16;
+      const size_t nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * (d.c / d.groups) * d.r * d.s,
+                   ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
+      DevBuf dx(nx * 2), dw(nw * 2), db(d.k * 2), dr(ny * 2), dy(ny * 2);
+      upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
+      upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
+      upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
+      upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+      ConvOp op(handle(), d);
+      void* r = d.has_residual ? dr.p : nullptr;
+      int def = op.selected();
+      float def_us = time_selected(op, dx.p, dw.p, db.p, r, dy.p, ws.p, s);
+      std::string def_name = op.tactic_name(def);
+      int best = op.autotune(handle(), dx.p, dw.p, db.p, r, dy.p, ws.p, kWsCap, s, 64);
+      float best_us = time_selected(op, dx.p, dw.p, db.p, r, dy.p, ws.p, s);
+      std::printf("[perf] %-34s %5d %5d %3d %10.1f %-28s %10.1f %-28s\n", sh.name, batch, op.tactic_count(),
+                  op.epilogue_fused() ? 1 : 0, def_us, def_name.c_str(), best_us, op.tactic_name(best).c_str());
+    }
+  }
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace kiln::cuda
