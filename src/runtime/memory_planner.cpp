@@ -5,16 +5,29 @@
 namespace kiln {
 
 MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>& bytes_of, size_t alignment) {
+  return plan_memory_with_views(g, bytes_of, [](int) { return -1; }, alignment);
+}
+
+MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
+                                  const std::function<int(int)>& alias_of, size_t alignment) {
   const int nv = static_cast<int>(g.values.size());
+  std::vector<int> root(nv);
+  for (int v = 0; v < nv; ++v) {
+    int r = v;
+    for (int a = alias_of(r); a >= 0; a = alias_of(r)) r = a;
+    root[v] = r;
+  }
   const int end = static_cast<int>(g.nodes.size());
   std::vector<int> first(nv, -1), last(nv, -1);
   for (int v : g.inputs) first[v] = last[v] = -1;
   for (int i = 0; i < end; ++i) {
     const Node& n = g.nodes[i];
-    for (int in : n.inputs) last[in] = std::max(last[in], i);
-    for (int o : n.outputs) first[o] = last[o] = i;
+    for (int o : n.outputs)
+      if (root[o] == o) first[o] = last[o] = i;
   }
-  for (int o : g.outputs) last[o] = end;
+  for (int i = 0; i < end; ++i)
+    for (int in : g.nodes[i].inputs) last[root[in]] = std::max(last[root[in]], i);
+  for (int o : g.outputs) last[root[o]] = end;
   struct Item {
     int value;
     size_t bytes;
@@ -23,7 +36,7 @@ MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>
   MemoryPlan plan;
   plan.offsets.assign(nv, -1);
   for (int v = 0; v < nv; ++v) {
-    if (g.values[v].constant) continue;
+    if (g.values[v].constant || root[v] != v) continue;
     size_t b = (bytes_of(g.values[v]) + alignment - 1) / alignment * alignment;
     items.push_back({v, b});
     plan.naive_bytes += b;
@@ -50,6 +63,8 @@ MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>
     placed.push_back({off, it.bytes, first[it.value], last[it.value]});
     plan.arena_bytes = std::max(plan.arena_bytes, static_cast<size_t>(off) + it.bytes);
   }
+  for (int v = 0; v < nv; ++v)
+    if (root[v] != v) plan.offsets[v] = plan.offsets[root[v]];
   return plan;
 }
 

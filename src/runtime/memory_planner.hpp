@@ -23,4 +23,10 @@ struct MemoryPlan {
 // activations differently: the CPU backend keeps f32 even for f16 graphs).
 MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>& bytes_of, size_t alignment = 64);
 
+// Like plan_memory, but a value v with alias_of(v) = u >= 0 is a view of u's
+// bytes (e.g. flatten): it gets u's offset, and u stays alive as long as
+// any of its views is read.
+MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
+                                  const std::function<int(int)>& alias_of, size_t alignment = 64);
+
 }  // namespace kiln

@@ -251,6 +251,7 @@ TEST_P(ConvTactics, EveryTacticMatchesCpuReference) {
   std::printf("[conv] %-24s %-4s fused=%d tactics=%d built=%d passed=%d worst=%.2e (%.2fs) default=%s\n",
               GetParam().c.name.c_str(), dtype_name(t), op.epilogue_fused() ? 1 : 0, op.tactic_count(), built, passed,
               worst, secs, op.tactic_name(0).c_str());
+  std::fflush(stdout);
   EXPECT_GT(built, 0);
 }
 
@@ -364,6 +365,7 @@ TEST(CudaConvPerf, ResNet50ShapesF16) {
       float best_us = time_selected(op, dx.p, dw.p, db.p, r, dy.p, ws.p, s);
       std::printf("[perf] %-34s %5d %5d %3d %10.1f %-28s %10.1f %-28s\n", sh.name, batch, op.tactic_count(),
                   op.epilogue_fused() ? 1 : 0, def_us, def_name.c_str(), best_us, op.tactic_name(best).c_str());
+      std::fflush(stdout);
     }
   }
   cudaStreamDestroy(s);

@@ -150,6 +150,7 @@ class Peer:
     def __init__(self, name: str, key: str, mode: Optional[str], graphed: bool):
         self.name, self.key, self.mode, self.graphed = name, key, mode, graphed
         self.call: Callable[[], Any] = lambda: None
+        self.fn: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
         self.output: Optional[torch.Tensor] = None
         self.graph = None
         self.graph_kept = False
@@ -172,6 +173,7 @@ def prepare_peer(peer: Peer, module: torch.nn.Module, x: torch.Tensor) -> None:
         fn(x)
         torch.cuda.synchronize()
         log(f"{peer.key}: compiled in {time.perf_counter() - t0:.1f} s")
+    peer.fn = fn
     if peer.graphed:
         peer.graph, peer.graph_kept, peer.output = capture(fn, x)
         peer.call = peer.graph.replay
@@ -237,8 +239,11 @@ def profiled_kernels(call: Callable[[], Any]) -> tuple:
     Reading the exported Chrome trace keeps this independent of the profiler's Python event
     classes, which change between torch versions. Memcpy/memset activities are not kernels.
     """
+    import warnings
+
     from torch.profiler import ProfilerActivity, profile
 
+    warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         call()
@@ -326,10 +331,17 @@ def gpu_state() -> Dict[str, Any]:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in fp32: a broken capture or compile shows up as O(1)."""
+def output_check(out: torch.Tensor, ref: torch.Tensor) -> Dict[str, Any]:
+    """||out - ref|| / ||ref|| in fp32 over the finite entries, and how many entries are finite.
+
+    A broken capture or compile shows up as an O(1) error or as non-finite outputs; the two
+    are reported apart so that one overflow does not hide how close the rest is.
+    """
     a, b = out.float(), ref.float()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+    ok = torch.isfinite(a) & torch.isfinite(b)
+    err = (a[ok] - b[ok]).norm() / b[ok].norm().clamp_min(1e-30) if ok.any() else torch.tensor(float("nan"))
+    return {"rel_err_vs_eager": float(err), "finite_frac": float(torch.isfinite(a).float().mean()),
+            "max_abs": float(a[torch.isfinite(a)].abs().max()) if torch.isfinite(a).any() else None}
 
 
 # --------------------------------------------------------------------------- main
@@ -431,15 +443,19 @@ def main(argv=None) -> int:
         log(f"timing {', '.join(p.key for p in peers)}: {args.warmup} warm-up + {args.rounds} rounds, interleaved")
         time_interleaved(peers, args.warmup, args.rounds)
 
-        # Output check: every peer's static output after one more call, against eager fp16.
+        # Output check: every peer's output after one more call, against eager fp16; for compiled
+        # peers also the compiled function called directly, to tell a compile from a capture fault.
         ref = model(x).float()
+        result["eager_output"] = {"finite_frac": float(torch.isfinite(ref).float().mean()),
+                                  "max_abs": float(ref[torch.isfinite(ref)].abs().max())}
         for peer in peers:
-            peer.call()
+            out = peer.call()
             torch.cuda.synchronize()
-            out = peer.output if peer.graphed else peer.call()
             entry = summarize(peer.times_ms)
-            entry.update(compile_s=round(peer.compile_s, 3), mode=peer.mode,
-                         cuda_graph=peer.graphed, rel_err_vs_eager=relative_error(out, ref))
+            entry.update(compile_s=round(peer.compile_s, 3), mode=peer.mode, cuda_graph=peer.graphed)
+            entry.update(output_check(peer.output if peer.graphed else out, ref))
+            if peer.mode is not None:
+                entry["rel_err_uncaptured_vs_eager"] = output_check(peer.fn(x), ref)["rel_err_vs_eager"]
             result["peers"][peer.key] = entry
 
         if not args.no_kernel_count:
@@ -450,7 +466,8 @@ def main(argv=None) -> int:
     for key, e in result["peers"].items():
         log(f"{key:>22}: median {e['median_ms']:.4f} ms (p10 {e['p10_ms']:.4f}, p90 {e['p90_ms']:.4f}) "
             f"kernels {e.get('kernels', '-')} compile {e['compile_s']:.1f} s "
-            f"{'stable' if e['stable'] else 'UNSTABLE'} rel_err {e['rel_err_vs_eager']:.1e}")
+            f"{'stable' if e['stable'] else 'UNSTABLE'} rel_err {e['rel_err_vs_eager']:.1e} "
+            f"finite {e['finite_frac']:.3f}")
 
     text = json.dumps(result, indent=2)
     if args.out:

@@ -2,6 +2,8 @@
 // this file behind a pimpl.
 #include "backends/cuda/conv.hpp"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cudnn_frontend.h>
 #include <unordered_map>
@@ -9,6 +11,16 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "core/error.hpp"
+
+// Built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING so the frontend's optional
+// NVRTC engines do not make libnvrtc a link dependency; that mode resolves
+// cuDNN through this handle. libcudnn is linked anyway, so dlopen just
+// returns the already-loaded library.
+#if defined NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+namespace cudnn_frontend {
+void* cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+}
+#endif
 
 namespace kiln::cuda {
 namespace {

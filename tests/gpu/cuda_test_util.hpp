@@ -1,0 +1,155 @@
+// Helpers shared by the CUDA op harness: device buffers holding engine-typed
+// data, host NCHW<->NHWC conversion, storage rounding and the tolerance check.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/half.hpp"
+
+namespace kiln::cuda::test {
+
+#define KILN_REQUIRE_GPU()                                                  \
+  do {                                                                      \
+    int kiln_ndev_ = 0;                                                     \
+    if (cudaGetDeviceCount(&kiln_ndev_) != cudaSuccess || kiln_ndev_ == 0) { \
+      cudaGetLastError();                                                   \
+      GTEST_SKIP() << "no CUDA device";                                     \
+    }                                                                       \
+  } while (0)
+
+#define CK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+inline const DType kFloatTypes[] = {DType::F32, DType::F16, DType::BF16};
+
+// The element-wise error measure: max |got - ref| / max(1, |ref|), with the
+// reference computed in f32 from inputs already rounded to the storage type.
+// f32: only op-order differences; f16/bf16: half an ulp of the stored
+// result (2^-11, 2^-8) plus headroom.
+inline double elementwise_tol(DType dt) {
+  return dt == DType::F32 ? 1e-5 : dt == DType::F16 ? 2e-3 : 1.6e-2;
+}
+
+inline float round_to(float v, DType dt) {
+  return dt == DType::F16 ? round_f16(v) : dt == DType::BF16 ? round_bf16(v) : v;
+}
+inline std::vector<float> round_all(std::vector<float> v, DType dt) {
+  for (float& f : v) f = round_to(f, dt);
+  return v;
+}
+
+inline std::vector<float> random_values(size_t count, uint32_t seed, float lo = -3.f, float hi = 3.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(count);
+  for (float& f : v) f = dist(gen);
+  return v;
+}
+
+inline std::vector<uint8_t> encode(const std::vector<float>& v, DType dt) {
+  std::vector<uint8_t> out(v.size() * dtype_size(dt));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == DType::F32) {
+      std::memcpy(&out[i * 4], &v[i], 4);
+    } else {
+      const uint16_t h = dt == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+inline std::vector<float> decode(const std::vector<uint8_t>& b, DType dt) {
+  const size_t es = dtype_size(dt);
+  std::vector<float> out(b.size() / es);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (dt == DType::F32) {
+      std::memcpy(&out[i], &b[i * 4], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &b[i * 2], 2);
+      out[i] = dt == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+// A device allocation; `offset_bytes` shifts the pointer handed to kernels
+// so tests can exercise the unaligned (scalar) paths.
+class DevBuf {
+ public:
+  explicit DevBuf(size_t bytes, size_t offset_bytes = 0) : off_(offset_bytes) {
+    if (cudaMalloc(&base_, bytes + offset_bytes + 16) != cudaSuccess) base_ = nullptr;
+  }
+  ~DevBuf() { cudaFree(base_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void* ptr() const { return static_cast<char*>(base_) + off_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr()); }
+
+ private:
+  void* base_ = nullptr;
+  size_t off_;
+};
+
+inline std::unique_ptr<DevBuf> upload(const std::vector<float>& v, DType dt, size_t offset_elems = 0) {
+  const auto bytes = encode(v, dt);
+  auto d = std::make_unique<DevBuf>(bytes.size(), offset_elems * dtype_size(dt));
+  cudaMemcpy(d->ptr(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+  return d;
+}
+inline std::unique_ptr<DevBuf> alloc(size_t count, DType dt, size_t offset_elems = 0) {
+  auto d = std::make_unique<DevBuf>(count * dtype_size(dt), offset_elems * dtype_size(dt));
+  cudaMemset(d->ptr(), 0xff, count * dtype_size(dt));  // NaN poison: unwritten outputs fail the check
+  return d;
+}
+// Synchronises the device so launch and kernel faults show up here.
+inline std::vector<float> download(const void* p, size_t count, DType dt) {
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> b(count * dtype_size(dt));
+  EXPECT_EQ(cudaMemcpy(b.data(), p, b.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return decode(b, dt);
+}
+
+inline std::vector<float> nchw_to_nhwc(const std::vector<float>& x, int n, int c, int h, int w) {
+  std::vector<float> y(x.size());
+  for (int b = 0; b < n; ++b)
+    for (int ch = 0; ch < c; ++ch)
+      for (int p = 0; p < h * w; ++p) y[(size_t(b) * h * w + p) * c + ch] = x[(size_t(b) * c + ch) * h * w + p];
+  return y;
+}
+inline std::vector<float> nhwc_to_nchw(const std::vector<float>& x, int n, int c, int h, int w) {
+  std::vector<float> y(x.size());
+  for (int b = 0; b < n; ++b)
+    for (int ch = 0; ch < c; ++ch)
+      for (int p = 0; p < h * w; ++p) y[(size_t(b) * c + ch) * h * w + p] = x[(size_t(b) * h * w + p) * c + ch];
+  return y;
+}
+
+// Per-element error measure err_i = |got - ref| / scale_i (scale_i defaults to
+// max(1, |ref|)); fails when the worst exceeds tol. Equal infinities pass.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol,
+                         const std::string& what, const std::vector<float>* scale = nullptr) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i]) && got[i] == ref[i]) continue;
+    const double s = scale ? double((*scale)[i]) : std::max(1.0, std::fabs(double(ref[i])));
+    double err = std::fabs(double(got[i]) - double(ref[i])) / s;
+    if (std::isnan(err)) err = INFINITY;
+    if (err > worst || (i == 0 && err == 0)) worst = err, at = i;
+  }
+  EXPECT_LE(worst, tol) << what << ": worst at " << at << " got " << got[at] << " ref " << ref[at];
+}
+
+}  // namespace kiln::cuda::test

@@ -1,0 +1,290 @@
+// Op harness for kiln's CUDA kernels: every launcher, every engine dtype,
+// awkward shapes, checked against the CPU reference kernels (NCHW f32) after
+// converting layouts on the host. Error measures are in cuda_test_util.hpp
+// (elementwise_tol) unless a case states its own.
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "backends/cpu/kernels.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/linear.hpp"
+#include "core/error.hpp"
+#include "cuda_test_util.hpp"
+
+namespace kiln::cuda::test {
+namespace {
+
+const Activation kActs[] = {Activation::None, Activation::Relu, Activation::Relu6, Activation::Silu,
+                            Activation::Sigmoid};
+
+std::string tag(DType dt, const std::string& rest) { return std::string(dtype_name(dt)) + " " + rest; }
+
+struct Nchw {
+  int n, c, h, w;
+  size_t count() const { return size_t(n) * c * h * w; }
+  std::string str() const {
+    return std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
+  }
+};
+const Nchw kShapes[] = {{1, 3, 7, 7}, {3, 13, 17, 13}, {1, 64, 1, 1}, {3, 130, 7, 7}, {1, 1, 17, 13}, {3, 64, 7, 7}};
+
+// Layout conversion is exact: the only rounding is the RNE cast, which must
+// match kiln's host conversion bit for bit (error measure: max abs == 0).
+TEST(CudaKernels, NchwNhwcRoundTrip) {
+  KILN_REQUIRE_GPU();
+  for (DType dt : kFloatTypes)
+    for (const Nchw& s : kShapes) {
+      const auto x = random_values(s.count(), 1);
+      const auto dx = upload(x, DType::F32);
+      const auto dy = alloc(s.count(), dt);
+      nchw_f32_to_nhwc(dx->as<float>(), dy->ptr(), dt, s.n, s.c, s.h, s.w, nullptr);
+      const auto ref = nchw_to_nhwc(round_all(x, dt), s.n, s.c, s.h, s.w);
+      expect_close(download(dy->ptr(), s.count(), dt), ref, 0.0, tag(dt, "to_nhwc " + s.str()));
+      const auto dz = alloc(s.count(), DType::F32);
+      nhwc_to_nchw_f32(dy->ptr(), dt, dz->as<float>(), s.n, s.c, s.h, s.w, nullptr);
+      expect_close(download(dz->ptr(), s.count(), DType::F32), round_all(x, dt), 0.0, tag(dt, "to_nchw " + s.str()));
+    }
+}
+
+// Casts are exact RNE conversions (max abs == 0), aligned and unaligned.
+TEST(CudaKernels, Cast) {
+  KILN_REQUIRE_GPU();
+  for (DType from : kFloatTypes)
+    for (DType to : kFloatTypes)
+      for (size_t count : {size_t(1), size_t(13), size_t(1000), size_t(4099)})
+        for (size_t off : {size_t(0), size_t(1)}) {
+          const auto x = round_all(random_values(count, 2, -70000.f, 70000.f), from);
+          const auto dx = upload(x, from, off);
+          const auto dy = alloc(count, to, off);
+          cast(dx->ptr(), from, dy->ptr(), to, int64_t(count), nullptr);
+          expect_close(download(dy->ptr(), count, to), round_all(x, to), 0.0,
+                       std::string(dtype_name(from)) + "->" + dtype_name(to) + " n=" + std::to_string(count));
+        }
+}
+
+const size_t kCounts[] = {1, 7, 13 * 17, 3 * 64 * 49 + 5, 1 << 20};
+
+TEST(CudaKernels, AddAndActivation) {
+  KILN_REQUIRE_GPU();
+  for (DType dt : kFloatTypes)
+    for (size_t count : kCounts)
+      for (Activation act : kActs)
+        for (size_t off : {size_t(0), size_t(1)}) {
+          const std::string what = tag(dt, std::string(activation_name(act)) + " n=" + std::to_string(count) +
+                                               " off=" + std::to_string(off));
+          const auto a = round_all(random_values(count, 3), dt), b = round_all(random_values(count, 4), dt);
+          std::vector<float> ref(count);
+          cpu::add(int64_t(count), a.data(), b.data(), act, ref.data());
+          const auto da = upload(a, dt, off), db = upload(b, dt, off);
+          const auto dy = alloc(count, dt, off);
+          add(da->ptr(), db->ptr(), dy->ptr(), dt, int64_t(count), act, nullptr);
+          expect_close(download(dy->ptr(), count, dt), ref, elementwise_tol(dt), "add " + what);
+          add(da->ptr(), db->ptr(), da->ptr(), dt, int64_t(count), act, nullptr);  // in place, y = a
+          expect_close(download(da->ptr(), count, dt), ref, elementwise_tol(dt), "add in place " + what);
+
+          cpu::activation(int64_t(count), b.data(), act, ref.data());
+          activation(db->ptr(), dy->ptr(), dt, int64_t(count), act, nullptr);
+          expect_close(download(dy->ptr(), count, dt), ref, elementwise_tol(dt), "activation " + what);
+          activation(db->ptr(), db->ptr(), dt, int64_t(count), act, nullptr);
+          expect_close(download(db->ptr(), count, dt), ref, elementwise_tol(dt), "activation in place " + what);
+        }
+}
+
+// No CPU kernel exists for a folded batch norm (the CPU backend folds it into
+// the conv), so the reference is the formula itself.
+TEST(CudaKernels, BatchNorm) {
+  KILN_REQUIRE_GPU();
+  for (DType dt : kFloatTypes)
+    for (const Nchw& s : kShapes)
+      for (Activation act : kActs) {
+        const int64_t rows = int64_t(s.n) * s.h * s.w;
+        const auto x = round_all(random_values(s.count(), 5), dt);
+        const auto scale = random_values(size_t(s.c), 6, 0.5f, 2.f), shift = random_values(size_t(s.c), 7);
+        std::vector<float> ref(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          const size_t ch = i % size_t(s.c);
+          ref[i] = apply_activation(act, x[i] * scale[ch] + shift[ch]);
+        }
+        const auto dx = upload(x, dt), dscale = upload(scale, DType::F32), dshift = upload(shift, DType::F32);
+        const auto dy = alloc(x.size(), dt);
+        batch_norm_nhwc(dx->ptr(), dy->ptr(), dt, rows, s.c, dscale->as<float>(), dshift->as<float>(), act, nullptr);
+        expect_close(download(dy->ptr(), x.size(), dt), ref, elementwise_tol(dt),
+                     tag(dt, "batch_norm " + s.str() + " " + activation_name(act)));
+      }
+}
+
+TEST(CudaKernels, MulChannel) {
+  KILN_REQUIRE_GPU();
+  for (DType dt : kFloatTypes)
+    for (const Nchw& s : kShapes) {
+      const int hw = s.h * s.w;
+      const auto x = round_all(random_values(s.count(), 8), dt);
+      const auto sc = round_all(random_values(size_t(s.n) * s.c, 9, 0.f, 1.f), dt);
+      std::vector<float> ref_nchw(x.size());
+      cpu::mul_channel(s.n, s.c, hw, nhwc_to_nchw(x, s.n, s.c, s.h, s.w).data(), sc.data(), ref_nchw.data());
+      const auto dx = upload(x, dt), ds = upload(sc, dt);
+      const auto dy = alloc(x.size(), dt);
+      mul_channel_nhwc(dx->ptr(), ds->ptr(), dy->ptr(), dt, s.n, hw, s.c, nullptr);
+      expect_close(download(dy->ptr(), x.size(), dt), nchw_to_nhwc(ref_nchw, s.n, s.c, s.h, s.w), elementwise_tol(dt),
+                   tag(dt, "mul_channel " + s.str()));
+    }
+}
+
+struct PoolCase {
+  Nchw s;
+  int k, stride, pad_t, pad_l, pad_b, pad_r;
+  bool ceil;
+};
+const PoolCase kPools[] = {
+    {{1, 64, 7, 7}, 3, 2, 1, 1, 1, 1, false},   {{3, 13, 17, 13}, 3, 2, 1, 1, 1, 1, true},
+    {{3, 13, 17, 13}, 3, 2, 1, 1, 1, 1, false}, {{1, 3, 1, 1}, 1, 1, 0, 0, 0, 0, false},
+    {{3, 130, 7, 7}, 2, 2, 0, 0, 0, 0, true},   {{1, 1, 17, 13}, 3, 1, 1, 1, 1, 1, false},
+    {{1, 8, 7, 7}, 3, 2, 0, 1, 1, 0, true},     {{3, 64, 17, 13}, 3, 2, 1, 1, 1, 1, true},
+    {{1, 16, 8, 8}, 3, 3, 1, 1, 1, 1, true},    {{1, 64, 112, 112}, 3, 2, 1, 1, 1, 1, false},
+};
+
+TEST(CudaKernels, MaxAndAvgPool) {
+  KILN_REQUIRE_GPU();
+  for (DType dt : kFloatTypes)
+    for (const PoolCase& pc : kPools)
+      for (int kind = 0; kind < 3; ++kind) {  // max, avg count_include_pad, avg exclude pad
+        const Nchw& s = pc.s;
+        cpu::Pool2dParams p;
+        p.n = s.n, p.c = s.c, p.h = s.h, p.w = s.w, p.kh = p.kw = pc.k, p.stride_h = p.stride_w = pc.stride;
+        p.pad_t = pc.pad_t, p.pad_l = pc.pad_l, p.pad_b = pc.pad_b, p.pad_r = pc.pad_r;
+        p.ceil_mode = pc.ceil, p.count_include_pad = kind == 1;
+        const int oh = p.out_h(), ow = p.out_w();
+        const auto x = round_all(random_values(s.count(), 10), dt);
+        std::vector<float> ref(size_t(s.n) * s.c * oh * ow);
+        if (kind == 0) cpu::max_pool2d(p, x.data(), ref.data(), cpu::default_pool());
+        else cpu::avg_pool2d(p, x.data(), ref.data(), cpu::default_pool());
+        const PoolShape ps{s.n,  s.h,      s.w,      s.c,       oh,       ow,       pc.k,     pc.k,
+                           pc.stride, pc.stride, pc.pad_t, pc.pad_l, kind == 1, pc.pad_b, pc.pad_r};
+        const auto dx = upload(nchw_to_nhwc(x, s.n, s.c, s.h, s.w), dt);
+        const auto dy = alloc(ref.size(), dt);
+        if (kind == 0) max_pool_nhwc(dx->ptr(), dy->ptr(), dt, ps, nullptr);
+        else avg_pool_nhwc(dx->ptr(), dy->ptr(), dt, ps, nullptr);
+        expect_close(download(dy->ptr(), ref.size(), dt), nchw_to_nhwc(ref, s.n, s.c, oh, ow), elementwise_tol(dt),
+                     tag(dt, std::string(kind == 0 ? "max" : kind == 1 ? "avg incl" : "avg excl") + " " + s.str() +
+                                 " k" + std::to_string(pc.k) + " s" + std::to_string(pc.stride) +
+                                 (pc.ceil ? " ceil" : "")));
+      }
+}
+
+TEST(CudaKernels, GlobalAvgPool) {
+  KILN_REQUIRE_GPU();
+  const Nchw shapes[] = {{1, 3, 1, 1},   {3, 13, 7, 7}, {1, 64, 17, 13}, {3, 130, 7, 7},
+                         {2, 2048, 7, 7}, {1, 24, 56, 56}, {3, 1, 17, 13}};
+  for (DType dt : kFloatTypes)
+    for (const Nchw& s : shapes) {
+      const auto x = round_all(random_values(s.count(), 11), dt);
+      std::vector<float> ref(size_t(s.n) * s.c);
+      cpu::global_avg_pool(s.n, s.c, s.h * s.w, x.data(), ref.data());
+      const auto dx = upload(nchw_to_nhwc(x, s.n, s.c, s.h, s.w), dt);
+      const auto dy = alloc(ref.size(), dt);
+      global_avg_pool_nhwc(dx->ptr(), dy->ptr(), dt, s.n, s.h * s.w, s.c, nullptr);
+      expect_close(download(dy->ptr(), ref.size(), dt), ref, elementwise_tol(dt), tag(dt, "gap " + s.str()));
+    }
+}
+
+// Concat of two inputs and a slice, against the CPU's NCHW versions; copies
+// are exact (max abs == 0).
+TEST(CudaKernels, CopyChannels) {
+  KILN_REQUIRE_GPU();
+  const int pairs[][2] = {{13, 3}, {64, 64}, {8, 16}, {1, 130}, {24, 40}};
+  for (DType dt : kFloatTypes)
+    for (const auto& pr : pairs)
+      for (int n : {1, 3}) {
+        const int c1 = pr[0], c2 = pr[1], c = c1 + c2, h = 7, w = 5, hw = h * w;
+        const auto a = random_values(size_t(n) * c1 * hw, 12), b = random_values(size_t(n) * c2 * hw, 13);
+        std::vector<float> ref(size_t(n) * c * hw);
+        cpu::concat_channels(n, hw, {{a.data(), c1}, {b.data(), c2}}, ref.data());
+        const auto da = upload(nchw_to_nhwc(a, n, c1, h, w), dt), db = upload(nchw_to_nhwc(b, n, c2, h, w), dt);
+        const auto dy = alloc(ref.size(), dt);
+        copy_channels_nhwc(da->ptr(), c1, 0, dy->ptr(), c, 0, c1, int64_t(n) * hw, dt, nullptr);
+        copy_channels_nhwc(db->ptr(), c2, 0, dy->ptr(), c, c1, c2, int64_t(n) * hw, dt, nullptr);
+        const std::string what = tag(dt, std::to_string(c1) + "+" + std::to_string(c2) + " n=" + std::to_string(n));
+        expect_close(download(dy->ptr(), ref.size(), dt), round_all(nchw_to_nhwc(ref, n, c, h, w), dt), 0.0,
+                     "concat " + what);
+        // Slice [c1/2, c1/2 + c2) of the concatenation back out.
+        const int begin = c1 / 2;
+        std::vector<float> sref(size_t(n) * c2 * hw);
+        cpu::slice_channels(n, c, hw, begin, c2, ref.data(), sref.data());
+        const auto ds = alloc(sref.size(), dt);
+        copy_channels_nhwc(dy->ptr(), c, begin, ds->ptr(), c2, 0, c2, int64_t(n) * hw, dt, nullptr);
+        expect_close(download(ds->ptr(), sref.size(), dt), round_all(nchw_to_nhwc(sref, n, c2, h, w), dt), 0.0,
+                     "slice " + what);
+      }
+}
+
+
+// Linear through cuBLASLt with every algorithm the heuristic offers run and
+// checked. Error measure per output: |got - ref| / (sum_k |x*w| + |b|), the
+// scale a dot product's rounding error is proportional to. f32 <= 2e-5 (full
+// fp32; TF32 would show ~1e-3), f16 <= 2e-3, bf16 <= 1.6e-2 (the output
+// rounding dominates), inputs rounded to the engine type for the reference.
+TEST(CudaKernels, LinearEveryTactic) {
+  KILN_REQUIRE_GPU();
+  cublasLtHandle_t lt = nullptr;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const DevBuf ws(LinearOp::kMaxWorkspace);
+  int runs = 0, configs = 0, unsupported = 0;
+  for (DType dt : kFloatTypes)
+    for (int m : {1, 3, 32})
+      for (int k : {8, 13, 2048})
+        for (int n : {10, 1000})
+          for (bool has_bias : {false, true})
+            for (Activation act : {Activation::None, Activation::Relu, Activation::Silu}) {
+              const std::string what = tag(dt, "m" + std::to_string(m) + " k" + std::to_string(k) + " n" +
+                                                   std::to_string(n) + (has_bias ? " bias " : " ") + activation_name(act));
+              std::unique_ptr<LinearOp> op;
+              try {
+                op = std::make_unique<LinearOp>(lt, dt, m, k, n, has_bias, act);
+              } catch (const Error& e) {
+                // 16-bit rows of 13 elements are 26 bytes: cuBLASLt may refuse them.
+                if (dt != DType::F32 && k == 13) {
+                  ++unsupported;
+                  continue;
+                }
+                ADD_FAILURE() << what << ": " << e.what();
+                continue;
+              }
+              ++configs;
+              const float wr = 1.f / std::sqrt(float(k));
+              const auto x = round_all(random_values(size_t(m) * k, 20, -1.f, 1.f), dt);
+              const auto w = round_all(random_values(size_t(n) * k, 21, -wr, wr), dt);
+              const auto b = round_all(random_values(size_t(n), 22, -1.f, 1.f), dt);
+              std::vector<float> ref(size_t(m) * n), scale(ref.size());
+              cpu::linear(m, k, n, x.data(), w.data(), has_bias ? b.data() : nullptr, act, ref.data(),
+                          cpu::default_pool());
+              for (int i = 0; i < m; ++i)
+                for (int j = 0; j < n; ++j) {
+                  double acc = has_bias ? std::fabs(b[size_t(j)]) : 0.0;
+                  for (int q = 0; q < k; ++q) acc += std::fabs(x[size_t(i) * k + q] * w[size_t(j) * k + q]);
+                  scale[size_t(i) * n + j] = float(std::max(acc, 1e-6));
+                }
+              const auto dx = upload(x, dt), dw = upload(w, dt), db = upload(b, dt);
+              for (int t = 0; t < op->tactic_count(); ++t) {
+                op->select(t);
+                const auto dy = alloc(ref.size(), dt);
+                op->run(dx->ptr(), dw->ptr(), has_bias ? db->ptr() : nullptr, dy->ptr(), ws.ptr(),
+                        LinearOp::kMaxWorkspace, nullptr);
+                const double tol = dt == DType::F32 ? 2e-5 : dt == DType::F16 ? 2e-3 : 1.6e-2;
+                expect_close(download(dy->ptr(), ref.size(), dt), ref, tol, what + " " + op->tactic_name(t), &scale);
+                ++runs;
+              }
+              if (dt == DType::F16 && m == 32 && k == 2048 && n == 1000 && has_bias && act == Activation::None)
+                for (int t = 0; t < op->tactic_count(); ++t) {
+                  op->select(t);
+                  std::cout << "  f16 32x2048x1000 tactic " << t << ": " << op->tactic_name(t) << " ws "
+                            << op->workspace_bytes() << "\n";
+                }
+            }
+  std::cout << "linear: " << configs << " configurations, " << runs << " tactic runs checked, " << unsupported
+            << " 16-bit k=13 configurations refused by cuBLASLt\n";
+  cublasLtDestroy(lt);
+}
+
+}  // namespace
+}  // namespace kiln::cuda::test
