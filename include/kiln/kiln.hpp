@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -50,7 +51,8 @@ struct MemoryReport {
 };
 
 struct LoadOptions {
-  std::string backend;  // "" = the bundle's backend
+  std::string backend;           // "" = the bundle's backend; "cpu" runs a CUDA bundle on the CPU
+  std::ostream* log = nullptr;   // notices (e.g. tactics re-selected for another GPU)
 };
 
 class ExecutionContext;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "backends/cuda/cuda_engine.hpp"
 #include "bundle/bundle.hpp"
 #include "checkpoint/hf_cache.hpp"
 #include "core/error.hpp"
@@ -35,7 +36,10 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   const auto t0 = std::chrono::steady_clock::now();
   if (o.batch < 1 || o.batch > 4096) fail_usage("--batch must be in 1..4096");
   if (o.opt_level < 0 || o.opt_level > 5) fail_usage("--opt-level must be in 0..5");
-  if (o.backend != "cpu") fail_usage("backend '", o.backend, "' is not available in this build (cpu only)");
+  if (o.backend != "cpu" && o.backend != "cuda") fail_usage("unknown backend '", o.backend, "' (cpu, cuda)");
+#ifndef KILN_HAVE_CUDA
+  if (o.backend == "cuda") fail_usage("this kiln was built without the CUDA backend (cpu only)");
+#endif
   if (o.precision != DType::F32 && o.precision != DType::F16 && o.precision != DType::BF16)
     fail_usage("precision ", dtype_name(o.precision), " is not supported (f32, f16, bf16)");
   auto say = [&](const std::string& s) {
@@ -67,6 +71,21 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   summary.op_counts = op_counts(fb.graph);
   say(cat("graph: ", summary.nodes_before, " nodes -> ", summary.nodes_after, " after passes"));
 
+  nlohmann::json tactics;
+  std::string tactics_section;
+#ifdef KILN_HAVE_CUDA
+  if (o.backend == "cuda") {
+    // Tactics are chosen on this GPU now and stored in the bundle; a bundle
+    // loaded on another GPU (or driver/library version) re-selects.
+    say(cat("selecting tactics (opt level ", o.opt_level, ")"));
+    cuda::CudaOptions co;
+    co.opt_level = o.opt_level;
+    co.log = o.log;
+    cuda::CudaEngine probe(fb.graph, co);
+    tactics = probe.tactics_json();
+    tactics_section = "tactics." + cuda::gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json";
+  }
+#endif
   SerializedGraph sg = serialize_graph(fb.graph);
   json provenance = {
       {"kiln_version", KILN_VERSION},
@@ -82,6 +101,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   w.add_section("runtime.json", fb.runtime.dump(1));
   w.add_section("labels.json", json(fb.labels).dump());
   w.add_section("provenance.json", provenance.dump(1));
+  if (!tactics_section.empty()) w.add_section(tactics_section, tactics.dump(1));
   w.write(out);
   summary.bundle_bytes = std::filesystem::file_size(out);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -54,11 +54,31 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
   impl->task = b.info().task;
   impl->backend = options.backend.empty() ? b.info().backend : options.backend;
   impl->precision = impl->provenance.value("build", nlohmann::json::object()).value("precision", "f32");
-  if (impl->backend != "cpu")
-    fail_runtime(src, "backend '", impl->backend, "' is not available in this build (use --backend cpu)");
-  for (const Node& n : impl->graph.nodes)
-    if (!cpu::supports(impl->graph, n)) fail_input(src, "layer '", n.name, "' is not supported by the CPU backend");
-  impl->cpu = std::make_unique<cpu::CpuProgram>(impl->graph);
+  if (impl->backend == "cuda") {
+#ifdef KILN_HAVE_CUDA
+    std::string why;
+    if (!cuda::device_available(&why))
+      fail_runtime(src, "this is a CUDA bundle and ", why, "; run it on the CPU with --backend cpu (LoadOptions::backend = \"cpu\")");
+    cuda::CudaOptions co;
+    co.opt_level = impl->provenance.value("build", nlohmann::json::object()).value("opt_level", 3);
+    co.log = options.log;
+    const std::string mine = "tactics." + cuda::gpu_slug(cuda::current_gpu_key().gpu) + ".json";
+    for (const auto& name : b.section_names())
+      if (name.rfind("tactics.", 0) == 0 && (co.tactics.is_null() || name == mine)) {
+        co.tactics = nlohmann::json::parse(b.section_text(name), nullptr, false);
+        if (!co.tactics.is_object()) fail_input(src, name, ": not a JSON object");
+      }
+    impl->cuda = std::make_shared<cuda::CudaEngine>(impl->graph, co);
+#else
+    fail_runtime(src, "this kiln was built without the CUDA backend; run the bundle with --backend cpu");
+#endif
+  } else if (impl->backend == "cpu") {
+    for (const Node& n : impl->graph.nodes)
+      if (!cpu::supports(impl->graph, n)) fail_input(src, "layer '", n.name, "' is not supported by the CPU backend");
+    impl->cpu = std::make_unique<cpu::CpuProgram>(impl->graph);
+  } else {
+    fail_usage("unknown backend '", impl->backend, "' (cpu, cuda)");
+  }
   return std::shared_ptr<const Engine>(new Engine(std::move(impl)));
 }
 
@@ -84,6 +104,9 @@ std::vector<TensorInfo> Engine::outputs() const {
 std::unique_ptr<ExecutionContext> Engine::create_context() const {
   auto impl = std::make_unique<ExecutionContext::Impl>();
   impl->engine = shared_from_this();
+#ifdef KILN_HAVE_CUDA
+  if (impl_->cuda) impl->cuda = std::make_shared<cuda::CudaContext>(impl_->cuda);
+#endif
   return std::unique_ptr<ExecutionContext>(new ExecutionContext(std::move(impl)));
 }
 

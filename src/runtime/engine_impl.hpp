@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cuda/cuda_engine.hpp"  // host-only header
 #include "bundle/bundle.hpp"
 #include "ir/graph.hpp"
 #include "kiln/kiln.hpp"
@@ -23,6 +24,7 @@ struct Engine::Impl {
   std::string runtime_text;
   nlohmann::json provenance;
   std::unique_ptr<cpu::CpuProgram> cpu;
+  std::shared_ptr<cuda::CudaEngine> cuda;  // set when the engine runs on the GPU
 };
 
 // Engine graph with shapes re-inferred for a batch size, plus its memory plan.
@@ -37,6 +39,7 @@ struct ExecutionContext::Impl {
   std::map<int64_t, ShapedPlan> plans;  // per batch size: shapes are planned once
   std::vector<float> arena;
   int64_t last_batch = -1;
+  std::shared_ptr<cuda::CudaContext> cuda;  // shared_ptr: CPU-only builds never see its destructor
 };
 
 // Time of one engine call as `kiln bench` defines it (docs/benchmarking.md):

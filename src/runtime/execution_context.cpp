@@ -47,6 +47,10 @@ std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
   const Engine::Impl& e = impl_->engine->impl();
   std::vector<const Tensor*> given;
   const int64_t batch = check_inputs(e.graph, inputs, &given);
+  impl_->last_batch = batch;
+#ifdef KILN_HAVE_CUDA
+  if (impl_->cuda) return impl_->cuda->run(given, batch);
+#endif
   auto it = impl_->plans.find(batch);
   if (it == impl_->plans.end()) it = impl_->plans.emplace(batch, plan_for_batch(e.graph, batch)).first;
   const ShapedPlan& plan = it->second;
@@ -70,6 +74,12 @@ std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
 double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& inputs) {
   ExecutionContext::Impl& c = ctx.impl();
   const int64_t batch = inputs.empty() || inputs[0].shape.empty() ? 1 : inputs[0].shape[0];
+#ifdef KILN_HAVE_CUDA
+  if (c.cuda) {
+    if (c.last_batch != batch) ctx.run(inputs);
+    return c.cuda->timed_replay_ms(batch);
+  }
+#endif
   if (!c.plans.count(batch) || c.last_batch != batch) ctx.run(inputs);
   const ShapedPlan& plan = c.plans.at(batch);
   const Engine::Impl& e = c.engine->impl();
@@ -78,10 +88,21 @@ double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& in
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-size_t kernels_per_call(ExecutionContext& ctx) { return ctx.impl().engine->impl().graph.nodes.size(); }
+size_t kernels_per_call(ExecutionContext& ctx) {
+#ifdef KILN_HAVE_CUDA
+  if (ctx.impl().cuda) return ctx.impl().cuda->graph_nodes(ctx.impl().last_batch);
+#endif
+  return ctx.impl().engine->impl().graph.nodes.size();
+}
 
 MemoryReport ExecutionContext::memory() const {
   const Engine::Impl& e = impl_->engine->impl();
+#ifdef KILN_HAVE_CUDA
+  if (impl_->cuda) {
+    int64_t b = impl_->last_batch >= 0 ? impl_->last_batch : e.graph.values[e.graph.inputs[0]].shape[0];
+    return impl_->cuda->memory(b);
+  }
+#endif
   auto it = impl_->plans.find(impl_->last_batch);
   if (it != impl_->plans.end()) return {it->second.memory.arena_bytes, it->second.memory.naive_bytes};
   MemoryPlan p = plan_memory(e.graph, cpu::activation_bytes);

@@ -207,6 +207,11 @@ TEST(CudaKernels, CopyChannels) {
         const std::string what = tag(dt, std::to_string(c1) + "+" + std::to_string(c2) + " n=" + std::to_string(n));
         expect_close(download(dy->ptr(), ref.size(), dt), round_all(nchw_to_nhwc(ref, n, c, h, w), dt), 0.0,
                      "concat " + what);
+        // Whole rows on both sides take the contiguous-copy path.
+        const auto df = alloc(ref.size(), dt);
+        copy_channels_nhwc(dy->ptr(), c, 0, df->ptr(), c, 0, c, int64_t(n) * hw, dt, nullptr);
+        expect_close(download(df->ptr(), ref.size(), dt), round_all(nchw_to_nhwc(ref, n, c, h, w), dt), 0.0,
+                     "full copy " + what);
         // Slice [c1/2, c1/2 + c2) of the concatenation back out.
         const int begin = c1 / 2;
         std::vector<float> sref(size_t(n) * c2 * hw);

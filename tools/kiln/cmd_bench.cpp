@@ -45,12 +45,14 @@ struct Candidate {
 void add_bench(CLI::App& app) {
   struct Opts {
     std::vector<std::string> bundles;
+    std::string backend;
     int batch = 1, iterations = 200, warmup = 20;
     bool json = false, task = true;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("bench", "Time bundles side by side (engine time and task time)");
   sub->add_option("bundles", o->bundles, "Bundle files")->required();
+  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundles' own")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--batch", o->batch, "Batch size")->check(CLI::Range(1, 4096));
   sub->add_option("--iterations", o->iterations, "Timed rounds")->check(CLI::Range(10, 1000000));
   sub->add_option("--warmup", o->warmup, "Untimed rounds first")->check(CLI::Range(0, 100000));
@@ -63,7 +65,7 @@ void add_bench(CLI::App& app) {
     for (const auto& path : o->bundles) {
       Candidate c;
       c.path = path;
-      c.engine = Engine::load(path);
+      c.engine = Engine::load(path, LoadOptions{o->backend, &std::cerr});
       c.ctx = c.engine->create_context();
       for (const auto& in : c.engine->inputs()) {
         Tensor t{in.name, in.shape, {}};

@@ -9,6 +9,7 @@ namespace kiln::cli {
 
 void add_classify(CLI::App& app) {
   struct Opts {
+    std::string backend;
     std::string bundle;
     std::vector<std::string> images;
     int top_k = 5;
@@ -17,11 +18,13 @@ void add_classify(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("classify", "Classify images with a classification bundle");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
+  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--image", o->images, "Image file(s) (JPEG or PNG)")->required();
   sub->add_option("--top-k", o->top_k, "Number of classes to report")->check(CLI::Range(1, 100000));
   sub->add_flag("--json", o->json, "JSON output");
   sub->callback([o] {
-    Classifier clf(Engine::load(o->bundle));
+    Classifier clf(Engine::load(o->bundle, LoadOptions{o->backend, &std::cerr}));
     nlohmann::json all = nlohmann::json::array();
     for (const auto& path : o->images) {
       Classification c = clf.classify_file(path, o->top_k);

@@ -29,6 +29,7 @@ bool is_image(const fs::path& p) {
 
 void add_eval(CLI::App& app) {
   struct Opts {
+    std::string backend;
     std::string bundle, dataset;
     int batch = 16;
     bool json = false;
@@ -36,6 +37,8 @@ void add_eval(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("eval", "Top-1 accuracy of a classification bundle on an ImageFolder dataset");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
+  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--dataset", o->dataset, "Directory with one subfolder per class")->required();
   sub->add_option("--batch", o->batch, "Images per engine call")->check(CLI::Range(1, 4096));
   sub->add_flag("--json", o->json, "JSON output (key top1)");
@@ -46,7 +49,7 @@ void add_eval(CLI::App& app) {
       if (e.is_directory()) classes.push_back(e.path().filename().string());
     std::sort(classes.begin(), classes.end());
     if (classes.empty()) fail_input(o->dataset, ": no class subfolders (expected DIR/<class>/<image>)");
-    Classifier clf(Engine::load(o->bundle));
+    Classifier clf(Engine::load(o->bundle, LoadOptions{o->backend, &std::cerr}));
     // Folder names that are the bundle's labels map to those class ids;
     // otherwise class id = sorted folder position (torchvision ImageFolder).
     std::vector<int> class_id(classes.size());

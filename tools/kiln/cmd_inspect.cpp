@@ -26,16 +26,19 @@ std::string fused(const Graph& g, const Node& n) {
 
 void add_inspect(CLI::App& app) {
   struct Opts {
+    std::string backend;
     std::string bundle;
     bool json = false, graph = false;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("inspect", "Show a bundle's header, sections, layers, precisions and sizes");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
+  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_flag("--graph", o->graph, "Print the graph in kiln's text IR");
   sub->callback([o] {
-    auto engine = Engine::load(o->bundle);
+    auto engine = Engine::load(o->bundle, LoadOptions{o->backend, &std::cerr});
     const auto& e = engine->impl();
     auto mem = engine->create_context()->memory();
     std::map<std::string, int> ops;

@@ -10,16 +10,19 @@ namespace kiln::cli {
 
 void add_run(CLI::App& app) {
   struct Opts {
+    std::string backend;
     std::string bundle, out_dir;
     std::vector<std::string> inputs;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "Run a bundle on raw tensors (.npy in, .npy out)");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
+  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--input", o->inputs, "NAME=FILE.npy (float32 or float16)")->required();
   sub->add_option("--output-dir", o->out_dir, "Directory for <output name>.npy files")->required();
   sub->callback([o] {
-    auto engine = Engine::load(o->bundle);
+    auto engine = Engine::load(o->bundle, LoadOptions{o->backend, &std::cerr});
     std::vector<Tensor> inputs;
     for (const auto& spec : o->inputs) {
       auto eq = spec.find('=');

@@ -12,11 +12,19 @@ void add_version(CLI::App& app) {
   auto* sub = app.add_subcommand("version", "Print kiln's version and the bundle format it writes");
   sub->add_flag("--json", *json, "JSON output");
   sub->callback([json] {
-    if (*json)
-      std::cout << nlohmann::json{{"kiln_version", version()}, {"bundle_format", kBundleFormat}, {"backends", {"cpu"}}}.dump()
+#ifdef KILN_HAVE_CUDA
+    const std::vector<std::string> backends = {"cpu", "cuda"};
+#else
+    const std::vector<std::string> backends = {"cpu"};
+#endif
+    if (*json) {
+      std::cout << nlohmann::json{{"kiln_version", version()}, {"bundle_format", kBundleFormat}, {"backends", backends}}.dump()
                 << "\n";
-    else
-      std::cout << "kiln " << version() << " (bundle format " << kBundleFormat << ", backends: cpu)\n";
+    } else {
+      std::cout << "kiln " << version() << " (bundle format " << kBundleFormat << ", backends:";
+      for (const auto& b : backends) std::cout << " " << b;
+      std::cout << ")\n";
+    }
   });
 }
 

@@ -1,0 +1,136 @@
+#include <cstring>
+
+#include "backends/cuda/cuda_program.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+struct BatchState {
+  std::shared_ptr<CudaEngine::Program> prog;
+  DeviceBuffer arena, workspace, staging_in, staging_out;
+  std::vector<size_t> out_offsets;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  size_t nodes = 0;
+  ~BatchState() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
+}  // namespace
+
+struct CudaContext::Impl {
+  std::shared_ptr<CudaEngine> engine;
+  Stream stream;
+  CudnnHandle cudnn;
+  Event start, stop;
+  std::map<int64_t, std::unique_ptr<BatchState>> states;
+
+  BatchState& state(int64_t batch) {
+    auto it = states.find(batch);
+    if (it != states.end()) return *it->second;
+    auto st = std::make_unique<BatchState>();
+    st->prog = engine->impl().program_for(batch);
+    const auto& p = *st->prog;
+    st->arena = DeviceBuffer(p.memory.arena_bytes);
+    st->workspace = DeviceBuffer(p.workspace_bytes);
+    st->staging_in = DeviceBuffer(p.staging_in_bytes);
+    size_t out_bytes = 0;
+    for (int v : p.shaped.outputs) {
+      st->out_offsets.push_back(out_bytes);
+      out_bytes += (static_cast<size_t>(shape_numel(p.shaped.values[v].shape)) * 4 + 255) / 256 * 256;
+    }
+    st->staging_out = DeviceBuffer(out_bytes);
+    return *(states[batch] = std::move(st));
+  }
+
+  Exec exec_for(BatchState& st) {
+    Exec x;
+    x.stream = stream.s;
+    x.cudnn = cudnn.h;
+    x.arena = static_cast<char*>(st.arena.get());
+    x.workspace = st.workspace.get();
+    x.workspace_bytes = st.workspace.size();
+    for (size_t off : st.prog->staging_in_offsets)
+      x.staging_in.push_back(reinterpret_cast<const float*>(static_cast<char*>(st.staging_in.get()) + off));
+    return x;
+  }
+
+  // Eager run (first call: warms up lazily loaded kernels), then capture.
+  void capture(BatchState& st, const Exec& x) {
+    for (const auto& step : st.prog->steps) step(x);
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+    KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    try {
+      for (const auto& step : st.prog->steps) step(x);
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream.s, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    KILN_CUDA_CHECK(cudaStreamEndCapture(stream.s, &st.graph));
+    KILN_CUDA_CHECK(cudaGraphInstantiate(&st.exec, st.graph, 0));
+    KILN_CUDA_CHECK(cudaGraphGetNodes(st.graph, nullptr, &st.nodes));
+  }
+};
+
+CudaContext::CudaContext(std::shared_ptr<CudaEngine> engine) : impl_(std::make_unique<Impl>()) {
+  impl_->engine = std::move(engine);
+}
+CudaContext::~CudaContext() = default;
+
+std::vector<Tensor> CudaContext::run(const std::vector<const Tensor*>& inputs, int64_t batch) {
+  Impl& m = *impl_;
+  BatchState& st = m.state(batch);
+  const auto& p = *st.prog;
+  const Exec x = m.exec_for(st);
+  for (size_t k = 0; k < inputs.size(); ++k)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(x.staging_in[k]), inputs[k]->data.data(), inputs[k]->data.size() * 4,
+                                    cudaMemcpyHostToDevice, m.stream.s));
+  if (!st.exec) m.capture(st, x);  // the eager warm-up run already computed this call's outputs
+  else KILN_CUDA_CHECK(cudaGraphLaunch(st.exec, m.stream.s));
+  std::vector<Tensor> outs;
+  for (size_t k = 0; k < p.shaped.outputs.size(); ++k) {
+    const int v = p.shaped.outputs[k];
+    const Value& val = p.shaped.values[v];
+    float* dst = reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k]);
+    const void* src = p.value_ptr(x, v);
+    if (val.shape.size() == 4)
+      nhwc_to_nchw_f32(src, val.dtype, dst, static_cast<int>(val.shape[0]), static_cast<int>(val.shape[1]),
+                       static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), m.stream.s);
+    else
+      cast(src, val.dtype, dst, DType::F32, shape_numel(val.shape), m.stream.s);
+    Tensor t{val.name, val.shape, std::vector<float>(static_cast<size_t>(shape_numel(val.shape)))};
+    KILN_CUDA_CHECK(cudaMemcpyAsync(t.data.data(), dst, t.data.size() * 4, cudaMemcpyDeviceToHost, m.stream.s));
+    outs.push_back(std::move(t));
+  }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
+  return outs;
+}
+
+double CudaContext::timed_replay_ms(int64_t batch) {
+  Impl& m = *impl_;
+  BatchState& st = m.state(batch);
+  if (!st.exec) fail_runtime("timed_replay_ms: no captured graph for batch ", batch, " (run once first)");
+  KILN_CUDA_CHECK(cudaEventRecord(m.start.e, m.stream.s));
+  KILN_CUDA_CHECK(cudaGraphLaunch(st.exec, m.stream.s));
+  KILN_CUDA_CHECK(cudaEventRecord(m.stop.e, m.stream.s));
+  KILN_CUDA_CHECK(cudaEventSynchronize(m.stop.e));
+  float ms = 0;
+  KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start.e, m.stop.e));
+  return ms;
+}
+
+size_t CudaContext::graph_nodes(int64_t batch) { return impl_->state(batch).nodes; }
+
+MemoryReport CudaContext::memory(int64_t batch) {
+  const auto& p = *impl_->state(batch).prog;
+  return {p.memory.arena_bytes, p.memory.naive_bytes};
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,135 @@
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/cuda_program.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+DeviceBuffer upload(const void* data, size_t bytes) {
+  DeviceBuffer b(bytes);
+  if (bytes) KILN_CUDA_CHECK(cudaMemcpy(b.get(), data, bytes, cudaMemcpyHostToDevice));
+  return b;
+}
+
+DeviceBuffer upload_f32(const std::vector<float>& v) { return upload(v.data(), v.size() * sizeof(float)); }
+
+int as_int(int64_t v) { return static_cast<int>(v); }
+
+
+}  // namespace
+
+bool device_available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    if (why) *why = e != cudaSuccess ? cat("no usable CUDA device (", cudaGetErrorString(e), ")") : "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+std::string GpuKey::str() const { return cat(gpu, " | driver ", driver, " | cuDNN ", cudnn, " | cuBLASLt ", cublaslt); }
+
+GpuKey current_gpu_key() {
+  GpuKey k;
+  cudaDeviceProp prop{};
+  int dev = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&dev));
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  k.gpu = prop.name;
+  cudaDriverGetVersion(&k.driver);
+  k.cudnn = static_cast<int>(cudnnGetVersion());
+  k.cublaslt = static_cast<int>(cublasLtGetVersion());
+  return k;
+}
+
+std::string gpu_slug(const std::string& gpu) {
+  std::string s;
+  for (char c : gpu) s += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
+  return s;
+}
+
+const void* CudaEngine::Program::value_ptr(const Exec& x, int v) const {
+  return x.arena + memory.offsets.at(v);
+}
+
+CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) : impl_(std::make_unique<Impl>()) {
+  std::string why;
+  if (!device_available(&why)) fail_runtime("this bundle needs a CUDA GPU: ", why, " (load it with backend 'cpu' to run on the CPU)");
+  Impl& m = *impl_;
+  m.graph = &g;
+  m.opts = opts;
+  m.key = current_gpu_key();
+  if (opts.tactics.is_object()) {
+    const auto& k = opts.tactics.value("key", nlohmann::json::object());
+    bool same = k.value("gpu", "") == m.key.gpu && k.value("driver", 0) == m.key.driver && k.value("cudnn", 0) == m.key.cudnn &&
+                k.value("cublaslt", 0) == m.key.cublaslt;
+    if (!same) {
+      m.retuned = true;
+      if (opts.log)
+        *opts.log << "kiln: the bundle's tactics were selected for [" << k.value("gpu", "?") << " | driver "
+                  << k.value("driver", 0) << " | cuDNN " << k.value("cudnn", 0) << "]; re-selecting for [" << m.key.str()
+                  << "]\n";
+    }
+  }
+  // Weights: once per engine. Conv filters go KCRS -> KRSC for NHWC convolution.
+  for (const Node& n : g.nodes) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      int v = n.inputs[i];
+      if (!g.values[v].constant || m.weights.count(v)) continue;
+      const HostTensor& t = *g.values[v].constant;
+      if (n.op == Op::Conv2d && i == 1) {
+        auto f = t.to_f32();
+        auto krsc = kcrs_to_krsc(f.data(), as_int(t.shape[0]), as_int(t.shape[1]), as_int(t.shape[2]), as_int(t.shape[3]));
+        HostTensor k = HostTensor::from_f32_as(t.dtype, t.shape, krsc);
+        m.weights.emplace(v, upload(k.blob.data, k.nbytes()));
+      } else if (n.op != Op::BatchNorm) {
+        m.weights.emplace(v, upload(t.blob.data, t.nbytes()));
+      }
+    }
+    if (n.op == Op::BatchNorm) {
+      auto sc = g.values[n.inputs[1]].constant->to_f32(), b = g.values[n.inputs[2]].constant->to_f32();
+      auto mean = g.values[n.inputs[3]].constant->to_f32(), var = g.values[n.inputs[4]].constant->to_f32();
+      const double eps = n.attr_float("eps", 1e-5);
+      std::vector<float> scale(sc.size()), shift(sc.size());
+      for (size_t c = 0; c < sc.size(); ++c) {
+        double s = sc[c] / std::sqrt(static_cast<double>(var[c]) + eps);
+        scale[c] = static_cast<float>(s);
+        shift[c] = static_cast<float>(b[c] - mean[c] * s);
+      }
+      m.bn.emplace(n.name, std::make_pair(upload_f32(scale), upload_f32(shift)));
+    }
+  }
+  const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape.at(0);
+  m.programs[batch] = m.build_program(batch);
+}
+
+CudaEngine::~CudaEngine() = default;
+bool CudaEngine::retuned() const { return impl_->retuned; }
+
+nlohmann::json CudaEngine::tactics_json() const {
+  const Impl& m = *impl_;
+  nlohmann::json layers = nlohmann::json::object();
+  for (const auto& [name, tactic] : m.chosen) {
+    layers[name] = {{"tactic", tactic}};
+    auto it = m.chosen_us.find(name);
+    if (it != m.chosen_us.end()) layers[name]["time_us"] = it->second;
+  }
+  return {{"key", {{"gpu", m.key.gpu}, {"driver", m.key.driver}, {"cudnn", m.key.cudnn}, {"cublaslt", m.key.cublaslt}}},
+          {"opt_level", m.opts.opt_level},
+          {"layers", layers}};
+}
+
+std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::program_for(int64_t batch) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = programs.find(batch);
+  if (it != programs.end()) return it->second;
+  return programs[batch] = build_program(batch);
+}
+
+}  // namespace kiln::cuda

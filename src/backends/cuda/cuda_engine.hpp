@@ -1,0 +1,82 @@
+// The CUDA backend's engine and context. Host-only header (no CUDA types):
+// the runtime holds these through pointers so nothing outside
+// src/backends/cuda includes CUDA headers.
+//
+// Layout: activations NHWC in the engine precision; weights uploaded once per
+// engine (conv filters KRSC). Per batch size, a Program holds the shaped
+// graph, the memory plan and one op per node (cuDNN fused conv, cuBLASLt
+// linear, kiln kernels). Per context: a stream, a cuDNN handle, a device
+// arena and one CUDA graph per batch size, captured at first use and
+// replayed afterwards.
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ir/graph.hpp"
+#include "kiln/kiln.hpp"
+
+namespace kiln::cuda {
+
+// True when a CUDA device is usable; otherwise `why` says what is missing.
+bool device_available(std::string* why);
+
+// GPU name, driver and library versions: tactics are only reused under the same key.
+struct GpuKey {
+  std::string gpu;
+  int driver = 0, cudnn = 0, cublaslt = 0;
+  std::string str() const;
+};
+GpuKey current_gpu_key();
+// File-name-safe GPU name for "tactics.<gpu>.json".
+std::string gpu_slug(const std::string& gpu);
+
+struct CudaOptions {
+  int opt_level = 3;        // 0-2 heuristics only; 3: time 4 candidates; 4: 8; 5: all
+  bool allow_tf32 = false;  // f32 engines: TF32 off unless asked
+  nlohmann::json tactics;   // tactics.<gpu>.json of the bundle, or null
+  std::ostream* log = nullptr;
+};
+
+class CudaEngine {
+ public:
+  // The graph must outlive the engine. Uploads weights, builds the program for
+  // the graph's batch and selects tactics (from opts.tactics when its key
+  // matches this GPU, else by heuristics/timing per opt level).
+  CudaEngine(const Graph& g, const CudaOptions& opts);
+  ~CudaEngine();
+  // {"key": {...}, "layers": {node name: tactic name}}
+  nlohmann::json tactics_json() const;
+  bool retuned() const;  // the bundle's tactics were not for this GPU
+
+  struct Program;
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class CudaContext {
+ public:
+  explicit CudaContext(std::shared_ptr<CudaEngine> engine);
+  ~CudaContext();
+  // Inputs already validated by the runtime (names, shapes); returns outputs.
+  std::vector<Tensor> run(const std::vector<const Tensor*>& inputs_in_graph_order, int64_t batch);
+  // One CUDA-graph replay between two events (inputs already on the device).
+  double timed_replay_ms(int64_t batch);
+  size_t graph_nodes(int64_t batch);
+  MemoryReport memory(int64_t batch);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::cuda

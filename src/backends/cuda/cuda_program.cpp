@@ -1,0 +1,277 @@
+// Builds the per-batch program: one step (a few launches at most) per node,
+// with tactics chosen from the bundle, by heuristics or by timing.
+#include <algorithm>
+
+#include "backends/cuda/cuda_program.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+int max_candidates(int opt_level) { return opt_level <= 2 ? 1 : opt_level == 3 ? 4 : opt_level == 4 ? 8 : 1 << 20; }
+int as_int(int64_t v) { return static_cast<int>(v); }
+std::vector<int64_t> ints_or(const Node& n, const char* key, std::vector<int64_t> d) {
+  return n.has_attr(key) ? n.attr_ints(key) : d;
+}
+size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
+
+// The tactic the bundle recorded for `node`, if it was recorded for this GPU.
+std::string bundle_tactic(const CudaEngine::Impl& m, const std::string& node) {
+  if (m.retuned || !m.opts.tactics.is_object()) return "";
+  const auto& layers = m.opts.tactics.value("layers", nlohmann::json::object());
+  auto it = layers.find(node);
+  return it == layers.end() ? "" : it->value("tactic", "");
+}
+
+// Median time (us) of one enqueue of fn over a few repeats; synchronizes.
+float time_us(cudaStream_t s, const std::function<void()>& fn) {
+  Event a, b;
+  for (int i = 0; i < 2; ++i) fn();
+  std::vector<float> t;
+  for (int i = 0; i < 7; ++i) {
+    KILN_CUDA_CHECK(cudaEventRecord(a.e, s));
+    fn();
+    KILN_CUDA_CHECK(cudaEventRecord(b.e, s));
+    KILN_CUDA_CHECK(cudaEventSynchronize(b.e));
+    float ms = 0;
+    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, a.e, b.e));
+    t.push_back(ms * 1000.f);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t batch) {
+  auto p = std::make_shared<Program>();
+  const bool record = programs.empty();  // tactics of the built batch go into the bundle
+  p->shaped = *graph;
+  Graph& g = p->shaped;
+  for (int in : g.inputs) g.values[in].shape[0] = batch;
+  g.infer_shapes();
+  std::vector<int> alias(g.values.size(), -1);
+  for (const Node& n : g.nodes)
+    if (n.op == Op::Flatten) alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
+  p->memory = plan_memory_with_views(g, value_bytes, [&](int v) { return alias[v]; });
+
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    p->staging_in_offsets.push_back(p->staging_in_bytes);
+    p->staging_in_bytes += (static_cast<size_t>(shape_numel(g.values[g.inputs[k]].shape)) * 4 + 255) / 256 * 256;
+  }
+
+  Stream tune_stream;
+  DeviceBuffer tune_ws(opts.opt_level >= 3 ? kWorkspaceCapForTuning : 0);
+  Program* prog = p.get();
+  auto ptr = [prog](const Exec& x, int v) { return const_cast<void*>(prog->value_ptr(x, v)); };
+  auto wptr = [this](int v) -> const void* { return weights.at(v).get(); };
+
+  // Engine inputs: host f32 NCHW -> NHWC in the storage type. When the only
+  // reader is a cast (f16/bf16 engines), the cast is folded into this copy.
+  std::vector<char> folded_cast(g.nodes.size(), 0);
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const int v = g.inputs[k];
+    const Shape s = g.values[v].shape;
+    if (s.size() != 4) fail_input("engine input '", g.values[v].name, "' must be 4-D for the CUDA backend");
+    int target = v;
+    DType dt = g.values[v].dtype;
+    auto readers = g.consumers(v);
+    if (readers.size() == 1 && g.nodes[readers[0]].op == Op::Cast) {
+      folded_cast[readers[0]] = 1;
+      target = g.nodes[readers[0]].outputs[0];
+      dt = g.values[target].dtype;
+    }
+    p->steps.push_back([k, target, dt, s, ptr](const Exec& x) {
+      nchw_f32_to_nhwc(x.staging_in[k], ptr(x, target), dt, as_int(s[0]), as_int(s[1]), as_int(s[2]), as_int(s[3]), x.stream);
+    });
+  }
+
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (folded_cast[ni] || n.op == Op::Flatten) continue;
+    const int out = n.outputs[0];
+    const Value& ov = g.values[out];
+    const DType dt = ov.dtype;
+    const Shape xs = g.values[n.inputs[0]].shape;
+    const int64_t count = shape_numel(ov.shape);
+    const int in0 = n.inputs[0];
+    switch (n.op) {
+      case Op::Conv2d: {
+        const Shape ws = g.values[n.inputs[1]].shape;
+        auto st = ints_or(n, "strides", {1, 1}), pd = ints_or(n, "pads", {0, 0, 0, 0}), dl = ints_or(n, "dilations", {1, 1});
+        ConvDesc d;
+        d.dtype = dt;
+        d.n = as_int(xs[0]), d.c = as_int(xs[1]), d.h = as_int(xs[2]), d.w = as_int(xs[3]);
+        d.k = as_int(ws[0]), d.r = as_int(ws[2]), d.s = as_int(ws[3]);
+        d.stride_h = as_int(st[0]), d.stride_w = as_int(st[1]);
+        d.pad_t = as_int(pd[0]), d.pad_l = as_int(pd[1]), d.pad_b = as_int(pd[2]), d.pad_r = as_int(pd[3]);
+        d.dil_h = as_int(dl[0]), d.dil_w = as_int(dl[1]);
+        d.groups = as_int(n.attr_int("groups", 1));
+        d.has_bias = n.inputs.size() > 2;
+        d.has_residual = n.inputs.size() > 3;
+        d.act = n.activation();
+        d.allow_tf32 = opts.allow_tf32;
+        auto op = std::make_unique<ConvOp>(cudnn.h, d);
+        std::string want = bundle_tactic(*this, n.name);
+        bool picked = false;
+        for (int t = 0; !want.empty() && t < op->tactic_count() && !picked; ++t)
+          if (op->tactic_name(t) == want) picked = op->try_select(t);
+        if (!picked && opts.opt_level >= 3 && op->tactic_count() > 1) {
+          DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov)), rb(d.has_residual ? value_bytes(ov) : 0);
+          KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
+          KILN_CUDA_CHECK(cudaMemsetAsync(rb.get(), 0, rb.size(), tune_stream.s));
+          int sel = op->autotune(cudnn.h, xb.get(), wptr(n.inputs[1]), d.has_bias ? wptr(n.inputs[2]) : nullptr,
+                                 d.has_residual ? rb.get() : nullptr, yb.get(), tune_ws.get(), tune_ws.size(), tune_stream.s,
+                                 max_candidates(opts.opt_level));
+          if (record && op->tuned_time_us(sel) >= 0) chosen_us[n.name] = op->tuned_time_us(sel);
+        }
+        if (record) chosen[n.name] = op->tactic_name(op->selected());
+        p->workspace_bytes = std::max(p->workspace_bytes, op->workspace_bytes());
+        ConvOp* c = op.get();
+        p->convs.push_back(std::move(op));
+        const void* w = wptr(n.inputs[1]);
+        const void* b = d.has_bias ? wptr(n.inputs[2]) : nullptr;
+        const int res = d.has_residual ? n.inputs[3] : -1;
+        if (c->epilogue_fused()) {
+          p->steps.push_back([c, w, b, res, in0, out, ptr](const Exec& x) {
+            c->run(x.cudnn, ptr(x, in0), w, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), x.workspace, x.stream);
+          });
+        } else {
+          // cuDNN could not fuse the epilogue for this shape: bias, residual, activation as kernels.
+          auto key = n.name + "#epilogue";
+          if (!bn.count(key)) {
+            auto bias = d.has_bias ? graph->values[n.inputs[2]].constant->to_f32() : std::vector<float>(d.k, 0.f);
+            std::vector<float> ones(d.k, 1.f);
+            DeviceBuffer one_b(ones.size() * 4), bias_b(bias.size() * 4);
+            KILN_CUDA_CHECK(cudaMemcpy(one_b.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+            KILN_CUDA_CHECK(cudaMemcpy(bias_b.get(), bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+            bn.emplace(key, std::make_pair(std::move(one_b), std::move(bias_b)));
+          }
+          auto* s1 = static_cast<const float*>(bn.at(key).first.get());
+          auto* s2 = static_cast<const float*>(bn.at(key).second.get());
+          const Activation act = d.act;
+          const int64_t rows = count / d.k;
+          const int kk = d.k;
+          p->steps.push_back([c, w, res, in0, out, ptr, s1, s2, act, rows, kk, dt, count](const Exec& x) {
+            c->run(x.cudnn, ptr(x, in0), w, nullptr, nullptr, ptr(x, out), x.workspace, x.stream);
+            batch_norm_nhwc(ptr(x, out), ptr(x, out), dt, rows, kk, s1, s2, res >= 0 ? Activation::None : act, x.stream);
+            if (res >= 0) add(ptr(x, out), ptr(x, res), ptr(x, out), dt, count, act, x.stream);
+          });
+        }
+        break;
+      }
+      case Op::Linear: {
+        const Shape ws = g.values[n.inputs[1]].shape;
+        const bool has_bias = n.inputs.size() > 2;
+        auto op = std::make_unique<LinearOp>(lt.h, dt, as_int(xs[0]), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
+                                             opts.allow_tf32);
+        const void* w = wptr(n.inputs[1]);
+        const void* b = has_bias ? wptr(n.inputs[2]) : nullptr;
+        std::string want = bundle_tactic(*this, n.name);
+        int sel = -1;
+        for (int t = 0; !want.empty() && t < op->tactic_count(); ++t)
+          if (op->tactic_name(t) == want) sel = t;
+        if (sel < 0 && opts.opt_level >= 3 && op->tactic_count() > 1) {
+          DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov));
+          KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
+          float best = 1e30f;
+          const int limit = std::min(op->tactic_count(), max_candidates(opts.opt_level));
+          for (int t = 0; t < limit; ++t) {
+            op->select(t);
+            if (op->workspace_bytes() > tune_ws.size()) continue;
+            LinearOp* lo = op.get();
+            float us = time_us(tune_stream.s, [&] { lo->run(xb.get(), w, b, yb.get(), tune_ws.get(), tune_ws.size(), tune_stream.s); });
+            if (us < best) best = us, sel = t;
+          }
+          if (record && sel >= 0) chosen_us[n.name] = best;
+        }
+        op->select(std::max(sel, 0));
+        if (record) chosen[n.name] = op->tactic_name(op->selected());
+        p->workspace_bytes = std::max(p->workspace_bytes, op->workspace_bytes());
+        LinearOp* l = op.get();
+        p->linears.push_back(std::move(op));
+        p->steps.push_back([l, w, b, in0, out, ptr](const Exec& x) {
+          l->run(ptr(x, in0), w, b, ptr(x, out), x.workspace, x.workspace_bytes, x.stream);
+        });
+        break;
+      }
+      case Op::BatchNorm: {
+        auto* s1 = static_cast<const float*>(bn.at(n.name).first.get());
+        auto* s2 = static_cast<const float*>(bn.at(n.name).second.get());
+        const int c = as_int(xs[1]);
+        p->steps.push_back([=](const Exec& x) { batch_norm_nhwc(ptr(x, in0), ptr(x, out), dt, count / c, c, s1, s2, Activation::None, x.stream); });
+        break;
+      }
+      case Op::Activation: {
+        const Activation a = n.activation();
+        p->steps.push_back([=](const Exec& x) { activation(ptr(x, in0), ptr(x, out), dt, count, a, x.stream); });
+        break;
+      }
+      case Op::Add: {
+        const Activation a = n.activation();
+        const int in1 = n.inputs[1];
+        p->steps.push_back([=](const Exec& x) { add(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, count, a, x.stream); });
+        break;
+      }
+      case Op::Mul: {
+        if (g.values[n.inputs[1]].shape == xs) fail_input(n.name, ": elementwise mul of equal shapes is not in the CUDA backend yet");
+        const int in1 = n.inputs[1];
+        p->steps.push_back([=](const Exec& x) {
+          mul_channel_nhwc(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, as_int(xs[0]), as_int(xs[2] * xs[3]), as_int(xs[1]), x.stream);
+        });
+        break;
+      }
+      case Op::MaxPool2d:
+      case Op::AvgPool2d: {
+        auto k = n.attr_ints("kernel");
+        auto st = ints_or(n, "strides", k), pd = ints_or(n, "pads", {0, 0, 0, 0});
+        PoolShape s{as_int(xs[0]), as_int(xs[2]), as_int(xs[3]), as_int(xs[1]), as_int(ov.shape[2]), as_int(ov.shape[3]),
+                    as_int(k[0]), as_int(k[1]), as_int(st[0]), as_int(st[1]), as_int(pd[0]), as_int(pd[1]),
+                    n.attr_int("count_include_pad", 1) != 0, as_int(pd[2]), as_int(pd[3])};
+        const bool is_max = n.op == Op::MaxPool2d;
+        p->steps.push_back([=](const Exec& x) {
+          if (is_max) max_pool_nhwc(ptr(x, in0), ptr(x, out), dt, s, x.stream);
+          else avg_pool_nhwc(ptr(x, in0), ptr(x, out), dt, s, x.stream);
+        });
+        break;
+      }
+      case Op::GlobalAvgPool:
+        p->steps.push_back([=](const Exec& x) {
+          global_avg_pool_nhwc(ptr(x, in0), ptr(x, out), dt, as_int(xs[0]), as_int(xs[2] * xs[3]), as_int(xs[1]), x.stream);
+        });
+        break;
+      case Op::Cast: {
+        const DType from = g.values[in0].dtype;
+        p->steps.push_back([=](const Exec& x) { cast(ptr(x, in0), from, ptr(x, out), dt, count, x.stream); });
+        break;
+      }
+      case Op::Concat: {
+        if (n.attr_int("axis") != 1 || xs.size() != 4) fail_input(n.name, ": CUDA concat supports the channel axis of 4-D tensors");
+        const int yc = as_int(ov.shape[1]);
+        const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
+        int begin = 0;
+        for (int in : n.inputs) {
+          const int c = as_int(g.values[in].shape[1]);
+          p->steps.push_back([=](const Exec& x) { copy_channels_nhwc(ptr(x, in), c, 0, ptr(x, out), yc, begin, c, rows, dt, x.stream); });
+          begin += c;
+        }
+        break;
+      }
+      case Op::Slice: {
+        if (n.attr_int("axis") != 1 || xs.size() != 4) fail_input(n.name, ": CUDA slice supports the channel axis of 4-D tensors");
+        const int xc = as_int(xs[1]), start = as_int(n.attr_int("start")), c = as_int(ov.shape[1]);
+        const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
+        p->steps.push_back([=](const Exec& x) { copy_channels_nhwc(ptr(x, in0), xc, start, ptr(x, out), c, 0, c, rows, dt, x.stream); });
+        break;
+      }
+      case Op::Flatten:
+        break;
+    }
+  }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(tune_stream.s));
+  return p;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,58 @@
+// Internal to the CUDA backend: the per-batch program of an engine.
+#pragma once
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backends/cuda/conv.hpp"
+#include "backends/cuda/cuda_engine.hpp"
+#include "backends/cuda/device_buffer.hpp"
+#include "backends/cuda/linear.hpp"
+#include "runtime/memory_planner.hpp"
+
+namespace kiln::cuda {
+
+inline constexpr size_t kWorkspaceCapForTuning = size_t(256) << 20;  // largest workspace a timed tactic may use
+
+// Everything one enqueue of the program needs from its context.
+struct Exec {
+  cudaStream_t stream = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  char* arena = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::vector<const float*> staging_in;  // per graph input: f32 NCHW as given by the user
+};
+
+struct CudaEngine::Program {
+  Graph shaped;
+  MemoryPlan memory;
+  std::vector<std::function<void(const Exec&)>> steps;  // one or more launches per node
+  std::vector<std::unique_ptr<ConvOp>> convs;
+  std::vector<std::unique_ptr<LinearOp>> linears;
+  size_t workspace_bytes = 0;
+  size_t staging_in_bytes = 0;
+  std::vector<size_t> staging_in_offsets;  // per graph input, in the staging buffer
+  const void* value_ptr(const Exec& x, int v) const;
+};
+
+struct CudaEngine::Impl {
+  const Graph* graph = nullptr;
+  CudaOptions opts;
+  GpuKey key;
+  CudnnHandle cudnn;
+  CublasLtHandle lt;
+  std::map<int, DeviceBuffer> weights;                     // constant value id -> device copy (conv: KRSC)
+  std::map<std::string, std::pair<DeviceBuffer, DeviceBuffer>> bn;  // node -> (scale, shift) f32
+  std::map<std::string, std::string> chosen;              // node name -> tactic name
+  std::map<std::string, float> chosen_us;                 // node name -> timed microseconds (if timed)
+  bool retuned = false;
+  std::mutex mu;
+  std::map<int64_t, std::shared_ptr<Program>> programs;
+
+  std::shared_ptr<Program> program_for(int64_t batch);
+  std::shared_ptr<Program> build_program(int64_t batch);
+};
+
+}  // namespace kiln::cuda
