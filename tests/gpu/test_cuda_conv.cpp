@@ -157,6 +157,7 @@ std::vector<Case> cases() {
       {"spatial1_c24_sigmoid", make(1, 24, 1, 1, 64, 1, 1, 0, 1, true, false, A::Sigmoid)},
       {"plain3x3_c13_nobias", make(1, 13, 17, 13, 13, 3, 1, 1, 1, false, false, A::None)},
       {"res_nobias_1x1_relu", make(1, 24, 17, 13, 64, 1, 1, 0, 1, false, true, A::Relu)},
+      {"c3x3s1_c24_bias_relu6", make(1, 24, 17, 13, 24, 3, 1, 1, 1, true, false, A::Relu6)},
   };
   // TF "same" for a 3x3 stride 2 on even-sized input pads only at the end.
   v[5].d.pad_t = 0, v[5].d.pad_l = 0, v[5].d.pad_b = 1, v[5].d.pad_r = 1;
@@ -323,11 +324,12 @@ float time_selected(ConvOp& op, void* x, void* w, void* b, void* r, void* y, voi
   return t[kRuns / 2] * 1000.f;
 }
 
-TEST(CudaConvPerf, ResNet50ShapesF16) {
+TEST(CudaConvPerf, ResNet50AndEfficientNetShapes) {
   SKIP_WITHOUT_GPU();
   struct Shape {
     const char* name;
     ConvDesc d;
+    DType t = DType::F16;
   };
   using A = Activation;
   std::vector<Shape> shapes = {
@@ -336,35 +338,48 @@ TEST(CudaConvPerf, ResNet50ShapesF16) {
       {"1x1 64->256 56x56 +b+res relu", make(1, 64, 56, 56, 256, 1, 1, 0, 1, true, true, A::Relu)},
       {"7x7s2 3->64 224x224 +b relu", make(1, 3, 224, 224, 64, 7, 2, 3, 1, true, false, A::Relu)},
       {"dw3x3 144 56x56 +b silu (effnet)", make(1, 144, 56, 56, 144, 3, 1, 1, 144, true, false, A::Silu)},
+      // The stem with its 3 input channels zero-padded (host side) to 4 and 8: does alignment pay?
+      {"7x7s2 4(3+pad)->64 224x224 +b relu", make(1, 4, 224, 224, 64, 7, 2, 3, 1, true, false, A::Relu)},
+      {"7x7s2 8(3+pad)->64 224x224 +b relu", make(1, 8, 224, 224, 64, 7, 2, 3, 1, true, false, A::Relu)},
+      {"dw5x5s2 240 28x28 +b silu (effnet)", make(1, 240, 28, 28, 240, 5, 2, 2, 240, true, false, A::Silu)},
+      {"dw3x3 144 56x56 +b silu", make(1, 144, 56, 56, 144, 3, 1, 1, 144, true, false, A::Silu), DType::BF16},
+      {"3x3 64->64 56x56 +b relu", make(1, 64, 56, 56, 64, 3, 1, 1, 1, true, false, A::Relu), DType::F32},
   };
   constexpr size_t kWsCap = size_t(256) << 20;
   DevBuf ws(kWsCap);
   cudaStream_t s;
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::printf("[perf] %-34s %5s %5s %3s %10s %-28s %10s %-28s\n", "shape (f16 NHWC)", "batch", "tacs", "fus",
-              "default_us", "default", "tuned_us", "tuned");
+  std::printf("[perf] %-36s %-4s %5s %5s %3s %8s %8s %10s %-28s %10s %-28s\n", "shape (NHWC)", "type", "batch",
+              "tacs", "fus", "build_ms", "tune_ms", "default_us", "default", "tuned_us", "tuned");
   std::mt19937 rng(3);
   for (int batch : {1, 32}) {
     for (auto sh : shapes) {
       ConvDesc d = sh.d;
       d.n = batch;
-      d.dtype = DType::F16;
+      d.dtype = sh.t;
+      const size_t es = dtype_size(d.dtype);
       const size_t nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * (d.c / d.groups) * d.r * d.s,
                    ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
-      DevBuf dx(nx * 2), dw(nw * 2), db(d.k * 2), dr(ny * 2), dy(ny * 2);
+      DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
       upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
       upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
       upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
       upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+      auto t0 = std::chrono::steady_clock::now();
       ConvOp op(handle(), d);
+      auto t1 = std::chrono::steady_clock::now();
       void* r = d.has_residual ? dr.p : nullptr;
       int def = op.selected();
       float def_us = time_selected(op, dx.p, dw.p, db.p, r, dy.p, ws.p, s);
       std::string def_name = op.tactic_name(def);
+      auto t2 = std::chrono::steady_clock::now();
       int best = op.autotune(handle(), dx.p, dw.p, db.p, r, dy.p, ws.p, kWsCap, s, 64);
+      auto t3 = std::chrono::steady_clock::now();
+      auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
       float best_us = time_selected(op, dx.p, dw.p, db.p, r, dy.p, ws.p, s);
-      std::printf("[perf] %-34s %5d %5d %3d %10.1f %-28s %10.1f %-28s\n", sh.name, batch, op.tactic_count(),
-                  op.epilogue_fused() ? 1 : 0, def_us, def_name.c_str(), best_us, op.tactic_name(best).c_str());
+      std::printf("[perf] %-36s %-4s %5d %5d %3d %8.0f %8.0f %10.1f %-28s %10.1f %-28s\n", sh.name, dtype_name(d.dtype),
+                  batch, op.tactic_count(), op.epilogue_fused() ? 1 : 0, ms(t0, t1), ms(t2, t3), def_us,
+                  def_name.c_str(), best_us, op.tactic_name(best).c_str());
       std::fflush(stdout);
     }
   }

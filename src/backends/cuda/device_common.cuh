@@ -30,16 +30,23 @@ __device__ __forceinline__ T from_f32(float v) {
   else return __float2bfloat16_rn(v);
 }
 
-// Full-precision expf: these kernels are memory-bound, so the accurate
-// version costs nothing measurable and keeps f32 engines close to the CPU.
-template <Activation A>
+// f32 engines use full-precision expf and IEEE division to stay close to the
+// CPU reference. 16-bit engines round the result to 2^-9..2^-12 anyway, so
+// they take the MUFU approximations (__expf, __fdividef: ~1e-6 relative),
+// which keeps SiLU/sigmoid memory-bound instead of ALU-bound. For x < -88,
+// exp(-x) is inf and x * rcp(inf) gives the right limit (-0 / 0).
+template <Activation A, bool kFast = false>
 __device__ __forceinline__ float act(float x) {
   if constexpr (A == Activation::Relu) return fmaxf(x, 0.f);
   else if constexpr (A == Activation::Relu6) return fminf(fmaxf(x, 0.f), 6.f);
-  else if constexpr (A == Activation::Silu) return x / (1.f + expf(-x));
-  else if constexpr (A == Activation::Sigmoid) return 1.f / (1.f + expf(-x));
+  else if constexpr (A == Activation::Silu) return kFast ? __fdividef(x, 1.f + __expf(-x)) : x / (1.f + expf(-x));
+  else if constexpr (A == Activation::Sigmoid) return kFast ? __fdividef(1.f, 1.f + __expf(-x)) : 1.f / (1.f + expf(-x));
   else return x;
 }
+
+// Whether element type T takes the fast activation path.
+template <typename T>
+inline constexpr bool kFastMath = sizeof(T) == 2;
 
 // ---- vector access ---------------------------------------------------------
 // V elements of T as one (or several) 16-byte accesses; V == 1 is a plain

@@ -11,20 +11,20 @@ using dev::act;
 using dev::load_vec;
 using dev::store_vec;
 
-template <Activation A>
+template <Activation A, bool kFast>
 struct AddOp {
   template <int N>
   __device__ void operator()(float (&a)[N], const float (&b)[N]) const {
 #pragma unroll
-    for (int k = 0; k < N; ++k) a[k] = act<A>(a[k] + b[k]);
+    for (int k = 0; k < N; ++k) a[k] = act<A, kFast>(a[k] + b[k]);
   }
 };
-template <Activation A>
+template <Activation A, bool kFast>
 struct ActOp {
   template <int N>
   __device__ void operator()(float (&a)[N], const float (&)[N]) const {
 #pragma unroll
-    for (int k = 0; k < N; ++k) a[k] = act<A>(a[k]);
+    for (int k = 0; k < N; ++k) a[k] = act<A, kFast>(a[k]);
   }
 };
 
@@ -104,11 +104,11 @@ __global__ void batch_norm_kernel(const T* x, T* y, int64_t rows, int c, const f
     load_vec<T, V>(x + r * c + ch, f0);
     if (r1 < rows) load_vec<T, V>(x + r1 * c + ch, f1);
 #pragma unroll
-    for (int k = 0; k < V; ++k) f0[k] = act<A>(fmaf(f0[k], sc[k], sh[k]));
+    for (int k = 0; k < V; ++k) f0[k] = act<A, dev::kFastMath<T>>(fmaf(f0[k], sc[k], sh[k]));
     store_vec<T, V>(y + r * c + ch, f0);
     if (r1 < rows) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) f1[k] = act<A>(fmaf(f1[k], sc[k], sh[k]));
+      for (int k = 0; k < V; ++k) f1[k] = act<A, dev::kFastMath<T>>(fmaf(f1[k], sc[k], sh[k]));
       store_vec<T, V>(y + r1 * c + ch, f1);
     }
   }
@@ -157,7 +157,7 @@ void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activat
   detail::dispatch_float(dt, "add", [&](auto t) {
     using T = decltype(t);
     detail::dispatch_act(act_kind, [&](auto a_c) {
-      launch_map<T, T, true>(a, b, y, count, AddOp<decltype(a_c)::value>{}, stream, "add");
+      launch_map<T, T, true>(a, b, y, count, AddOp<decltype(a_c)::value, dev::kFastMath<T>>{}, stream, "add");
     });
   });
 }
@@ -170,7 +170,7 @@ void activation(const void* x, void* y, DType dt, int64_t count, Activation act_
   detail::dispatch_float(dt, "activation", [&](auto t) {
     using T = decltype(t);
     detail::dispatch_act(act_kind, [&](auto a_c) {
-      launch_map<T, T, false>(x, nullptr, y, count, ActOp<decltype(a_c)::value>{}, stream, "activation");
+      launch_map<T, T, false>(x, nullptr, y, count, ActOp<decltype(a_c)::value, dev::kFastMath<T>>{}, stream, "activation");
     });
   });
 }

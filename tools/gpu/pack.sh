@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the CUDA-enabled kiln here and packs what must travel to the GPU
+# machine into .gpu/ (git-ignored): the binaries (xz-compressed: the
+# statically linked OpenBLAS makes them large) and the one shared library
+# the GPU machine's Ubuntu lacks (libjpeg.so.62). Then run, on that machine,
+#   tools/gpu/on_device.sh OUTDIR
+# with .gpu carried along (the device tool's `carry`).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=/usr/local/cuda/bin:$PATH
+[ -d build-cuda ] || cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build-cuda -j"$(nproc)"
+rm -rf .gpu/pack && mkdir -p .gpu/pack/lib .gpu/pack/bin
+cp build-cuda/kiln build-cuda/kiln_tests build-cuda/kiln_gpu_tests .gpu/pack/bin/
+strip .gpu/pack/bin/* || true
+for lib in libjpeg.so.62; do cp -L "/usr/lib/x86_64-linux-gnu/$lib" .gpu/pack/lib/; done
+tar -C .gpu/pack -cJf .gpu/payload.tar.xz bin lib
+rm -rf .gpu/pack
+ls -la .gpu/payload.tar.xz
