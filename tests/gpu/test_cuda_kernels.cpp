@@ -175,7 +175,8 @@ TEST(CudaKernels, MaxAndAvgPool) {
 TEST(CudaKernels, GlobalAvgPool) {
   KILN_REQUIRE_GPU();
   const Nchw shapes[] = {{1, 3, 1, 1},   {3, 13, 7, 7}, {1, 64, 17, 13}, {3, 130, 7, 7},
-                         {2, 2048, 7, 7}, {1, 24, 56, 56}, {3, 1, 17, 13}};
+                         {2, 2048, 7, 7}, {1, 24, 56, 56}, {3, 1, 17, 13},
+                         {1, 13, 56, 56}, {3, 64, 17, 13}, {1, 32, 112, 112}};
   for (DType dt : kFloatTypes)
     for (const Nchw& s : shapes) {
       const auto x = round_all(random_values(s.count(), 11), dt);

@@ -109,6 +109,8 @@ TEST(CudaKernelsPerf, Timings) {
          32.0 * 2048 * 50 * 2);
   report("global_avg_pool 32x56x56x256 f16",
          time_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 32, 3136, 256, st); }), double(big) * 2);
+  report("global_avg_pool 1x112x112x32 f16 (SE at batch 1)",
+         time_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 1, 12544, 32, st); }), 12544.0 * 32 * 2);
   for (DType dt : kFloatTypes) {
     const double es = double(dtype_size(dt));
     char name[96];

@@ -58,9 +58,11 @@ const void* CudaEngine::Program::value_ptr(const Exec& x, int v) const {
   return x.arena + memory.offsets.at(v);
 }
 
-CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) : impl_(std::make_unique<Impl>()) {
+CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
   std::string why;
-  if (!device_available(&why)) fail_runtime("this bundle needs a CUDA GPU: ", why, " (load it with backend 'cpu' to run on the CPU)");
+  if (!device_available(&why))
+    fail_runtime("the CUDA backend needs a GPU: ", why, " (build with --backend cpu, or run a CUDA bundle with --backend cpu)");
+  impl_ = std::make_unique<Impl>();
   Impl& m = *impl_;
   m.graph = &g;
   m.opts = opts;

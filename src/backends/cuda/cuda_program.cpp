@@ -114,10 +114,16 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
         d.act = n.activation();
         d.allow_tf32 = opts.allow_tf32;
         auto op = std::make_unique<ConvOp>(cudnn.h, d);
+        const std::string sig = cat("conv ", dtype_name(dt), " n", d.n, " c", d.c, " ", d.h, "x", d.w, " k", d.k, " ", d.r, "x",
+                                    d.s, " s", d.stride_h, ",", d.stride_w, " p", d.pad_t, ",", d.pad_l, ",", d.pad_b, ",", d.pad_r,
+                                    " d", d.dil_h, ",", d.dil_w, " g", d.groups, " b", d.has_bias, " r", d.has_residual, " a",
+                                    activation_name(d.act), " tf32 ", d.allow_tf32);
         std::string want = bundle_tactic(*this, n.name);
+        if (want.empty() && tuned.count(sig)) want = tuned[sig].first;
         bool picked = false;
         for (int t = 0; !want.empty() && t < op->tactic_count() && !picked; ++t)
           if (op->tactic_name(t) == want) picked = op->try_select(t);
+        if (picked && record && tuned.count(sig) && tuned[sig].first == want) chosen_us[n.name] = tuned[sig].second;
         if (!picked && opts.opt_level >= 3 && op->tactic_count() > 1) {
           DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov)), rb(d.has_residual ? value_bytes(ov) : 0);
           KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
@@ -126,6 +132,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                                  d.has_residual ? rb.get() : nullptr, yb.get(), tune_ws.get(), tune_ws.size(), tune_stream.s,
                                  max_candidates(opts.opt_level));
           if (record && op->tuned_time_us(sel) >= 0) chosen_us[n.name] = op->tuned_time_us(sel);
+          tuned[sig] = {op->tactic_name(sel), op->tuned_time_us(sel)};
         }
         if (record) chosen[n.name] = op->tactic_name(op->selected());
         p->workspace_bytes = std::max(p->workspace_bytes, op->workspace_bytes());

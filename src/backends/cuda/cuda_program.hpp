@@ -47,6 +47,9 @@ struct CudaEngine::Impl {
   std::map<std::string, std::pair<DeviceBuffer, DeviceBuffer>> bn;  // node -> (scale, shift) f32
   std::map<std::string, std::string> chosen;              // node name -> tactic name
   std::map<std::string, float> chosen_us;                 // node name -> timed microseconds (if timed)
+  // Layer signature (op, dtype, shapes, attributes) -> tactic timed for it, so
+  // repeated layers (e.g. resnet50's identical blocks) are timed once.
+  std::map<std::string, std::pair<std::string, float>> tuned;
   bool retuned = false;
   std::mutex mu;
   std::map<int64_t, std::shared_ptr<Program>> programs;

@@ -113,18 +113,23 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 
 constexpr int kThreads = 256;
 
-// Blocks for a grid-stride loop over `work` items: enough to fill every SM
-// (8 blocks of 256 threads is an SM's full thread capacity), never more than
-// the work needs. The SM count is read once; kiln runs one GPU model per process.
-inline int grid_for(int64_t work, int threads = kThreads) {
-  static const int sm_count = [] {
-    int dev = 0, sms = 0;
+// Multiprocessors of the current device, read once: kiln runs one GPU model
+// per process.
+inline int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
     KILN_CUDA_CHECK(cudaGetDevice(&dev));
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
+    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
   }();
+  return sms;
+}
+
+// Blocks for a grid-stride loop over `work` items: enough to fill every SM
+// (2048 threads is an SM's full capacity), never more than the work needs.
+inline int grid_for(int64_t work, int threads = kThreads) {
   const int64_t need = (work + threads - 1) / threads;
-  const int64_t cap = int64_t(sm_count) * (2048 / threads);
+  const int64_t cap = int64_t(sm_count()) * (2048 / threads);
   return int(need < 1 ? 1 : (need < cap ? need : cap));
 }
 

@@ -1,16 +1,25 @@
 // NHWC pooling. One thread owns one (output pixel, channel pack): the
 // channel dimension is innermost, so a warp's window reads are contiguous
 // 16-byte vectors and need no shared memory.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
 namespace kiln::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 using dev::load_vec;
 using dev::store_vec;
 
-template <typename T, int V, bool kMax>
+// K > 0: a KxK window known at compile time; the loops unroll and every
+// in-bounds load is issued before the first is used (the runtime-bounded loop
+// keeps only one in flight). K == 0: any window, loops bounded at run time.
+template <typename T, int V, bool kMax, int K>
 __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShape s) {
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(s.c / V), w)) return;
@@ -28,14 +37,21 @@ __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShap
 #pragma unroll
     for (int k = 0; k < V; ++k) acc[k] = kMax ? -INFINITY : 0.f;
     const T* img = x + int64_t(b) * s.h * s.w * s.c + ch;
-    for (int i = h0; i < h1; ++i) {
-      const T* row = img + int64_t(i) * s.w * s.c;
-      for (int j = w0; j < w1; ++j) {
-        float f[V];
-        load_vec<T, V>(row + int64_t(j) * s.c, f);
+    const auto take = [&](int i, int j) {
+      float f[V];
+      load_vec<T, V>(img + (int64_t(i) * s.w + j) * s.c, f);
 #pragma unroll
-        for (int k = 0; k < V; ++k) acc[k] = kMax ? fmaxf(acc[k], f[k]) : acc[k] + f[k];
-      }
+      for (int k = 0; k < V; ++k) acc[k] = kMax ? fmaxf(acc[k], f[k]) : acc[k] + f[k];
+    };
+    if constexpr (K > 0) {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+#pragma unroll
+        for (int j = 0; j < K; ++j)
+          if (hs + i >= h0 && hs + i < h1 && ws + j >= w0 && ws + j < w1) take(hs + i, ws + j);
+    } else {
+      for (int i = h0; i < h1; ++i)
+        for (int j = w0; j < w1; ++j) take(i, j);
     }
     if constexpr (!kMax) {
       // PyTorch: the count_include_pad divisor is the window clipped to the
@@ -62,17 +78,29 @@ void launch_pool(const void* x, void* y, DType dt, const PoolShape& s, cudaStrea
     constexpr int kV = dev::kVec16<T>;
     const auto* tx = static_cast<const T*>(x);
     auto* ty = static_cast<T*>(y);
-    if (s.c % kV == 0 && detail::aligned16(x) && detail::aligned16(y))
-      pool_kernel<T, kV, kMax><<<detail::grid_rows(outs, s.c / kV), detail::kThreads, 0, stream>>>(tx, ty, s);
-    else
-      pool_kernel<T, 1, kMax><<<detail::grid_rows(outs, s.c), detail::kThreads, 0, stream>>>(tx, ty, s);
+    const bool vec = s.c % kV == 0 && detail::aligned16(x) && detail::aligned16(y);
+    const auto go = [&](auto v_c, auto k_c) {
+      constexpr int V = decltype(v_c)::value, K = decltype(k_c)::value;
+      pool_kernel<T, V, kMax, K><<<detail::grid_rows(outs, s.c / V), detail::kThreads, 0, stream>>>(tx, ty, s);
+    };
+    using V1 = std::integral_constant<int, 1>;
+    using VN = std::integral_constant<int, kV>;
+    // 3x3 (ResNet stems, DenseNet/VGG-style pools) and 2x2 get unrolled kernels.
+    const int k = s.kh == s.kw && (s.kh == 2 || s.kh == 3) ? s.kh : 0;
+    if (k == 3) vec ? go(VN{}, std::integral_constant<int, 3>{}) : go(V1{}, std::integral_constant<int, 3>{});
+    else if (k == 2) vec ? go(VN{}, std::integral_constant<int, 2>{}) : go(V1{}, std::integral_constant<int, 2>{});
+    else vec ? go(VN{}, std::integral_constant<int, 0>{}) : go(V1{}, std::integral_constant<int, 0>{});
   });
   detail::check_launch(name);
 }
 
 // Block (bx, by): x over channel packs, y splits the hw reduction; partial
 // sums meet in shared memory laid out [V][by][bx] so each reduction step of
-// a warp touches consecutive words (no bank conflicts).
+// a warp touches consecutive words (no bank conflicts). When n * channel
+// tiles gives too few blocks to fill the GPU (SE blocks at batch 1, large
+// hw), the hw range is split over the gridDim.z blocks of one thread-block
+// cluster, and rank 0 adds the others' partials through distributed shared
+// memory: no workspace, no atomics, no second launch.
 template <typename T, int V>
 __global__ void global_avg_kernel(const T* __restrict__ x, T* __restrict__ y, int hw, int c) {
   extern __shared__ float red[];
@@ -80,21 +108,24 @@ __global__ void global_avg_kernel(const T* __restrict__ x, T* __restrict__ y, in
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
   const int col = blockIdx.x * bx + tx;
   const int b = blockIdx.y;
+  const int splits = gridDim.z;
+  const int per_split = (hw + splits - 1) / splits;
+  const int p_begin = blockIdx.z * per_split, p_end = min(hw, p_begin + per_split);
   float acc[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) acc[k] = 0.f;
   if (col < cols) {
     const T* base = x + int64_t(b) * hw * c + int64_t(col) * V;
-    int p = ty;
+    int p = p_begin + ty;
     // Two loads in flight per iteration.
-    for (; p + by < hw; p += 2 * by) {
+    for (; p + by < p_end; p += 2 * by) {
       float f0[V], f1[V];
       load_vec<T, V>(base + int64_t(p) * c, f0);
       load_vec<T, V>(base + int64_t(p + by) * c, f1);
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] += f0[k] + f1[k];
     }
-    if (p < hw) {
+    if (p < p_end) {
       float f[V];
       load_vec<T, V>(base + int64_t(p) * c, f);
 #pragma unroll
@@ -111,11 +142,26 @@ __global__ void global_avg_kernel(const T* __restrict__ x, T* __restrict__ y, in
     }
     __syncthreads();
   }
+  float out[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) out[k] = red[k * by * bx + tx];
+  if (splits > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial is in its shared memory
+    if (cluster.block_rank() == 0 && ty == 0) {
+      for (int r = 1; r < splits; ++r) {
+        const float* other = cluster.map_shared_rank(red, r);
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] += other[k * by * bx + tx];
+      }
+    }
+    cluster.sync();  // keep the other blocks' shared memory alive until rank 0 has read it
+    if (cluster.block_rank() != 0) return;
+  }
   if (ty == 0 && col < cols) {
     const float inv = 1.f / float(hw);
-    float out[V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = red[k * by * bx + tx] * inv;
+    for (int k = 0; k < V; ++k) out[k] *= inv;
     store_vec<T, V>(y + int64_t(b) * c + int64_t(col) * V, out);
   }
 }
@@ -126,9 +172,26 @@ void launch_global_avg(const T* x, T* y, int n, int hw, int c, cudaStream_t stre
   int bx = 1;
   while (bx < cols && bx < 32) bx *= 2;  // narrow tensors give the threads to the hw reduction
   const int by = detail::kThreads / bx;
-  const dim3 grid((cols + bx - 1) / bx, n);
-  const size_t smem = size_t(detail::kThreads) * V * sizeof(float);
-  global_avg_kernel<T, V><<<grid, dim3(bx, by), smem, stream>>>(x, y, hw, c);
+  const int tiles = (cols + bx - 1) / bx;
+  // Aim for two blocks per SM; 8 is the portable cluster size limit, and a
+  // split should still give each thread a couple of rows.
+  const int64_t blocks = int64_t(tiles) * n;
+  const int64_t want = (2 * int64_t(detail::sm_count()) + blocks - 1) / blocks;
+  const int64_t by_rows = (hw + 2 * by - 1) / (2 * by);
+  const int splits = int(std::max<int64_t>(1, std::min<int64_t>({want, by_rows, 8})));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(tiles, n, splits);
+  cfg.blockDim = dim3(bx, by);
+  cfg.dynamicSmemBytes = size_t(detail::kThreads) * V * sizeof(float);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = unsigned(splits);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, global_avg_kernel<T, V>, x, y, hw, c));
 }
 
 }  // namespace
