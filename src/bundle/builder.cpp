@@ -80,6 +80,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
     say(cat("selecting tactics (opt level ", o.opt_level, ")"));
     cuda::CudaOptions co;
     co.opt_level = o.opt_level;
+    co.allow_tf32 = o.allow_tf32;
     co.log = o.log;
     cuda::CudaEngine probe(fb.graph, co);
     tactics = probe.tactics_json();
@@ -92,7 +93,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
       {"checkpoint", {{"source", model.hf_id.empty() ? model.dir.string() : model.hf_id},
                       {"revision", model.revision},
                       {"files", ckpt.file_sha256()}}},
-      {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"opt_level", o.opt_level}}},
+      {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32}}},
       {"quantization", nullptr},
   };
   BundleWriter w(BundleInfo{kBundleFormat, KILN_VERSION, family.name(), fb.task, o.backend});

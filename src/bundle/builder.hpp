@@ -17,6 +17,7 @@ struct BuildOptions {
   std::string backend = "cpu";
   int batch = 1;
   int opt_level = 3;
+  bool allow_tf32 = false;  // CUDA f32 engines: TF32 tensor cores (changes numbers; off by default)
   bool verify = false;          // IR verifier after every pass
   std::ostream* log = nullptr;  // progress lines
 };

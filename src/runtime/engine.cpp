@@ -60,7 +60,9 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
     if (!cuda::device_available(&why))
       fail_runtime(src, "this is a CUDA bundle and ", why, "; run it on the CPU with --backend cpu (LoadOptions::backend = \"cpu\")");
     cuda::CudaOptions co;
-    co.opt_level = impl->provenance.value("build", nlohmann::json::object()).value("opt_level", 3);
+    const auto build = impl->provenance.value("build", nlohmann::json::object());
+    co.opt_level = build.value("opt_level", 3);
+    co.allow_tf32 = build.value("allow_tf32", false);
     co.log = options.log;
     const std::string mine = "tactics." + cuda::gpu_slug(cuda::current_gpu_key().gpu) + ".json";
     for (const auto& name : b.section_names())

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bundle/bundle.hpp"
 #include "core/file.hpp"
 #include "core/npy.hpp"
 
@@ -135,6 +136,28 @@ TEST_F(Cli, FailedBuildLeavesNothing) {
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
   EXPECT_EQ(kiln("build " + (dir_ / "no_such_dir").string() + " -o " + out.string()).code, 2);
+}
+
+TEST_F(Cli, CudaBundleWithoutGpuFailsClearlyOrFallsBackOnRequest) {
+  if (fs::exists("/dev/nvidia0")) GTEST_SKIP() << "a GPU is present: tests/gpu covers CUDA bundles";
+  // The same graph labelled as a CUDA bundle (as `kiln build --backend cuda` would on a GPU machine).
+  Bundle b = Bundle::open(bundle());
+  BundleInfo info = b.info();
+  info.backend = "cuda";
+  BundleWriter w(info);
+  for (const auto& s : b.section_names()) {
+    Blob blob = b.section(s);
+    w.add_section(s, std::vector<uint8_t>(blob.data, blob.data + blob.size));
+  }
+  fs::path cuda_bundle = dir_ / "cuda.bundle";
+  w.write(cuda_bundle);
+  const std::string img = (kDigits / "samples" / "digit7_0094.png").string();
+  Result r = kiln("classify " + cuda_bundle.string() + " --image " + img);
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("--backend cpu"), std::string::npos) << r.out;
+  r = kiln("classify " + cuda_bundle.string() + " --backend cpu --json --image " + img);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out.substr(r.out.find('[')))[0]["top_k"][0]["label"], "7");
 }
 
 TEST_F(Cli, InspectJson) {

@@ -23,6 +23,7 @@ void add_build(CLI::App& app) {
   sub->add_option("--batch", o->b.batch, "Batch size the engine is planned for");
   sub->add_option("--opt-level", o->b.opt_level, "0..5 (tactic search effort)");
   sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");
+  sub->add_flag("--tf32", o->b.allow_tf32, "CUDA fp32 engines: allow TF32 tensor cores (off by default: it changes results)");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
   sub->callback([o] {
     o->b.precision = o->precision == "fp16" ? DType::F16 : o->precision == "bf16" ? DType::BF16 : DType::F32;

@@ -1,5 +1,9 @@
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+
+#include "core/file.hpp"
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -19,6 +23,57 @@ DeviceBuffer upload_f32(const std::vector<float>& v) { return upload(v.data(), v
 
 int as_int(int64_t v) { return static_cast<int>(v); }
 
+
+// The tactic cache: $KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln or
+// ~/.cache/kiln) / tactics.json = {gpu key: {layer signature: [tactic, us]}}.
+// Timed choices are reused by later builds on the same GPU, driver and
+// library versions. A missing or damaged file is ignored (it is only a
+// cache); KILN_TACTIC_CACHE=0 disables it.
+std::filesystem::path tactic_cache_path() {
+  const char* off = std::getenv("KILN_TACTIC_CACHE");
+  if (off && std::string(off) == "0") return {};
+  if (const char* d = std::getenv("KILN_CACHE_DIR")) return std::filesystem::path(d) / "tactics.json";
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(x) / "kiln" / "tactics.json";
+  if (const char* h = std::getenv("HOME")) return std::filesystem::path(h) / ".cache" / "kiln" / "tactics.json";
+  return {};
+}
+
+nlohmann::json read_tactic_cache(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return nlohmann::json::object();
+  try {
+    Blob b = map_file(path);
+    auto j = nlohmann::json::parse(b.data, b.data + b.size, nullptr, false);
+    return j.is_object() ? j : nlohmann::json::object();
+  } catch (const Error&) {
+    return nlohmann::json::object();
+  }
+}
+
+void load_tuned(const GpuKey& key, std::map<std::string, std::pair<std::string, float>>* tuned) {
+  auto j = read_tactic_cache(tactic_cache_path());
+  auto it = j.find(key.str());
+  if (it == j.end() || !it->is_object()) return;
+  for (const auto& [sig, v] : it->items())
+    if (v.is_array() && v.size() == 2 && v[0].is_string() && v[1].is_number())
+      (*tuned)[sig] = {v[0].get<std::string>(), v[1].get<float>()};
+}
+
+void save_tuned(const GpuKey& key, const std::map<std::string, std::pair<std::string, float>>& tuned) {
+  auto path = tactic_cache_path();
+  if (path.empty() || tuned.empty()) return;
+  try {
+    std::filesystem::create_directories(path.parent_path());
+    auto j = read_tactic_cache(path);
+    auto& mine = j[key.str()];
+    if (!mine.is_object()) mine = nlohmann::json::object();
+    for (const auto& [sig, v] : tuned) mine[sig] = {v.first, v.second};
+    const std::string text = j.dump(1);
+    write_file_atomic(path, [&](std::FILE* f) { write_all(f, text.data(), text.size()); });
+  } catch (const std::exception&) {
+    // A read-only home or full disk must not fail a build: the cache is an optimisation.
+  }
+}
 
 }  // namespace
 
@@ -107,8 +162,10 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
       m.bn.emplace(n.name, std::make_pair(upload_f32(scale), upload_f32(shift)));
     }
   }
+  if (opts.opt_level >= 3) load_tuned(m.key, &m.tuned);
   const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape.at(0);
   m.programs[batch] = m.build_program(batch);
+  if (opts.opt_level >= 3) save_tuned(m.key, m.tuned);
 }
 
 CudaEngine::~CudaEngine() = default;
