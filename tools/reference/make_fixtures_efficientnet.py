@@ -46,23 +46,23 @@ TF_ARGS = dict(bn_eps=1e-3, pad_type="same")  # what timm's tf_* entrypoints set
 
 CASES = [
     dict(name="b0_narrow", gen="_gen_efficientnet", architecture="efficientnet_b0",
-         model_args=dict(channel_multiplier=0.25, depth_multiplier=0.5), num_classes=10, hw=64,
-         note="B0 arch def at width 0.25 (stem 8 == stage-0 out 8: the DS block gets a skip), "
+         model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5), num_classes=10, hw=64,
+         note="B0 arch def at width 0.1 (stem 8 == stage-0 out 8: the DS block gets a skip), "
               "depth 0.5 (stages 3-5 keep 2 blocks: stride-1 skips), SiLU, SE, symmetric padding"),
     dict(name="tf_b0_odd", gen="_gen_efficientnet", architecture="tf_efficientnet_b0",
-         model_args=dict(channel_multiplier=0.25, depth_multiplier=0.5, **TF_ARGS), num_classes=7, hw=65,
+         model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5, **TF_ARGS), num_classes=7, hw=65,
          note="tf_ B0: TF 'same' padding (asymmetric for stride 2: 65 -> 33 -> 17 -> 9 -> 5 -> 3), BN eps 1e-3"),
     dict(name="lite0_narrow", gen="_gen_efficientnet_lite", architecture="efficientnet_lite0",
-         model_args=dict(channel_multiplier=0.25, depth_multiplier=0.5), num_classes=10, hw=64,
+         model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5), num_classes=10, hw=64,
          note="Lite: ReLU6, no SE, fixed stem (32) and head (1280)"),
     dict(name="tf_lite0_odd", gen="_gen_efficientnet_lite", architecture="tf_efficientnet_lite0",
-         model_args=dict(channel_multiplier=0.25, depth_multiplier=0.5, **TF_ARGS), num_classes=10, hw=59,
+         model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5, **TF_ARGS), num_classes=10, hw=59,
          note="tf_ Lite: ReLU6, TF 'same' padding at 59x59, BN eps 1e-3"),
     dict(name="v2_rw_s_narrow", gen="_gen_efficientnetv2_s", architecture="efficientnetv2_rw_s",
-         model_args=dict(rw=True, channel_multiplier=0.25, depth_multiplier=0.3), num_classes=10, hw=64,
+         model_args=dict(rw=True, channel_multiplier=0.1, depth_multiplier=0.2), num_classes=10, hw=64,
          note="EfficientNetV2 (rw): edge-residual (conv_exp) stages incl. an e1 stage with skip, IR+SE later"),
     dict(name="tf_v2_s_odd", gen="_gen_efficientnetv2_s", architecture="tf_efficientnetv2_s",
-         model_args=dict(channel_multiplier=0.25, depth_multiplier=0.3, **TF_ARGS), num_classes=10, hw=61,
+         model_args=dict(channel_multiplier=0.1, depth_multiplier=0.2, **TF_ARGS), num_classes=10, hw=61,
          note="tf_ EfficientNetV2-S: ConvBnAct stage 0 with skip, edge residual, TF 'same' padding, eps 1e-3"),
 ]
 

@@ -51,7 +51,7 @@ CASES = [
     dict(
         name="s6_26w_odd",
         architecture="res2net50_26w_6s",
-        model_args=dict(layers=[2, 1, 1, 1], channels=[12, 16, 20, 24], base_width=26,
+        model_args=dict(layers=[2, 1, 1, 1], channels=[12, 16, 16, 20], base_width=26,
                         block_args=dict(scale=6)),
         num_classes=7, hw=56,
         note="scale 6 (5 convs); layer1.0 has a stride-1 downsample, so its last chunk goes "
@@ -60,19 +60,19 @@ CASES = [
     dict(
         name="s8_14w",
         architecture="res2net50_14w_8s",
-        model_args=dict(layers=[1, 1, 1, 1], channels=[16, 20, 24, 32], base_width=14,
+        model_args=dict(layers=[1, 1, 1, 1], channels=[16, 16, 20, 24], base_width=14,
                         block_args=dict(scale=8)),
         num_classes=10, hw=48,
-        note="scale 8 (7 convs, concat of 8), base width 14 (widths 3, 4, 5, 7)",
+        note="scale 8 (7 convs, concat of 8), base width 14 (widths 3, 3, 4, 5)",
     ),
     dict(
         name="s2_48w",
         architecture="res2net50_48w_2s",
-        model_args=dict(layers=[2, 1, 1, 1], channels=[8, 16, 24, 32], base_width=48,
+        model_args=dict(layers=[2, 1, 1, 1], channels=[8, 12, 16, 24], base_width=48,
                         block_args=dict(scale=2)),
         num_classes=10, hw=48,
         drop_num_batches_tracked=True,
-        note="scale 2 (one conv + pass-through chunk), base width 48 (widths 6, 12, 18, 24); "
+        note="scale 2 (one conv + pass-through chunk), base width 48 (widths 6, 9, 12, 18); "
              "no num_batches_tracked tensors",
     ),
     dict(
@@ -87,10 +87,10 @@ CASES = [
     dict(
         name="res2next",
         architecture="res2next50",
-        model_args=dict(layers=[1, 1, 1, 1], channels=[16, 16, 24, 32], base_width=8, cardinality=4,
+        model_args=dict(layers=[1, 1, 1, 1], channels=[16, 16, 20, 24], base_width=8, cardinality=4,
                         block_args=dict(scale=4)),
         num_classes=10, hw=56,
-        note="Res2NeXt: grouped 3x3 convs (4 groups; widths 8, 8, 12, 16 = 2..4 channels per group), "
+        note="Res2NeXt: grouped 3x3 convs (4 groups; widths 8, 8, 8, 12 = 2..3 channels per group), "
              "scale 4, 56x56 input (odd 7x7 map into layer3)",
     ),
 ]
