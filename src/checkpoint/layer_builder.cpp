@@ -1,5 +1,7 @@
 #include "checkpoint/layer_builder.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace kiln {
@@ -35,11 +37,22 @@ int LayerBuilder::conv(const std::string& prefix, int x, const ConvSpec& spec) {
   if (has(prefix + ".bias")) inputs.push_back(weight(prefix + ".bias"));
   const int64_t ph = spec.padding >= 0 ? spec.padding : (ws[2] - 1) / 2 * spec.dilation;
   const int64_t pw = spec.padding >= 0 ? spec.padding : (ws[3] - 1) / 2 * spec.dilation;
+  std::vector<int64_t> pads{ph, pw, ph, pw};
+  if (spec.pads[0] >= 0) pads.assign(spec.pads.begin(), spec.pads.end());
   Attrs a = {{"strides", std::vector<int64_t>{spec.stride, spec.stride}},
-             {"pads", std::vector<int64_t>{ph, pw, ph, pw}},
+             {"pads", std::move(pads)},
              {"dilations", std::vector<int64_t>{spec.dilation, spec.dilation}},
              {"groups", groups}};
   return graph_.add_node(Op::Conv2d, prefix, inputs, std::move(a));
+}
+
+std::array<int, 4> tf_same_pads(const Shape& x, const Shape& weight, int stride, int dilation) {
+  auto total = [&](int64_t in, int64_t k) {
+    const int64_t out = (in + stride - 1) / stride;
+    return static_cast<int>(std::max<int64_t>((out - 1) * stride + (k - 1) * dilation + 1 - in, 0));
+  };
+  const int ph = total(x.at(2), weight.at(2)), pw = total(x.at(3), weight.at(3));
+  return {ph / 2, pw / 2, ph - ph / 2, pw - pw / 2};
 }
 
 int LayerBuilder::batch_norm(const std::string& prefix, int x, double eps) {

@@ -4,6 +4,7 @@
 // checkpoint with a tensor it did not expect (by name) instead of silently
 // ignoring part of the model.
 #pragma once
+#include <array>
 #include <set>
 #include <string>
 
@@ -16,7 +17,16 @@ struct ConvSpec {
   int stride = 1;
   int dilation = 1;
   int padding = -1;  // -1: symmetric (k-1)/2*dilation, PyTorch-style
+  // Explicit (top, left, bottom, right) padding; used instead of `padding`
+  // when pads[0] >= 0 (TensorFlow "same" padding is asymmetric).
+  std::array<int, 4> pads{-1, -1, -1, -1};
 };
+
+// TensorFlow "same" padding (top, left, bottom, right) for a conv over an
+// [N,C,H,W] input `x` with weight [O,I,kh,kw]: the output is ceil(in/stride)
+// and the odd pixel of padding goes to the bottom/right, as in TF and timm's
+// pad_same. Static shapes make this a build-time constant.
+std::array<int, 4> tf_same_pads(const Shape& x, const Shape& weight, int stride, int dilation = 1);
 
 class LayerBuilder {
  public:

@@ -57,18 +57,6 @@ void rewrite(Graph& g, size_t bn_index) {
 
 }  // namespace
 
-int fold_batchnorm(Graph& g) {
-  int count = 0;
-  for (size_t i = 0; i < g.nodes.size();) {
-    if (matches(g, g.nodes[i])) {
-      rewrite(g, i);
-      g.canonicalize();
-      ++count;
-    } else {
-      ++i;
-    }
-  }
-  return count;
-}
+int fold_batchnorm(Graph& g) { return rewrite_each(g, matches, rewrite); }
 
 }  // namespace kiln

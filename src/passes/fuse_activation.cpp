@@ -9,24 +9,20 @@ bool can_carry_activation(Op op) { return op == Op::Conv2d || op == Op::Linear |
 }  // namespace
 
 int fuse_activation(Graph& g) {
-  int count = 0;
-  for (size_t i = 0; i < g.nodes.size();) {
-    const Node& act = g.nodes[i];
-    int x = act.inputs.empty() ? -1 : act.inputs[0];
-    int p = x >= 0 ? g.values[x].producer : -1;
-    if (act.op == Op::Activation && p >= 0 && can_carry_activation(g.nodes[p].op) &&
-        g.nodes[p].activation() == Activation::None && single_use(g, x)) {
-      Node& prod = g.nodes[p];
-      prod.attrs["activation"] = act.attr_str("activation");
-      prod.outputs = act.outputs;
-      g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
-      g.canonicalize();
-      ++count;
-    } else {
-      ++i;
-    }
-  }
-  return count;
+  auto matches = [](const Graph& g, const Node& act) {
+    if (act.op != Op::Activation) return false;
+    const int x = act.inputs[0];
+    const int p = g.values[x].producer;
+    return p >= 0 && can_carry_activation(g.nodes[p].op) && g.nodes[p].activation() == Activation::None && single_use(g, x);
+  };
+  auto rewrite = [](Graph& g, size_t i) {
+    const Node act = g.nodes[i];
+    Node& prod = g.nodes[g.values[act.inputs[0]].producer];
+    prod.attrs["activation"] = act.attr_str("activation");
+    prod.outputs = act.outputs;
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
+  };
+  return rewrite_each(g, matches, rewrite);
 }
 
 }  // namespace kiln

@@ -21,6 +21,12 @@ void replace_uses(Graph& g, int from, int to);
 // producer may be rewritten in place without changing other readers.
 bool single_use(const Graph& g, int value_id);
 
+// Match-and-rewrite driver shared by the passes: for each node (in order)
+// where `matches` holds, `rewrite` changes the graph (typically erasing that
+// node); the graph is re-canonicalized and the scan resumes at the same index.
+int rewrite_each(Graph& g, const std::function<bool(const Graph&, const Node&)>& matches,
+                 const std::function<void(Graph&, size_t)>& rewrite);
+
 int fold_batchnorm(Graph& g);
 int fuse_activation(Graph& g);
 int fuse_residual_add(Graph& g);

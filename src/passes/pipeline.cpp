@@ -16,6 +16,21 @@ bool single_use(const Graph& g, int value_id) {
   return !g.is_graph_output(value_id) && g.consumers(value_id).size() == 1;
 }
 
+int rewrite_each(Graph& g, const std::function<bool(const Graph&, const Node&)>& matches,
+                 const std::function<void(Graph&, size_t)>& rewrite) {
+  int count = 0;
+  for (size_t i = 0; i < g.nodes.size();) {
+    if (matches(g, g.nodes[i])) {
+      rewrite(g, i);
+      g.canonicalize();
+      ++count;
+    } else {
+      ++i;
+    }
+  }
+  return count;
+}
+
 std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
   // Order matters: BatchNorm folds into the conv first (so the activation
   // follows the conv directly), activations fuse before residual adds (so

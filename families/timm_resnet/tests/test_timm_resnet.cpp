@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "../../../tests/unit/graph_test_util.hpp"
@@ -100,15 +101,13 @@ std::string build_error(const fs::path& model_dir) {
   return "";
 }
 
-// Rewrites model.safetensors with one tensor renamed (or dropped when to == "").
-void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
+// Rewrites the JSON header of model.safetensors in place (data region unchanged).
+void edit_header(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
   auto bytes = read_file_bytes(dir / "model.safetensors");
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
   auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
-  ASSERT_TRUE(header.contains(from));
-  if (!to.empty()) header[to] = header[from];
-  header.erase(from);
+  edit(header);
   std::string h = header.dump();
   std::vector<uint8_t> out(8);
   uint64_t hn = h.size();
@@ -116,6 +115,15 @@ void rename_tensor(const fs::path& dir, const std::string& from, const std::stri
   out.insert(out.end(), h.begin(), h.end());
   out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
   std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+// Renames one tensor (or drops it when to == "").
+void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
+  edit_header(dir, [&](nlohmann::json& header) {
+    ASSERT_TRUE(header.contains(from));
+    if (!to.empty()) header[to] = header[from];
+    header.erase(from);
+  });
 }
 
 TEST(TimmResnetErrors, UnexpectedTensorIsNamed) {
@@ -131,18 +139,7 @@ TEST(TimmResnetErrors, UnexpectedTensorIsNamed) {
 TEST(TimmResnetErrors, ExtraTensorIsNamed) {
   fs::path d = copy_fixture("basic", "extra");
   // Duplicate an entry under a new name: everything else builds, the stray tensor is rejected.
-  auto bytes = read_file_bytes(d / "model.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
-  header["layer3.0.attn.scale"] = header["fc.bias"];
-  std::string h = header.dump();
-  std::vector<uint8_t> out(8);
-  uint64_t hn = h.size();
-  std::memcpy(out.data(), &hn, 8);
-  out.insert(out.end(), h.begin(), h.end());
-  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
-  std::ofstream(d / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
+  edit_header(d, [](nlohmann::json& header) { header["layer3.0.attn.scale"] = header["fc.bias"]; });
   std::string msg = build_error(d);
   // The safetensors reader rejects overlapping tensors before the family sees them.
   EXPECT_TRUE(msg.find("layer3.0.attn.scale") != std::string::npos) << msg;
@@ -169,20 +166,11 @@ TEST(TimmResnetErrors, ConfigMissingKeyIsNamed) {
 
 TEST(TimmResnetErrors, UnusableDtypeIsNamed) {
   fs::path d = copy_fixture("basic", "dtype");
-  auto bytes = read_file_bytes(d / "model.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
   // fc.bias (10 floats = 40 bytes) reinterpreted as 5 int64: valid file, wrong dtype for a family.
-  header["fc.bias"]["dtype"] = "I64";
-  header["fc.bias"]["shape"] = {5};
-  std::string h = header.dump();
-  std::vector<uint8_t> out(8);
-  uint64_t hn = h.size();
-  std::memcpy(out.data(), &hn, 8);
-  out.insert(out.end(), h.begin(), h.end());
-  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
-  std::ofstream(d / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
+  edit_header(d, [](nlohmann::json& header) {
+    header["fc.bias"]["dtype"] = "I64";
+    header["fc.bias"]["shape"] = {5};
+  });
   std::string msg = build_error(d);
   EXPECT_NE(msg.find("fc.bias"), std::string::npos) << msg;
   fs::remove_all(d);

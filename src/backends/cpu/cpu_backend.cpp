@@ -5,6 +5,7 @@
 #include "backends/cpu/kernels.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "ir/attrs.hpp"
 
 namespace kiln::cpu {
 
@@ -54,16 +55,12 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
   switch (n.op) {
     case Op::Conv2d: {
       const Shape& ws = g.values[n.inputs[1]].shape;
-      auto s = n.has_attr("strides") ? n.attr_ints("strides") : std::vector<int64_t>{1, 1};
-      auto p = n.has_attr("pads") ? n.attr_ints("pads") : std::vector<int64_t>{0, 0, 0, 0};
-      auto d = n.has_attr("dilations") ? n.attr_ints("dilations") : std::vector<int64_t>{1, 1};
+      const ConvAttrs a = conv_attrs(n);
       Conv2dParams cp;
       cp.n = as_int(xs[0]), cp.c_in = as_int(xs[1]), cp.h = as_int(xs[2]), cp.w = as_int(xs[3]);
       cp.c_out = as_int(ws[0]), cp.kh = as_int(ws[2]), cp.kw = as_int(ws[3]);
-      cp.stride_h = as_int(s[0]), cp.stride_w = as_int(s[1]);
-      cp.pad_t = as_int(p[0]), cp.pad_l = as_int(p[1]), cp.pad_b = as_int(p[2]), cp.pad_r = as_int(p[3]);
-      cp.dil_h = as_int(d[0]), cp.dil_w = as_int(d[1]);
-      cp.groups = as_int(n.attr_int("groups", 1));
+      cp.stride_h = a.stride_h, cp.stride_w = a.stride_w, cp.dil_h = a.dil_h, cp.dil_w = a.dil_w, cp.groups = a.groups;
+      cp.pad_t = a.pad_t, cp.pad_l = a.pad_l, cp.pad_b = a.pad_b, cp.pad_r = a.pad_r;
       conv2d(cp, in(0), in(1), n.inputs.size() > 2 ? in(2) : nullptr, n.inputs.size() > 3 ? in(3) : nullptr,
              n.activation(), out, pool);
       break;
@@ -89,15 +86,13 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       break;
     case Op::MaxPool2d:
     case Op::AvgPool2d: {
-      auto k = n.attr_ints("kernel");
-      auto s = n.has_attr("strides") ? n.attr_ints("strides") : k;
-      auto p = n.has_attr("pads") ? n.attr_ints("pads") : std::vector<int64_t>{0, 0, 0, 0};
+      const PoolAttrs a = pool_attrs(n);
       Pool2dParams pp;
       pp.n = as_int(xs[0]), pp.c = as_int(xs[1]), pp.h = as_int(xs[2]), pp.w = as_int(xs[3]);
-      pp.kh = as_int(k[0]), pp.kw = as_int(k[1]), pp.stride_h = as_int(s[0]), pp.stride_w = as_int(s[1]);
-      pp.pad_t = as_int(p[0]), pp.pad_l = as_int(p[1]), pp.pad_b = as_int(p[2]), pp.pad_r = as_int(p[3]);
-      pp.ceil_mode = n.attr_int("ceil_mode", 0) != 0;
-      pp.count_include_pad = n.attr_int("count_include_pad", 1) != 0;
+      pp.kh = a.kh, pp.kw = a.kw, pp.stride_h = a.stride_h, pp.stride_w = a.stride_w;
+      pp.pad_t = a.pad_t, pp.pad_l = a.pad_l, pp.pad_b = a.pad_b, pp.pad_r = a.pad_r;
+      pp.ceil_mode = a.ceil_mode;
+      pp.count_include_pad = a.count_include_pad;
       if (n.op == Op::MaxPool2d) max_pool2d(pp, in(0), out, pool);
       else avg_pool2d(pp, in(0), out, pool);
       break;

@@ -5,6 +5,7 @@
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
+#include "ir/attrs.hpp"
 
 namespace kiln::cuda {
 
@@ -12,9 +13,6 @@ namespace {
 
 int max_candidates(int opt_level) { return opt_level <= 2 ? 1 : opt_level == 3 ? 4 : opt_level == 4 ? 8 : 1 << 20; }
 int as_int(int64_t v) { return static_cast<int>(v); }
-std::vector<int64_t> ints_or(const Node& n, const char* key, std::vector<int64_t> d) {
-  return n.has_attr(key) ? n.attr_ints(key) : d;
-}
 size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
 
 // The tactic the bundle recorded for `node`, if it was recorded for this GPU.
@@ -100,15 +98,13 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     switch (n.op) {
       case Op::Conv2d: {
         const Shape ws = g.values[n.inputs[1]].shape;
-        auto st = ints_or(n, "strides", {1, 1}), pd = ints_or(n, "pads", {0, 0, 0, 0}), dl = ints_or(n, "dilations", {1, 1});
+        const ConvAttrs a = conv_attrs(n);
         ConvDesc d;
         d.dtype = dt;
         d.n = as_int(xs[0]), d.c = as_int(xs[1]), d.h = as_int(xs[2]), d.w = as_int(xs[3]);
         d.k = as_int(ws[0]), d.r = as_int(ws[2]), d.s = as_int(ws[3]);
-        d.stride_h = as_int(st[0]), d.stride_w = as_int(st[1]);
-        d.pad_t = as_int(pd[0]), d.pad_l = as_int(pd[1]), d.pad_b = as_int(pd[2]), d.pad_r = as_int(pd[3]);
-        d.dil_h = as_int(dl[0]), d.dil_w = as_int(dl[1]);
-        d.groups = as_int(n.attr_int("groups", 1));
+        d.stride_h = a.stride_h, d.stride_w = a.stride_w, d.dil_h = a.dil_h, d.dil_w = a.dil_w, d.groups = a.groups;
+        d.pad_t = a.pad_t, d.pad_l = a.pad_l, d.pad_b = a.pad_b, d.pad_r = a.pad_r;
         d.has_bias = n.inputs.size() > 2;
         d.has_residual = n.inputs.size() > 3;
         d.act = n.activation();
@@ -232,11 +228,9 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       }
       case Op::MaxPool2d:
       case Op::AvgPool2d: {
-        auto k = n.attr_ints("kernel");
-        auto st = ints_or(n, "strides", k), pd = ints_or(n, "pads", {0, 0, 0, 0});
+        const PoolAttrs a = pool_attrs(n);
         PoolShape s{as_int(xs[0]), as_int(xs[2]), as_int(xs[3]), as_int(xs[1]), as_int(ov.shape[2]), as_int(ov.shape[3]),
-                    as_int(k[0]), as_int(k[1]), as_int(st[0]), as_int(st[1]), as_int(pd[0]), as_int(pd[1]),
-                    n.attr_int("count_include_pad", 1) != 0, as_int(pd[2]), as_int(pd[3])};
+                    a.kh, a.kw, a.stride_h, a.stride_w, a.pad_t, a.pad_l, a.count_include_pad, a.pad_b, a.pad_r};
         const bool is_max = n.op == Op::MaxPool2d;
         p->steps.push_back([=](const Exec& x) {
           if (is_max) max_pool_nhwc(ptr(x, in0), ptr(x, out), dt, s, x.stream);
