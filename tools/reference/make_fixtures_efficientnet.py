@@ -49,9 +49,11 @@ CASES = [
          model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5), num_classes=10, hw=64,
          note="B0 arch def at width 0.1 (stem 8 == stage-0 out 8: the DS block gets a skip), "
               "depth 0.5 (stages 3-5 keep 2 blocks: stride-1 skips), SiLU, SE, symmetric padding"),
-    dict(name="tf_b0_odd", gen="_gen_efficientnet", architecture="tf_efficientnet_b0",
-         model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5, **TF_ARGS), num_classes=7, hw=65,
-         note="tf_ B0: TF 'same' padding (asymmetric for stride 2: 65 -> 33 -> 17 -> 9 -> 5 -> 3), BN eps 1e-3"),
+    dict(name="tf_b0_65x62", gen="_gen_efficientnet", architecture="tf_efficientnet_b0",
+         model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5, **TF_ARGS), num_classes=7, hw=(65, 62),
+         note="tf_ B0, BN eps 1e-3, TF 'same' padding at 65x62: an odd size pads a stride-2 conv symmetrically "
+              "(H: 65 -> 33 -> 17 -> 9 -> 5 -> 3), an even one asymmetrically, extra pixel bottom/right "
+              "(W: 62 -> 31 -> 16 -> 8 -> 4 -> 2)"),
     dict(name="lite0_narrow", gen="_gen_efficientnet_lite", architecture="efficientnet_lite0",
          model_args=dict(channel_multiplier=0.1, depth_multiplier=0.5), num_classes=4, hw=64,
          note="Lite: ReLU6, no SE, fixed stem (32) and head (1280; 4 classes keep the file small)"),
@@ -107,19 +109,20 @@ def run_model(model, x):
 
 
 def make_case(out: Path, case: dict, seed: int) -> dict:
-    name, n, hw = case["name"], case["num_classes"], case["hw"]
+    name, n = case["name"], case["num_classes"]
+    h, w = case["hw"] if isinstance(case["hw"], tuple) else (case["hw"], case["hw"])
     model = gen_model(case)
     counts = common.randomize_(model, seed)
     model.eval()
     gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn((2, 3, hw, hw), generator=gen, dtype=torch.float32)
+    x = torch.randn((2, 3, h, w), generator=gen, dtype=torch.float32)
     logits = run_model(model, x)
     logits64 = run_model(model.double(), x.double())
     model.float()
 
     pcfg = common.pretrained_cfg(
-        [3, hw, hw], n, interpolation="bicubic", crop_pct=0.875, crop_mode="center",
-        first_conv="conv_stem", classifier="classifier", pool_size=[-(-hw // 32)] * 2, tag="kiln_fixture")
+        [3, h, w], n, interpolation="bicubic", crop_pct=0.875, crop_mode="center",
+        first_conv="conv_stem", classifier="classifier", pool_size=[-(-h // 32), -(-w // 32)], tag="kiln_fixture")
     cfg = common.hf_config(case["architecture"], n, model.num_features, pcfg, model_args=case["model_args"])
     d = out / name
     tensors = common.write_hf_dir(d, model, cfg)

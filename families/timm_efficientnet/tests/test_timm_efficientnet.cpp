@@ -1,0 +1,243 @@
+// timm_efficientnet against PyTorch: seeded fixtures from
+// tools/reference/make_fixtures_efficientnet.py (every parameter and BatchNorm
+// statistic randomized; B0, tf_ B0 at an odd size, Lite, tf_ Lite, V2 rw_s,
+// tf_ V2-S), built into bundles and run on the CPU backend.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "../../../tests/unit/graph_test_util.hpp"
+#include "bundle/builder.hpp"
+#include "core/error.hpp"
+#include "core/file.hpp"
+#include "core/npy.hpp"
+#include "families/family.hpp"
+#include "kiln/kiln.hpp"
+#include "passes/pass.hpp"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "efficientnet";
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("kiln_test_effnet_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<std::string> fixture_cases() {
+  std::ifstream f(kFixtures / "manifest.json");
+  auto j = nlohmann::json::parse(f);
+  std::vector<std::string> names;
+  for (const auto& c : j["cases"]) names.push_back(c["name"].get<std::string>());
+  return names;
+}
+
+struct RunResult {
+  std::vector<float> got, want;
+};
+
+RunResult build_and_run(const std::string& name, DType precision) {
+  fs::path dir = temp_dir(name);
+  BuildOptions o;
+  o.model = (kFixtures / name).string();
+  o.precision = precision;
+  o.verify = true;
+  build_bundle(o, dir / "m.bundle");
+  auto engine = Engine::load((dir / "m.bundle").string());
+  HostTensor x = read_npy(kFixtures / name / "input.npy");
+  HostTensor want = read_npy(kFixtures / name / "logits.npy");
+  auto ctx = engine->create_context();
+  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  EXPECT_EQ(out.at(0).name, "logits");
+  EXPECT_EQ(out.at(0).shape, want.shape);
+  RunResult r{out.at(0).data, want.to_f32()};
+  fs::remove_all(dir);
+  return r;
+}
+
+class EfficientnetFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EfficientnetFixture, Fp32MatchesPyTorch) {
+  RunResult r = build_and_run(GetParam(), DType::F32);
+  const float tol = 1e-4f * testing::max_abs(r.want);  // max|diff| <= 1e-4 * max|logit|
+  EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
+}
+
+TEST_P(EfficientnetFixture, Fp16WithinCosine) {
+  RunResult r = build_and_run(GetParam(), DType::F16);
+  EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EfficientnetFixture, ::testing::ValuesIn(fixture_cases()),
+                         [](const auto& info) { return info.param; });
+
+// A fixture's config and checkpoint, as `kiln build` sees them.
+struct Loaded {
+  ModelSource source;
+  Checkpoint checkpoint;
+};
+
+std::unique_ptr<Loaded> load(const fs::path& dir) {
+  auto l = std::unique_ptr<Loaded>(new Loaded{{}, Checkpoint::open(dir / "model.safetensors")});
+  l->source.dir = dir;
+  l->source.config_path = dir / "config.json";
+  l->source.config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  l->source.checkpoint = &l->checkpoint;
+  return l;
+}
+
+const Family& efficientnet_family() {
+  for (const auto& f : family_registry().all())
+    if (f->name() == "timm_efficientnet") return *f;
+  throw std::runtime_error("timm_efficientnet not registered");
+}
+
+TEST(TimmEfficientnetDescribe, ClaimsEveryFixtureAndNothingElse) {
+  for (const auto& name : fixture_cases()) {
+    auto l = load(kFixtures / name);
+    EXPECT_EQ(family_registry().select(l->source).name(), "timm_efficientnet") << name;
+  }
+  // Same tensors, but a MobileNetV3 / MnasNet architecture: activation and strides differ, not ours.
+  auto l = load(kFixtures / "lite0_narrow");
+  for (const char* arch : {"mobilenetv3_large_100", "mnasnet_100", "efficientnet_es", "efficientnet_b0_gn"}) {
+    l->source.config["architecture"] = arch;
+    EXPECT_FALSE(efficientnet_family().describe(l->source)) << arch;
+  }
+  // A ResNet checkpoint is not claimed.
+  auto r = load(fs::path(KILN_FIXTURES_DIR) / "resnet" / "basic");
+  EXPECT_FALSE(efficientnet_family().describe(r->source));
+}
+
+// Op counts after the pass pipeline, for the B0 fixture: 1 DS + 9 IR blocks, all with SE.
+TEST(TimmEfficientnetPasses, EverythingFusesIntoConvs) {
+  auto l = load(kFixtures / "b0_narrow");
+  BuildRequest req{&l->source, 1};
+  FamilyBuild fb = efficientnet_family().build(req);
+  Graph g = std::move(fb.graph);
+  PipelineOptions opts;
+  opts.verify = true;
+  run_pipeline(g, opts);
+  std::map<Op, int> ops;
+  int silu = 0, sigmoid = 0, residual = 0;
+  for (const auto& n : g.nodes) {
+    ++ops[n.op];
+    if (n.op != Op::Conv2d) continue;
+    if (n.activation() == Activation::Silu) ++silu;
+    if (n.activation() == Activation::Sigmoid) ++sigmoid;
+    if (n.inputs.size() == 4) ++residual;
+  }
+  EXPECT_EQ(ops[Op::BatchNorm], 0);
+  EXPECT_EQ(ops[Op::Activation], 0);  // SiLU and the SE gate ride on convs
+  EXPECT_EQ(ops[Op::Add], 0);         // skips became conv residual inputs
+  EXPECT_EQ(ops[Op::Conv2d], 1 + 4 + 9 * 5 + 1);  // stem, DS (dw, se x2, pw), IR (pw, dw, se x2, pwl), head
+  EXPECT_EQ(ops[Op::Mul], 10);
+  EXPECT_EQ(ops[Op::GlobalAvgPool], 11);  // one per SE + the head
+  EXPECT_EQ(ops[Op::Linear], 1);
+  EXPECT_EQ(silu, 1 + 1 + 9 * 2 + 10 + 1);  // stem, dw of DS, pw+dw of IR, SE reduce, head
+  EXPECT_EQ(sigmoid, 10);
+  EXPECT_EQ(residual, 4);  // DS (8 -> 8) and the second block of stages 3, 4, 5
+}
+
+// tf_ padding of the stride-2 stem at 65x62: H (odd) 1 top, 1 bottom; W (even) 0 left, 1 right.
+TEST(TimmEfficientnetPasses, TfSamePaddingIsAsymmetric) {
+  auto l = load(kFixtures / "tf_b0_65x62");
+  FamilyBuild fb = efficientnet_family().build(BuildRequest{&l->source, 1});
+  for (const auto& n : fb.graph.nodes)
+    if (n.name == "conv_stem") EXPECT_EQ(n.attr_ints("pads"), (std::vector<int64_t>{1, 0, 1, 1}));
+  for (const auto& n : fb.graph.nodes)
+    if (n.name == "bn1") EXPECT_DOUBLE_EQ(n.attr_float("eps", 0), 1e-3);
+}
+
+fs::path copy_fixture(const std::string& name, const std::string& tag) {
+  fs::path dst = temp_dir(tag);
+  fs::copy(kFixtures / name, dst, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  return dst;
+}
+
+std::string build_error(const fs::path& model_dir) {
+  BuildOptions o;
+  o.model = model_dir.string();
+  fs::path out = model_dir / "out.bundle";
+  try {
+    build_bundle(o, out);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+    EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
+    return e.what();
+  }
+  ADD_FAILURE() << "build succeeded";
+  return "";
+}
+
+// Rewrites the JSON header of model.safetensors in place (data region unchanged).
+void edit_header(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  auto bytes = read_file_bytes(dir / "model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+  edit(header);
+  std::string h = header.dump();
+  std::vector<uint8_t> out(8);
+  uint64_t hn = h.size();
+  std::memcpy(out.data(), &hn, 8);
+  out.insert(out.end(), h.begin(), h.end());
+  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
+  std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+// Renames one tensor.
+void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
+  edit_header(dir, [&](nlohmann::json& header) {
+    ASSERT_TRUE(header.contains(from));
+    header[to] = header[from];
+    header.erase(from);
+  });
+}
+
+TEST(TimmEfficientnetErrors, UnexpectedBlockTensorIsNamed) {
+  fs::path d = copy_fixture("b0_narrow", "unexpected");
+  // A MixNet-style split depthwise conv: a name the parser does not know inside blocks.S.B.
+  rename_tensor(d, "blocks.3.1.conv_dw.weight", "blocks.3.1.conv_dw.0.weight");
+  std::string msg = build_error(d);
+  EXPECT_NE(msg.find("blocks.3.1.conv_dw.0.weight"), std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+TEST(TimmEfficientnetErrors, UnknownBlockKindIsNamed) {
+  fs::path d = copy_fixture("tf_v2_s_odd", "kind");
+  rename_tensor(d, "blocks.0.0.conv.weight", "blocks.0.0.conv_mix.weight");
+  std::string msg = build_error(d);
+  EXPECT_NE(msg.find("blocks.0.0"), std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+TEST(TimmEfficientnetErrors, StrayBlockIsNamed) {
+  fs::path d = copy_fixture("lite0_narrow", "stray");
+  // blocks.6.0 renamed to blocks.6.3: outside the block numbering, so never consumed.
+  rename_tensor(d, "blocks.6.0.bn3.bias", "blocks.6.3.bn3.bias");
+  std::string msg = build_error(d);
+  EXPECT_TRUE(msg.find("blocks.6.0.bn3.bias") != std::string::npos || msg.find("blocks.6.3.bn3.bias") != std::string::npos)
+      << msg;
+  fs::remove_all(d);
+}
+
+TEST(TimmEfficientnetBuild, BundlesAreReproducible) {
+  fs::path dir = temp_dir("repro");
+  BuildOptions o;
+  o.model = (kFixtures / "tf_v2_s_odd").string();
+  build_bundle(o, dir / "a.bundle");
+  build_bundle(o, dir / "b.bundle");
+  EXPECT_EQ(sha256_file_hex(dir / "a.bundle"), sha256_file_hex(dir / "b.bundle"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln
