@@ -1,0 +1,230 @@
+// timm_res2net against PyTorch: seeded fixtures from
+// tools/reference/make_fixtures_res2net.py (every parameter and BatchNorm
+// statistic randomized), built into bundles and run on the CPU backend; plus
+// error messages and the structure left after the pass pipeline.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../../../tests/unit/graph_test_util.hpp"
+#include "bundle/builder.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "core/error.hpp"
+#include "core/file.hpp"
+#include "core/npy.hpp"
+#include "families/family.hpp"
+#include "kiln/kiln.hpp"
+#include "passes/pass.hpp"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "res2net";
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("kiln_test_r2n_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<std::string> fixture_cases() {
+  std::ifstream f(kFixtures / "manifest.json");
+  auto j = nlohmann::json::parse(f);
+  std::vector<std::string> names;
+  for (const auto& c : j["cases"]) names.push_back(c["name"].get<std::string>());
+  return names;
+}
+
+struct RunResult {
+  std::vector<float> got, want;
+};
+
+RunResult build_and_run(const std::string& name, DType precision) {
+  fs::path dir = temp_dir(name);
+  BuildOptions o;
+  o.model = (kFixtures / name).string();
+  o.precision = precision;
+  o.verify = true;
+  BuildSummary summary = build_bundle(o, dir / "m.bundle");
+  EXPECT_EQ(summary.family, "timm_res2net");
+  auto engine = Engine::load((dir / "m.bundle").string());
+  HostTensor x = read_npy(kFixtures / name / "input.npy");
+  HostTensor want = read_npy(kFixtures / name / "logits.npy");
+  auto ctx = engine->create_context();
+  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  EXPECT_EQ(out.at(0).name, "logits");
+  EXPECT_EQ(out.at(0).shape, want.shape);
+  RunResult r{out.at(0).data, want.to_f32()};
+  fs::remove_all(dir);
+  return r;
+}
+
+class Res2netFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Res2netFixture, Fp32MatchesPyTorch) {
+  RunResult r = build_and_run(GetParam(), DType::F32);
+  const float tol = 1e-4f * testing::max_abs(r.want);  // max|diff| <= 1e-4 * max|logit|, as for timm_resnet
+  EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
+}
+
+TEST_P(Res2netFixture, Fp16WithinCosine) {
+  RunResult r = build_and_run(GetParam(), DType::F16);
+  EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();  // fp16 storage: cosine >= 0.999
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Res2netFixture, ::testing::ValuesIn(fixture_cases()),
+                         [](const auto& info) { return info.param; });
+
+// ---------------------------------------------------------------- structure after passes
+
+// The family's graph for a fixture, after the default f32 pipeline.
+Graph optimized_graph(const std::string& name) {
+  ModelSource src;
+  src.dir = kFixtures / name;
+  src.config_path = src.dir / "config.json";
+  src.config = nlohmann::json::parse(std::ifstream(src.config_path));
+  Checkpoint ckpt = Checkpoint::open(src.dir);
+  src.checkpoint = &ckpt;
+  const Family& family = family_registry().select(src);
+  EXPECT_EQ(family.name(), "timm_res2net");
+  BuildRequest req;
+  req.source = &src;
+  Graph g = family.build(req).graph;
+  PipelineOptions po;
+  po.verify = true;
+  run_pipeline(g, po);
+  return g;
+}
+
+struct Expected {
+  int conv, slice, concat, add, avg_pool;
+};
+
+void expect_structure(const std::string& name, const Expected& e) {
+  Graph g = optimized_graph(name);
+  EXPECT_EQ(g.count_ops(Op::BatchNorm), 0) << name;
+  EXPECT_EQ(g.count_ops(Op::Activation), 0) << name << ": every ReLU fuses into a conv or an add";
+  EXPECT_EQ(g.count_ops(Op::Conv2d), e.conv) << name;
+  EXPECT_EQ(g.count_ops(Op::Slice), e.slice) << name;
+  EXPECT_EQ(g.count_ops(Op::Concat), e.concat) << name;
+  EXPECT_EQ(g.count_ops(Op::Add), e.add) << name << ": only the chunk-chaining adds remain";
+  EXPECT_EQ(g.count_ops(Op::AvgPool2d), e.avg_pool) << name;
+  EXPECT_EQ(g.count_ops(Op::MaxPool2d), 1) << name;
+  int conv3 = 0;
+  for (const Node& n : g.nodes) {
+    const bool is_conv3 = n.name.size() > 6 && n.name.compare(n.name.size() - 6, 6, ".conv3") == 0;
+    if (n.op == Op::Add) EXPECT_NE(n.name.find(".chain."), std::string::npos) << n.name << " was not fused";
+    if (!is_conv3) continue;
+    ++conv3;
+    EXPECT_EQ(n.op, Op::Conv2d) << n.name;
+    EXPECT_EQ(n.inputs.size(), 4u) << n.name << ": conv3 must carry the residual input";
+    EXPECT_EQ(n.activation(), Activation::Relu) << n.name;
+  }
+  EXPECT_GT(conv3, 0) << name;
+}
+
+// layers [1,2,1,1], scale 4, layer1.0 without downsample: blocks 1.0 and 2.1 chain (2 adds each),
+// 2.0/3.0/4.0 are first blocks (pass-through pool). Convs: stem 1 + 5 blocks x (1 + 3 + 1) + 3 shortcuts.
+TEST(TimmRes2netStructure, Scale4AfterPasses) { expect_structure("s4_26w", {29, 20, 5, 4, 3}); }
+
+// Deep stem (3 convs) + 5 blocks x 5 convs + 4 avg-down shortcut convs; every stage's block 0 is
+// first (layer1 has an Identity-pool shortcut); pools: 4 pass-through + 3 avg-down (stages 2-4).
+TEST(TimmRes2netStructure, DeepStemAvgDownAfterPasses) { expect_structure("res2net_d", {32, 20, 5, 2, 7}); }
+
+// layers [2,1,1,1], scale 2: one 3x3 per block, so no chain adds even in layer1.1.
+TEST(TimmRes2netStructure, Scale2AfterPasses) { expect_structure("s2_48w", {1 + 5 * 3 + 4, 10, 5, 0, 4}); }
+
+TEST(TimmRes2netStructure, NodeNamesFollowCheckpoint) {
+  Graph g = optimized_graph("res2next");
+  for (const char* n : {"layer1.0.convs.0", "layer1.0.convs.2", "layer1.0.split.3", "layer1.0.cat", "layer1.0.chain.1",
+                        "layer2.0.pool", "layer4.0.conv3", "fc"})
+    EXPECT_NE(g.find_node(n), nullptr) << n;
+  const Node* c = g.find_node("layer2.0.convs.1");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->attr_int("groups"), 4);  // res2next: grouped 3x3 read from the weight shape
+  EXPECT_EQ(c->attr_ints("strides"), (std::vector<int64_t>{2, 2}));
+}
+
+// ---------------------------------------------------------------- errors
+
+fs::path copy_fixture(const std::string& name, const std::string& tag) {
+  fs::path dst = temp_dir(tag);
+  fs::copy(kFixtures / name, dst, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  return dst;
+}
+
+std::string build_error(const fs::path& model_dir) {
+  BuildOptions o;
+  o.model = model_dir.string();
+  fs::path out = model_dir / "out.bundle";
+  try {
+    build_bundle(o, out);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+    EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
+    return e.what();
+  }
+  ADD_FAILURE() << "build succeeded";
+  return "";
+}
+
+// Rewrites model.safetensors with one tensor's header entry renamed (dropped when to == "").
+void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
+  auto bytes = read_file_bytes(dir / "model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+  ASSERT_TRUE(header.contains(from)) << from;
+  if (!to.empty()) header[to] = header[from];
+  header.erase(from);
+  std::string h = header.dump();
+  std::vector<uint8_t> out(8);
+  uint64_t hn = h.size();
+  std::memcpy(out.data(), &hn, 8);
+  out.insert(out.end(), h.begin(), h.end());
+  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
+  std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+// The last 3x3 of a block can only be missed by counting chunks (conv1 channels / width).
+TEST(TimmRes2netErrors, MissingLastConvIsNamed) {
+  fs::path d = copy_fixture("s6_26w_odd", "missing_last");
+  rename_tensor(d, "layer2.0.convs.4.weight", "");
+  std::string msg = build_error(d);
+  EXPECT_NE(msg.find("layer2.0.convs.4.weight"), std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+TEST(TimmRes2netErrors, MissingMiddleConvIsNamed) {
+  fs::path d = copy_fixture("res2next", "missing_mid");
+  rename_tensor(d, "layer3.0.convs.1.weight", "");
+  std::string msg = build_error(d);
+  EXPECT_NE(msg.find("layer3.0.convs.1.weight"), std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+TEST(TimmRes2netErrors, UnexpectedTensorIsNamed) {
+  fs::path d = copy_fixture("s4_26w", "unexpected");
+  rename_tensor(d, "fc.bias", "layer4.0.se.fc1.bias");
+  std::string msg = build_error(d);
+  EXPECT_TRUE(msg.find("fc.bias") != std::string::npos || msg.find("layer4.0.se.fc1.bias") != std::string::npos) << msg;
+  fs::remove_all(d);
+}
+
+TEST(TimmRes2netBuild, BundlesAreReproducible) {
+  fs::path dir = temp_dir("repro");
+  BuildOptions o;
+  o.model = (kFixtures / "s8_14w").string();
+  build_bundle(o, dir / "a.bundle");
+  build_bundle(o, dir / "b.bundle");
+  EXPECT_EQ(sha256_file_hex(dir / "a.bundle"), sha256_file_hex(dir / "b.bundle"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kiln
