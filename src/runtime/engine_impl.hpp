@@ -47,6 +47,14 @@ struct ExecutionContext::Impl {
 // CUDA: one CUDA-graph replay between two events. Runs `inputs` once first
 // if the shape is new (planning/capture are never timed).
 double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& inputs);
+// Per-layer time of one engine call (ms, mean over rounds), in execution
+// order, labelled with node names (a fused conv is one entry).
+struct LayerTime {
+  std::string name;
+  double ms = 0;
+};
+std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds);
+
 // Kernels (CPU: nodes) launched by one engine call.
 size_t kernels_per_call(ExecutionContext& ctx);
 

@@ -88,6 +88,28 @@ double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& in
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
+  ExecutionContext::Impl& c = ctx.impl();
+  ctx.run(inputs);  // plans (and on the GPU captures) for this batch size
+  const int64_t batch = c.last_batch;
+  std::vector<LayerTime> out;
+#ifdef KILN_HAVE_CUDA
+  if (c.cuda) {
+    for (auto& [name, ms] : c.cuda->profile(batch, rounds)) {
+      if (!out.empty() && out.back().name == name) out.back().ms += ms;  // several launches of one node
+      else out.push_back({name, ms});
+    }
+    return out;
+  }
+#endif
+  const ShapedPlan& plan = c.plans.at(batch);
+  std::vector<double> ms;
+  for (int r = 0; r < rounds; ++r)
+    c.engine->impl().cpu->run_profiled(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), &ms);
+  for (size_t i = 0; i < plan.graph.nodes.size(); ++i) out.push_back({plan.graph.nodes[i].name, ms[i] / rounds});
+  return out;
+}
+
 size_t kernels_per_call(ExecutionContext& ctx) {
 #ifdef KILN_HAVE_CUDA
   if (ctx.impl().cuda) return ctx.impl().cuda->graph_nodes(ctx.impl().last_batch);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "bundle/bundle.hpp"
@@ -158,6 +159,20 @@ TEST_F(Cli, CudaBundleWithoutGpuFailsClearlyOrFallsBackOnRequest) {
   r = kiln("classify " + cuda_bundle.string() + " --backend cpu --json --image " + img);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out.substr(r.out.find('[')))[0]["top_k"][0]["label"], "7");
+}
+
+TEST_F(Cli, BenchJsonWithProfile) {
+  Result r = kiln("bench " + bundle().string() + " --iterations 10 --warmup 1 --profile 2 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const auto& res = j["results"][0];
+  EXPECT_GT(res["engine_ms"]["median"].get<double>(), 0.0);
+  EXPECT_LE(res["engine_ms"]["p10"].get<double>(), res["engine_ms"]["p90"].get<double>());
+  EXPECT_EQ(res["kernels_per_call"].get<size_t>(), res["profile"]["layers"].size());
+  std::set<std::string> groups;
+  for (const auto& g : res["profile"]["groups"]) groups.insert(g["group"].get<std::string>());
+  for (const char* g : {"conv1", "layer1", "layer4", "fc"}) EXPECT_TRUE(groups.count(g)) << g;
+  EXPECT_FALSE(res["task_ms"].is_null());
 }
 
 TEST_F(Cli, InspectJson) {

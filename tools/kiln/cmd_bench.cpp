@@ -40,6 +40,51 @@ struct Candidate {
   std::vector<double> engine_ms, task_ms;
 };
 
+// Group key of a node name: its first component ("layer2.1.conv2" -> "layer2"),
+// plus the stage index when the first component is a bare container name
+// ("blocks.3.1.conv_dw" -> "blocks.3").
+std::string group_of(const std::string& name) {
+  auto dot = name.find('.');
+  std::string head = name.substr(0, dot);
+  bool has_digit = std::any_of(head.begin(), head.end(), ::isdigit);
+  if (dot == std::string::npos || has_digit) return head;
+  auto dot2 = name.find('.', dot + 1);
+  std::string second = name.substr(dot + 1, dot2 == std::string::npos ? std::string::npos : dot2 - dot - 1);
+  bool numeric = !second.empty() && std::all_of(second.begin(), second.end(), ::isdigit);
+  return numeric ? head + "." + second : head;
+}
+
+nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
+  auto layers = profile_layers(ctx, inputs, rounds);
+  nlohmann::json lj = nlohmann::json::array();
+  std::vector<std::pair<std::string, double>> groups;
+  double total = 0;
+  for (const auto& l : layers) {
+    lj.push_back({{"name", l.name}, {"ms", l.ms}});
+    std::string g = group_of(l.name);
+    if (groups.empty() || groups.back().first != g) groups.push_back({g, 0.0});
+    groups.back().second += l.ms;
+    total += l.ms;
+  }
+  nlohmann::json gj = nlohmann::json::array();
+  for (const auto& [g, ms] : groups) gj.push_back({{"group", g}, {"ms", ms}});
+  return {{"rounds", rounds}, {"total_ms", total}, {"groups", gj}, {"layers", lj}};
+}
+
+void print_profile(const nlohmann::json& p) {
+  std::cout << "  per-layer profile (" << p["rounds"].get<int>() << " rounds, layers run one by one: total "
+            << p["total_ms"].get<double>() << " ms)\n";
+  for (const auto& g : p["groups"])
+    std::cout << "    " << std::left << std::setw(24) << g["group"].get<std::string>() << std::right << std::setw(10)
+              << g["ms"].get<double>() << " ms\n";
+  std::vector<nlohmann::json> top(p["layers"].begin(), p["layers"].end());
+  std::sort(top.begin(), top.end(), [](const nlohmann::json& a, const nlohmann::json& b) { return a["ms"].get<double>() > b["ms"].get<double>(); });
+  std::cout << "    slowest layers:\n";
+  for (size_t i = 0; i < std::min<size_t>(10, top.size()); ++i)
+    std::cout << "      " << std::left << std::setw(32) << top[i]["name"].get<std::string>() << std::right << std::setw(10)
+              << top[i]["ms"].get<double>() << " ms\n";
+}
+
 }  // namespace
 
 void add_bench(CLI::App& app) {
@@ -48,6 +93,7 @@ void add_bench(CLI::App& app) {
     std::string backend;
     int batch = 1, iterations = 200, warmup = 20;
     bool json = false, task = true;
+    int profile = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("bench", "Time bundles side by side (engine time and task time)");
@@ -58,6 +104,8 @@ void add_bench(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "Untimed rounds first")->check(CLI::Range(0, 100000));
   sub->add_flag("!--no-task", o->task, "Skip the task-time measurement");
   sub->add_flag("--json", o->json, "JSON output");
+  sub->add_option("--profile", o->profile, "Also time every layer on its own over N rounds, grouped by name prefix")
+      ->check(CLI::Range(0, 100000));
   sub->callback([o] {
     std::vector<Candidate> cands;
     std::mt19937 rng(0);
@@ -107,6 +155,7 @@ void add_bench(CLI::App& app) {
                          {"task_ms", task},
                          {"kernels_per_call", kernels_per_call(*c.ctx)},
                          {"stable", stable(c.engine_ms)}});
+      if (o->profile > 0) results.back()["profile"] = profile_json(*c.ctx, c.inputs, o->profile);
     }
     if (o->json) {
       std::cout << nlohmann::json{{"device", cands[0].engine->backend() == "cpu" ? "cpu" : "gpu"}, {"iterations", o->iterations},
@@ -124,6 +173,7 @@ void add_bench(CLI::App& app) {
       if (!r["task_ms"].is_null())
         std::cout << "; task p50 " << r["task_ms"]["p50"].get<double>() << " ms, p95 " << r["task_ms"]["p95"].get<double>();
       std::cout << (r["stable"].get<bool>() ? "" : "  [unstable]") << "\n";
+      if (r.contains("profile")) print_profile(r["profile"]);
     }
   });
 }

@@ -29,26 +29,21 @@ from PIL import Image
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-# (name, input_size (h, w), crop_pct, interpolation, mean, std, crop_mode)
+
+def _config(size, crop_pct, interpolation, crop_mode="center", mean=IMAGENET_MEAN, std=IMAGENET_STD) -> dict:
+    return dict(size=size, crop_pct=crop_pct, interpolation=interpolation, mean=mean, std=std, crop_mode=crop_mode)
+
+
+# name -> input_size (h, w), crop_pct, interpolation, mean, std, crop_mode
 CONFIGS = {
-    # like resnet50.a1_in1k
-    "bicubic095_224": dict(size=(224, 224), crop_pct=0.95, interpolation="bicubic",
-                           mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_mode="center"),
-    # torchvision-style resnet eval
-    "bilinear0875_224": dict(size=(224, 224), crop_pct=0.875, interpolation="bilinear",
-                             mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_mode="center"),
-    # full-image crop at a larger resolution
-    "bicubic100_288": dict(size=(288, 288), crop_pct=1.0, interpolation="bicubic",
-                           mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_mode="center"),
+    "bicubic095_224": _config((224, 224), 0.95, "bicubic"),  # like resnet50.a1_in1k
+    "bilinear0875_224": _config((224, 224), 0.875, "bilinear"),  # torchvision-style resnet eval
+    "bicubic100_288": _config((288, 288), 1.0, "bicubic"),  # full-image crop at a larger resolution
     # non-square target: timm resizes with ResizeKeepRatio (bilinear)
-    "bicubic0875_96x128": dict(size=(96, 128), crop_pct=0.875, interpolation="bicubic",
-                               mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), crop_mode="center"),
-    "squash_bicubic09_112": dict(size=(112, 112), crop_pct=0.9, interpolation="bicubic",
-                                 mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_mode="squash"),
-    "border_bilinear1_112": dict(size=(112, 112), crop_pct=1.0, interpolation="bilinear",
-                                 mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_mode="border"),
-    "nearest0875_64": dict(size=(64, 64), crop_pct=0.875, interpolation="nearest",
-                           mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_mode="center"),
+    "bicubic0875_96x128": _config((96, 128), 0.875, "bicubic", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+    "squash_bicubic09_112": _config((112, 112), 0.9, "bicubic", crop_mode="squash"),
+    "border_bilinear1_112": _config((112, 112), 1.0, "bilinear", crop_mode="border"),
+    "nearest0875_64": _config((64, 64), 0.875, "nearest"),
 }
 
 PIL_FILTERS = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}

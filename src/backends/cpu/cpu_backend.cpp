@@ -1,5 +1,6 @@
 #include "backends/cpu/cpu_backend.hpp"
 
+#include <chrono>
 #include <cstring>
 
 #include "backends/cpu/kernels.hpp"
@@ -123,11 +124,29 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
   round_storage(out_v.dtype, out, count);
 }
 
-void CpuProgram::run(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool) const {
+namespace {
+std::vector<float*> value_pointers(const Graph& g, const MemoryPlan& plan, float* arena) {
   std::vector<float*> ptr(g.values.size(), nullptr);
   for (size_t v = 0; v < g.values.size(); ++v)
     if (plan.offsets[v] >= 0) ptr[v] = reinterpret_cast<float*>(reinterpret_cast<char*>(arena) + plan.offsets[v]);
+  return ptr;
+}
+}  // namespace
+
+void CpuProgram::run(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool) const {
+  const auto ptr = value_pointers(g, plan, arena);
   for (const Node& n : g.nodes) run_node(g, n, ptr, pool);
+}
+
+void CpuProgram::run_profiled(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool,
+                              std::vector<double>* node_ms) const {
+  const auto ptr = value_pointers(g, plan, arena);
+  node_ms->resize(g.nodes.size(), 0.0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_node(g, g.nodes[i], ptr, pool);
+    (*node_ms)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
 }
 
 }  // namespace kiln::cpu

@@ -21,6 +21,9 @@ class CpuProgram {
   // `shaped` is the engine graph with shapes inferred for the batch at hand
   // (same value ids). Activations live in `arena` at plan.offsets.
   void run(const Graph& shaped, const MemoryPlan& plan, float* arena, ThreadPool& pool) const;
+  // Like run, adding each node's wall time (ms) to (*node_ms)[node index].
+  void run_profiled(const Graph& shaped, const MemoryPlan& plan, float* arena, ThreadPool& pool,
+                    std::vector<double>* node_ms) const;
   // Runs one node (used by per-layer comparisons and the pass tests).
   void run_node(const Graph& shaped, const Node& n, const std::vector<float*>& value_ptrs, ThreadPool& pool) const;
   const float* constant(int value_id) const { return constants_[value_id]; }

@@ -126,6 +126,32 @@ double CudaContext::timed_replay_ms(int64_t batch) {
   return ms;
 }
 
+std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, int rounds) {
+  Impl& m = *impl_;
+  BatchState& st = m.state(batch);
+  const auto& p = *st.prog;
+  const Exec x = m.exec_for(st);
+  const size_t ns = p.steps.size();
+  std::vector<Event> marks(ns + 1);
+  std::vector<double> ms(ns, 0.0);
+  for (int r = 0; r < rounds; ++r) {
+    KILN_CUDA_CHECK(cudaEventRecord(marks[0].e, m.stream.s));
+    for (size_t i = 0; i < ns; ++i) {
+      p.steps[i](x);
+      KILN_CUDA_CHECK(cudaEventRecord(marks[i + 1].e, m.stream.s));
+    }
+    KILN_CUDA_CHECK(cudaEventSynchronize(marks[ns].e));
+    for (size_t i = 0; i < ns; ++i) {
+      float t = 0;
+      KILN_CUDA_CHECK(cudaEventElapsedTime(&t, marks[i].e, marks[i + 1].e));
+      ms[i] += t / rounds;
+    }
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < ns; ++i) out.push_back({p.step_names.at(i), ms[i]});
+  return out;
+}
+
 size_t CudaContext::graph_nodes(int64_t batch) { return impl_->state(batch).nodes; }
 
 MemoryReport CudaContext::memory(int64_t batch) {

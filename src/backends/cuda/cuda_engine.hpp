@@ -71,6 +71,9 @@ class CudaContext {
   // One CUDA-graph replay between two events (inputs already on the device).
   double timed_replay_ms(int64_t batch);
   size_t graph_nodes(int64_t batch);
+  // Per-step GPU time (ms, mean over `rounds` eager runs, events between
+  // steps), labelled with node names. Eager launches: the sum exceeds a graph replay.
+  std::vector<std::pair<std::string, double>> profile(int64_t batch, int rounds);
   MemoryReport memory(int64_t batch);
 
   struct Impl;

@@ -84,6 +84,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     p->steps.push_back([k, target, dt, s, ptr](const Exec& x) {
       nchw_f32_to_nhwc(x.staging_in[k], ptr(x, target), dt, as_int(s[0]), as_int(s[1]), as_int(s[2]), as_int(s[3]), x.stream);
     });
+    p->step_names.push_back(g.values[v].name + ".to_nhwc");
   }
 
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
@@ -95,6 +96,11 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     const Shape xs = g.values[n.inputs[0]].shape;
     const int64_t count = shape_numel(ov.shape);
     const int in0 = n.inputs[0];
+    struct NameSteps {  // every step a node adds is labelled with the node's name
+      Program* p;
+      const std::string& name;
+      ~NameSteps() { p->step_names.resize(p->steps.size(), name); }
+    } name_steps{p.get(), n.name};
     switch (n.op) {
       case Op::Conv2d: {
         const Shape ws = g.values[n.inputs[1]].shape;

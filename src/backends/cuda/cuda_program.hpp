@@ -29,6 +29,7 @@ struct CudaEngine::Program {
   Graph shaped;
   MemoryPlan memory;
   std::vector<std::function<void(const Exec&)>> steps;  // one or more launches per node
+  std::vector<std::string> step_names;                  // node name of each step (for profiles)
   std::vector<std::unique_ptr<ConvOp>> convs;
   std::vector<std::unique_ptr<LinearOp>> linears;
   size_t workspace_bytes = 0;
