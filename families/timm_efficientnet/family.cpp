@@ -8,12 +8,10 @@
 // pattern every timm EfficientNet arch def shares (README: "Strides").
 #include <regex>
 
-#include "checkpoint/hf_config.hpp"
-#include "checkpoint/layer_builder.hpp"
+#include "checkpoint/timm_common.hpp"
 #include "core/error.hpp"
 #include "families/family.hpp"
 #include "src/effnet_blocks.hpp"
-#include "tasks/runtime_config.hpp"
 
 namespace kiln {
 
@@ -86,11 +84,7 @@ class TimmEfficientnet : public Family {
     LayerBuilder b(*s.checkpoint, name());
     effnet::Builder eb(b, style);
 
-    const Shape& stem_w = b.shape_of("conv_stem.weight");
-    if (stem_w.size() != 4 || stem_w[1] != cfg.in_chans)
-      fail_input("timm_efficientnet: stem conv weight ", shape_str(stem_w), " does not take ", cfg.in_chans,
-                 " input channels (pretrained_cfg.input_size)");
-    int x = b.graph().add_input("pixel_values", DType::F32, {req.batch, cfg.in_chans, cfg.input_h, cfg.input_w});
+    int x = add_timm_input(b, cfg, req.batch, "conv_stem.weight", name());
     x = eb.conv_bn("conv_stem", "bn1", x, kStemStride, style.act);
 
     const effnet::BlockTensors blocks = effnet::group_block_tensors(s.checkpoint->names());
@@ -106,29 +100,7 @@ class TimmEfficientnet : public Family {
       }
 
     if (b.has("conv_head.weight")) x = eb.conv_bn("conv_head", "bn2", x, 1, style.act);
-    x = b.graph().add_node(Op::GlobalAvgPool, "global_pool", {x});
-    x = b.graph().add_node(Op::Flatten, "global_pool.flatten", {x});
-    x = b.linear("classifier", x);
-    b.graph().values[x].name = "logits";
-    b.graph().mark_output(x);
-    // Anything left (a block outside the stage/block numbering, a head part
-    // this family does not know) is named here.
-    b.check_all_used("num_batches_tracked");
-
-    const int64_t classes = b.graph().values[x].shape[1];
-    if (cfg.num_classes != classes)
-      fail_input(cpath, ": num_classes is ", cfg.num_classes, " but tensor 'classifier.weight' has ", classes, " rows");
-    ClassificationRuntime rt;
-    rt.num_classes = static_cast<int>(classes);
-    rt.preprocess.height = cfg.input_h;
-    rt.preprocess.width = cfg.input_w;
-    rt.preprocess.crop_pct = cfg.crop_pct;
-    rt.preprocess.crop_mode = cfg.crop_mode;
-    rt.preprocess.interpolation = cfg.interpolation;
-    rt.preprocess.mean = cfg.mean;
-    rt.preprocess.std = cfg.std;
-    FamilyBuild out{b.take_graph(), "classification", to_json(rt), cfg.label_names};
-    return out;
+    return finish_timm_classifier(b, x, "classifier", cfg, cpath);
   }
 };
 

@@ -6,11 +6,9 @@
 // of architectures: width = convs.0 output channels, scale = conv1 output
 // channels / width, groups = width / convs.0 input channels, "first" block =
 // stride 2 or a downsample present (timm's Bottle2neck.is_first).
-#include "checkpoint/hf_config.hpp"
-#include "checkpoint/layer_builder.hpp"
+#include "checkpoint/timm_common.hpp"
 #include "core/error.hpp"
 #include "families/family.hpp"
-#include "tasks/runtime_config.hpp"
 
 namespace kiln {
 
@@ -20,44 +18,6 @@ constexpr double kBnEps = 1e-5;  // timm's ResNet uses nn.BatchNorm2d defaults
 constexpr const char* kFamily = "timm_res2net";
 
 std::string block_prefix(int stage, int block) { return cat("layer", stage, ".", block); }
-
-// The stem and the shortcut are timm's ResNet ones (same code as timm_resnet;
-// families never include each other, and these are too family-specific for src/).
-int stem(LayerBuilder& b, int x) {
-  if (b.has("conv1.0.weight")) {
-    // Deep stem (Res2Net-D): three 3x3 convs, the first with stride 2.
-    x = b.act("conv1.2", b.batch_norm("conv1.1", b.conv("conv1.0", x, {2}), kBnEps), Activation::Relu);
-    x = b.act("conv1.5", b.batch_norm("conv1.4", b.conv("conv1.3", x), kBnEps), Activation::Relu);
-    x = b.conv("conv1.6", x);
-  } else {
-    x = b.conv("conv1", x, {2});
-  }
-  x = b.act("act1", b.batch_norm("bn1", x, kBnEps), Activation::Relu);
-  return b.graph().add_node(Op::MaxPool2d, "maxpool", {x},
-                            {{"kernel", std::vector<int64_t>{3, 3}},
-                             {"strides", std::vector<int64_t>{2, 2}},
-                             {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
-}
-
-bool has_downsample(const LayerBuilder& b, const std::string& p) {
-  return b.has(p + ".downsample.0.weight") || b.has(p + ".downsample.1.weight");
-}
-
-int shortcut(LayerBuilder& b, const std::string& p, int x, int stride) {
-  const std::string d = p + ".downsample";
-  if (!has_downsample(b, p)) return x;
-  if (b.has(d + ".1.weight") && b.shape_of(d + ".1.weight").size() == 4) {
-    // Average-pool shortcut (ResNet-D): AvgPool(2, stride, ceil, no pad count) then 1x1 conv.
-    if (stride > 1)
-      x = b.graph().add_node(Op::AvgPool2d, d + ".0", {x},
-                             {{"kernel", std::vector<int64_t>{2, 2}},
-                              {"strides", std::vector<int64_t>{stride, stride}},
-                              {"ceil_mode", int64_t{1}},
-                              {"count_include_pad", int64_t{0}}});
-    return b.batch_norm(d + ".2", b.conv(d + ".1", x), kBnEps);
-  }
-  return b.batch_norm(d + ".1", b.conv(d + ".0", x, {stride}), kBnEps);
-}
 
 int slice_channels(LayerBuilder& b, const std::string& name, int x, int64_t start, int64_t end) {
   return b.graph().add_node(Op::Slice, name, {x}, {{"axis", int64_t{1}}, {"start", start}, {"end", end}});
@@ -71,8 +31,8 @@ int slice_channels(LayerBuilder& b, const std::string& name, int x, int64_t star
 //                                                                   count_include_pad=True, floor)
 //   out = relu(bn3(conv3(cat(spo))) + shortcut(x))
 int block(LayerBuilder& b, const std::string& p, int x, int stride) {
-  const bool is_first = stride > 1 || has_downsample(b, p);
-  const int skip = shortcut(b, p, x, stride);
+  const bool is_first = stride > 1 || resnet_has_downsample(b, p);
+  const int skip = resnet_shortcut(b, p, x, stride, kBnEps);
 
   const Shape& c1 = b.shape_of(p + ".conv1.weight");
   const Shape& c0 = b.shape_of(p + ".convs.0.weight");
@@ -149,36 +109,12 @@ class TimmRes2net : public Family {
         cfg.raw["model_args"]["output_stride"] != 32)
       fail_input(s.config_path.string(), ": model_args.output_stride other than 32 (dilated Res2Net) is not supported");
     LayerBuilder b(*s.checkpoint, name());
-    const Shape& stem_w = b.shape_of(b.has("conv1.0.weight") ? "conv1.0.weight" : "conv1.weight");
-    if (stem_w.size() != 4 || stem_w[1] != cfg.in_chans)
-      fail_input(kFamily, ": stem conv weight ", shape_str(stem_w), " does not take ", cfg.in_chans,
-                 " input channels (pretrained_cfg.input_size)");
-    int x = b.graph().add_input("pixel_values", DType::F32, {req.batch, cfg.in_chans, cfg.input_h, cfg.input_w});
-    x = stem(b, x);
+    int x = add_timm_input(b, cfg, req.batch, b.has("conv1.0.weight") ? "conv1.0.weight" : "conv1.weight", kFamily);
+    x = resnet_stem(b, x, kBnEps);
     for (int stage = 1; b.has(block_prefix(stage, 0) + ".conv1.weight"); ++stage)
       for (int i = 0; b.has(block_prefix(stage, i) + ".conv1.weight"); ++i)
         x = block(b, block_prefix(stage, i), x, (stage > 1 && i == 0) ? 2 : 1);
-    x = b.graph().add_node(Op::GlobalAvgPool, "global_pool", {x});
-    x = b.graph().add_node(Op::Flatten, "global_pool.flatten", {x});
-    x = b.linear("fc", x);
-    b.graph().values[x].name = "logits";
-    b.graph().mark_output(x);
-    b.check_all_used("num_batches_tracked");
-
-    const int64_t classes = b.graph().values[x].shape[1];
-    if (cfg.num_classes != classes)
-      fail_input(s.config_path.string(), ": num_classes is ", cfg.num_classes, " but tensor 'fc.weight' has ", classes,
-                 " rows");
-    ClassificationRuntime rt;
-    rt.num_classes = static_cast<int>(classes);
-    rt.preprocess.height = cfg.input_h;
-    rt.preprocess.width = cfg.input_w;
-    rt.preprocess.crop_pct = cfg.crop_pct;
-    rt.preprocess.crop_mode = cfg.crop_mode;
-    rt.preprocess.interpolation = cfg.interpolation;
-    rt.preprocess.mean = cfg.mean;
-    rt.preprocess.std = cfg.std;
-    return FamilyBuild{b.take_graph(), "classification", to_json(rt), cfg.label_names};
+    return finish_timm_classifier(b, x, "fc", cfg, s.config_path.string());
   }
 };
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../../tests/unit/graph_test_util.hpp"
+#include "../../../tests/unit/family_test_util.hpp"
 #include "bundle/builder.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
@@ -24,59 +25,32 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "efficientnet";
+using testing::build_and_run;
+using testing::build_error;
+using testing::copy_fixture;
+using testing::edit_header;
+using testing::fixture_cases;
+using testing::rename_tensor;
+using testing::temp_dir;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("kiln_test_effnet_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
-std::vector<std::string> fixture_cases() {
-  std::ifstream f(kFixtures / "manifest.json");
-  auto j = nlohmann::json::parse(f);
-  std::vector<std::string> names;
-  for (const auto& c : j["cases"]) names.push_back(c["name"].get<std::string>());
-  return names;
-}
 
-struct RunResult {
-  std::vector<float> got, want;
-};
 
-RunResult build_and_run(const std::string& name, DType precision) {
-  fs::path dir = temp_dir(name);
-  BuildOptions o;
-  o.model = (kFixtures / name).string();
-  o.precision = precision;
-  o.verify = true;
-  build_bundle(o, dir / "m.bundle");
-  auto engine = Engine::load((dir / "m.bundle").string());
-  HostTensor x = read_npy(kFixtures / name / "input.npy");
-  HostTensor want = read_npy(kFixtures / name / "logits.npy");
-  auto ctx = engine->create_context();
-  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
-  EXPECT_EQ(out.at(0).name, "logits");
-  EXPECT_EQ(out.at(0).shape, want.shape);
-  RunResult r{out.at(0).data, want.to_f32()};
-  fs::remove_all(dir);
-  return r;
-}
 
 class EfficientnetFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EfficientnetFixture, Fp32MatchesPyTorch) {
-  RunResult r = build_and_run(GetParam(), DType::F32);
+  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F32);
   const float tol = 1e-4f * testing::max_abs(r.want);  // max|diff| <= 1e-4 * max|logit|
   EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
 }
 
 TEST_P(EfficientnetFixture, Fp16WithinCosine) {
-  RunResult r = build_and_run(GetParam(), DType::F16);
+  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F16);
   EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, EfficientnetFixture, ::testing::ValuesIn(fixture_cases()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, EfficientnetFixture, ::testing::ValuesIn(fixture_cases(kFixtures)),
                          [](const auto& info) { return info.param; });
 
 // A fixture's config and checkpoint, as `kiln build` sees them.
@@ -101,7 +75,7 @@ const Family& efficientnet_family() {
 }
 
 TEST(TimmEfficientnetDescribe, ClaimsEveryFixtureAndNothingElse) {
-  for (const auto& name : fixture_cases()) {
+  for (const auto& name : fixture_cases(kFixtures)) {
     auto l = load(kFixtures / name);
     EXPECT_EQ(family_registry().select(l->source).name(), "timm_efficientnet") << name;
   }
@@ -156,54 +130,12 @@ TEST(TimmEfficientnetPasses, TfSamePaddingIsAsymmetric) {
     if (n.name == "bn1") EXPECT_DOUBLE_EQ(n.attr_float("eps", 0), 1e-3);
 }
 
-fs::path copy_fixture(const std::string& name, const std::string& tag) {
-  fs::path dst = temp_dir(tag);
-  fs::copy(kFixtures / name, dst, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-  return dst;
-}
 
-std::string build_error(const fs::path& model_dir) {
-  BuildOptions o;
-  o.model = model_dir.string();
-  fs::path out = model_dir / "out.bundle";
-  try {
-    build_bundle(o, out);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
-    return e.what();
-  }
-  ADD_FAILURE() << "build succeeded";
-  return "";
-}
 
-// Rewrites the JSON header of model.safetensors in place (data region unchanged).
-void edit_header(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
-  auto bytes = read_file_bytes(dir / "model.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
-  edit(header);
-  std::string h = header.dump();
-  std::vector<uint8_t> out(8);
-  uint64_t hn = h.size();
-  std::memcpy(out.data(), &hn, 8);
-  out.insert(out.end(), h.begin(), h.end());
-  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
-  std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
-}
 
-// Renames one tensor.
-void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
-  edit_header(dir, [&](nlohmann::json& header) {
-    ASSERT_TRUE(header.contains(from));
-    header[to] = header[from];
-    header.erase(from);
-  });
-}
 
 TEST(TimmEfficientnetErrors, UnexpectedBlockTensorIsNamed) {
-  fs::path d = copy_fixture("b0_narrow", "unexpected");
+  fs::path d = copy_fixture(kFixtures, "b0_narrow", "unexpected");
   // A MixNet-style split depthwise conv: a name the parser does not know inside blocks.S.B.
   rename_tensor(d, "blocks.3.1.conv_dw.weight", "blocks.3.1.conv_dw.0.weight");
   std::string msg = build_error(d);
@@ -212,7 +144,7 @@ TEST(TimmEfficientnetErrors, UnexpectedBlockTensorIsNamed) {
 }
 
 TEST(TimmEfficientnetErrors, UnknownBlockKindIsNamed) {
-  fs::path d = copy_fixture("tf_v2_s_odd", "kind");
+  fs::path d = copy_fixture(kFixtures, "tf_v2_s_odd", "kind");
   rename_tensor(d, "blocks.0.0.conv.weight", "blocks.0.0.conv_mix.weight");
   std::string msg = build_error(d);
   EXPECT_NE(msg.find("blocks.0.0"), std::string::npos) << msg;
@@ -220,7 +152,7 @@ TEST(TimmEfficientnetErrors, UnknownBlockKindIsNamed) {
 }
 
 TEST(TimmEfficientnetErrors, StrayBlockIsNamed) {
-  fs::path d = copy_fixture("lite0_narrow", "stray");
+  fs::path d = copy_fixture(kFixtures, "lite0_narrow", "stray");
   // blocks.6.0 renamed to blocks.6.3: outside the block numbering, so never consumed.
   rename_tensor(d, "blocks.6.0.bn3.bias", "blocks.6.3.bn3.bias");
   std::string msg = build_error(d);

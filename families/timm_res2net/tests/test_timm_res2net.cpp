@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../../tests/unit/graph_test_util.hpp"
+#include "../../../tests/unit/family_test_util.hpp"
 #include "bundle/builder.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"
@@ -24,60 +25,32 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "res2net";
+using testing::build_and_run;
+using testing::build_error;
+using testing::copy_fixture;
+using testing::edit_header;
+using testing::fixture_cases;
+using testing::rename_tensor;
+using testing::temp_dir;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("kiln_test_r2n_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
-std::vector<std::string> fixture_cases() {
-  std::ifstream f(kFixtures / "manifest.json");
-  auto j = nlohmann::json::parse(f);
-  std::vector<std::string> names;
-  for (const auto& c : j["cases"]) names.push_back(c["name"].get<std::string>());
-  return names;
-}
 
-struct RunResult {
-  std::vector<float> got, want;
-};
 
-RunResult build_and_run(const std::string& name, DType precision) {
-  fs::path dir = temp_dir(name);
-  BuildOptions o;
-  o.model = (kFixtures / name).string();
-  o.precision = precision;
-  o.verify = true;
-  BuildSummary summary = build_bundle(o, dir / "m.bundle");
-  EXPECT_EQ(summary.family, "timm_res2net");
-  auto engine = Engine::load((dir / "m.bundle").string());
-  HostTensor x = read_npy(kFixtures / name / "input.npy");
-  HostTensor want = read_npy(kFixtures / name / "logits.npy");
-  auto ctx = engine->create_context();
-  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
-  EXPECT_EQ(out.at(0).name, "logits");
-  EXPECT_EQ(out.at(0).shape, want.shape);
-  RunResult r{out.at(0).data, want.to_f32()};
-  fs::remove_all(dir);
-  return r;
-}
 
 class Res2netFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Res2netFixture, Fp32MatchesPyTorch) {
-  RunResult r = build_and_run(GetParam(), DType::F32);
+  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F32);
   const float tol = 1e-4f * testing::max_abs(r.want);  // max|diff| <= 1e-4 * max|logit|, as for timm_resnet
   EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
 }
 
 TEST_P(Res2netFixture, Fp16WithinCosine) {
-  RunResult r = build_and_run(GetParam(), DType::F16);
+  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F16);
   EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();  // fp16 storage: cosine >= 0.999
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Res2netFixture, ::testing::ValuesIn(fixture_cases()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Res2netFixture, ::testing::ValuesIn(fixture_cases(kFixtures)),
                          [](const auto& info) { return info.param; });
 
 // ---------------------------------------------------------------- structure after passes
@@ -152,48 +125,12 @@ TEST(TimmRes2netStructure, NodeNamesFollowCheckpoint) {
 
 // ---------------------------------------------------------------- errors
 
-fs::path copy_fixture(const std::string& name, const std::string& tag) {
-  fs::path dst = temp_dir(tag);
-  fs::copy(kFixtures / name, dst, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-  return dst;
-}
 
-std::string build_error(const fs::path& model_dir) {
-  BuildOptions o;
-  o.model = model_dir.string();
-  fs::path out = model_dir / "out.bundle";
-  try {
-    build_bundle(o, out);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
-    return e.what();
-  }
-  ADD_FAILURE() << "build succeeded";
-  return "";
-}
 
-// Rewrites model.safetensors with one tensor's header entry renamed (dropped when to == "").
-void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
-  auto bytes = read_file_bytes(dir / "model.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
-  ASSERT_TRUE(header.contains(from)) << from;
-  if (!to.empty()) header[to] = header[from];
-  header.erase(from);
-  std::string h = header.dump();
-  std::vector<uint8_t> out(8);
-  uint64_t hn = h.size();
-  std::memcpy(out.data(), &hn, 8);
-  out.insert(out.end(), h.begin(), h.end());
-  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
-  std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
-}
 
 // The last 3x3 of a block can only be missed by counting chunks (conv1 channels / width).
 TEST(TimmRes2netErrors, MissingLastConvIsNamed) {
-  fs::path d = copy_fixture("s6_26w_odd", "missing_last");
+  fs::path d = copy_fixture(kFixtures, "s6_26w_odd", "missing_last");
   rename_tensor(d, "layer2.0.convs.4.weight", "");
   std::string msg = build_error(d);
   EXPECT_NE(msg.find("layer2.0.convs.4.weight"), std::string::npos) << msg;
@@ -201,7 +138,7 @@ TEST(TimmRes2netErrors, MissingLastConvIsNamed) {
 }
 
 TEST(TimmRes2netErrors, MissingMiddleConvIsNamed) {
-  fs::path d = copy_fixture("res2next", "missing_mid");
+  fs::path d = copy_fixture(kFixtures, "res2next", "missing_mid");
   rename_tensor(d, "layer3.0.convs.1.weight", "");
   std::string msg = build_error(d);
   EXPECT_NE(msg.find("layer3.0.convs.1.weight"), std::string::npos) << msg;
@@ -209,7 +146,7 @@ TEST(TimmRes2netErrors, MissingMiddleConvIsNamed) {
 }
 
 TEST(TimmRes2netErrors, UnexpectedTensorIsNamed) {
-  fs::path d = copy_fixture("s4_26w", "unexpected");
+  fs::path d = copy_fixture(kFixtures, "s4_26w", "unexpected");
   rename_tensor(d, "fc.bias", "layer4.0.se.fc1.bias");
   std::string msg = build_error(d);
   EXPECT_TRUE(msg.find("fc.bias") != std::string::npos || msg.find("layer4.0.se.fc1.bias") != std::string::npos) << msg;

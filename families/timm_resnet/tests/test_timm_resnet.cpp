@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../../tests/unit/graph_test_util.hpp"
+#include "../../../tests/unit/family_test_util.hpp"
 #include "bundle/builder.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
@@ -20,114 +21,41 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "resnet";
+using testing::build_and_run;
+using testing::build_error;
+using testing::copy_fixture;
+using testing::edit_header;
+using testing::fixture_cases;
+using testing::rename_tensor;
+using testing::temp_dir;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("kiln_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
-std::vector<std::string> fixture_cases() {
-  std::ifstream f(kFixtures / "manifest.json");
-  auto j = nlohmann::json::parse(f);
-  std::vector<std::string> names;
-  for (const auto& c : j["cases"]) names.push_back(c["name"].get<std::string>());
-  return names;
-}
 
-struct RunResult {
-  std::vector<float> got, want;
-  MemoryReport memory;
-};
 
-RunResult build_and_run(const std::string& name, DType precision) {
-  fs::path dir = temp_dir(name);
-  BuildOptions o;
-  o.model = (kFixtures / name).string();
-  o.precision = precision;
-  o.verify = true;
-  build_bundle(o, dir / "m.bundle");
-  auto engine = Engine::load((dir / "m.bundle").string());
-  HostTensor x = read_npy(kFixtures / name / "input.npy");
-  HostTensor want = read_npy(kFixtures / name / "logits.npy");
-  auto ctx = engine->create_context();
-  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
-  EXPECT_EQ(out.at(0).name, "logits");
-  EXPECT_EQ(out.at(0).shape, want.shape);
-  RunResult r{out.at(0).data, want.to_f32(), ctx->memory()};
-  fs::remove_all(dir);
-  return r;
-}
 
 class ResnetFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ResnetFixture, Fp32MatchesPyTorch) {
-  RunResult r = build_and_run(GetParam(), DType::F32);
+  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F32);
   const float tol = 1e-4f * testing::max_abs(r.want);  // issue #2: max|diff| <= 1e-4 * max|logit|
   EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
   EXPECT_LT(r.memory.arena_bytes, r.memory.naive_bytes);
 }
 
 TEST_P(ResnetFixture, Fp16WithinCosine) {
-  RunResult r = build_and_run(GetParam(), DType::F16);
+  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F16);
   EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();  // issue #2: fp16 cosine >= 0.999
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ResnetFixture, ::testing::ValuesIn(fixture_cases()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, ResnetFixture, ::testing::ValuesIn(fixture_cases(kFixtures)),
                          [](const auto& info) { return info.param; });
 
-// Copies a fixture and lets the test damage it.
-fs::path copy_fixture(const std::string& name, const std::string& tag) {
-  fs::path dst = temp_dir(tag);
-  fs::copy(kFixtures / name, dst, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-  return dst;
-}
 
-std::string build_error(const fs::path& model_dir) {
-  BuildOptions o;
-  o.model = model_dir.string();
-  fs::path out = model_dir / "out.bundle";
-  try {
-    build_bundle(o, out);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
-    for (const auto& f : fs::directory_iterator(model_dir))
-      EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << "temp file left: " << f.path();
-    return e.what();
-  }
-  ADD_FAILURE() << "build succeeded";
-  return "";
-}
 
-// Rewrites the JSON header of model.safetensors in place (data region unchanged).
-void edit_header(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
-  auto bytes = read_file_bytes(dir / "model.safetensors");
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
-  edit(header);
-  std::string h = header.dump();
-  std::vector<uint8_t> out(8);
-  uint64_t hn = h.size();
-  std::memcpy(out.data(), &hn, 8);
-  out.insert(out.end(), h.begin(), h.end());
-  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
-  std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
-}
 
-// Renames one tensor (or drops it when to == "").
-void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
-  edit_header(dir, [&](nlohmann::json& header) {
-    ASSERT_TRUE(header.contains(from));
-    if (!to.empty()) header[to] = header[from];
-    header.erase(from);
-  });
-}
 
 TEST(TimmResnetErrors, UnexpectedTensorIsNamed) {
-  fs::path d = copy_fixture("bottleneck", "unexpected");
+  fs::path d = copy_fixture(kFixtures, "bottleneck", "unexpected");
   rename_tensor(d, "layer2.1.bn2.bias", "layer2.1.se.fc1.bias");
   // bn2.bias is now missing; the builder reports the first problem it meets.
   std::string msg = build_error(d);
@@ -137,7 +65,7 @@ TEST(TimmResnetErrors, UnexpectedTensorIsNamed) {
 }
 
 TEST(TimmResnetErrors, ExtraTensorIsNamed) {
-  fs::path d = copy_fixture("basic", "extra");
+  fs::path d = copy_fixture(kFixtures, "basic", "extra");
   // Duplicate an entry under a new name: everything else builds, the stray tensor is rejected.
   edit_header(d, [](nlohmann::json& header) { header["layer3.0.attn.scale"] = header["fc.bias"]; });
   std::string msg = build_error(d);
@@ -147,7 +75,7 @@ TEST(TimmResnetErrors, ExtraTensorIsNamed) {
 }
 
 TEST(TimmResnetErrors, MissingTensorIsNamed) {
-  fs::path d = copy_fixture("resnet_d", "missing");
+  fs::path d = copy_fixture(kFixtures, "resnet_d", "missing");
   rename_tensor(d, "layer3.0.downsample.1.weight", "");
   std::string msg = build_error(d);
   EXPECT_NE(msg.find("layer3.0.downsample"), std::string::npos) << msg;
@@ -155,7 +83,7 @@ TEST(TimmResnetErrors, MissingTensorIsNamed) {
 }
 
 TEST(TimmResnetErrors, ConfigMissingKeyIsNamed) {
-  fs::path d = copy_fixture("basic", "config");
+  fs::path d = copy_fixture(kFixtures, "basic", "config");
   auto cfg = nlohmann::json::parse(std::ifstream(d / "config.json"));
   cfg["pretrained_cfg"].erase("mean");
   std::ofstream(d / "config.json") << cfg.dump();
@@ -165,7 +93,7 @@ TEST(TimmResnetErrors, ConfigMissingKeyIsNamed) {
 }
 
 TEST(TimmResnetErrors, UnusableDtypeIsNamed) {
-  fs::path d = copy_fixture("basic", "dtype");
+  fs::path d = copy_fixture(kFixtures, "basic", "dtype");
   // fc.bias (10 floats = 40 bytes) reinterpreted as 5 int64: valid file, wrong dtype for a family.
   edit_header(d, [](nlohmann::json& header) {
     header["fc.bias"]["dtype"] = "I64";

@@ -1,0 +1,118 @@
+// Helpers shared by the family tests (families/*/tests): build a fixture into
+// a bundle and run it, damage copies of fixtures, and check build errors.
+#pragma once
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bundle/builder.hpp"
+#include "core/error.hpp"
+#include "core/file.hpp"
+#include "core/npy.hpp"
+#include "kiln/kiln.hpp"
+
+namespace kiln::testing {
+
+namespace fs = std::filesystem;
+
+inline fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("kiln_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// Case names listed in <root>/manifest.json.
+inline std::vector<std::string> fixture_cases(const fs::path& root) {
+  std::ifstream f(root / "manifest.json");
+  auto j = nlohmann::json::parse(f);
+  std::vector<std::string> names;
+  for (const auto& c : j["cases"]) names.push_back(c["name"].get<std::string>());
+  return names;
+}
+
+struct FixtureRun {
+  std::vector<float> got, want;
+  MemoryReport memory;
+};
+
+// Builds <root>/<name> at `precision` on the CPU backend (IR verifier on) and
+// runs its input.npy; `want` is the PyTorch logits.npy.
+inline FixtureRun build_and_run(const fs::path& root, const std::string& name, DType precision) {
+  fs::path dir = temp_dir(name);
+  BuildOptions o;
+  o.model = (root / name).string();
+  o.precision = precision;
+  o.verify = true;
+  build_bundle(o, dir / "m.bundle");
+  auto engine = Engine::load((dir / "m.bundle").string());
+  HostTensor x = read_npy(root / name / "input.npy");
+  HostTensor want = read_npy(root / name / "logits.npy");
+  auto ctx = engine->create_context();
+  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  EXPECT_EQ(out.at(0).name, "logits");
+  EXPECT_EQ(out.at(0).shape, want.shape);
+  FixtureRun r{out.at(0).data, want.to_f32(), ctx->memory()};
+  fs::remove_all(dir);
+  return r;
+}
+
+// A copy of a fixture that a test may damage.
+inline fs::path copy_fixture(const fs::path& root, const std::string& name, const std::string& tag) {
+  fs::path dst = temp_dir(tag);
+  fs::copy(root / name, dst, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  return dst;
+}
+
+// Builds model_dir expecting an input error; checks nothing is left behind
+// and returns the message.
+inline std::string build_error(const fs::path& model_dir) {
+  BuildOptions o;
+  o.model = model_dir.string();
+  fs::path out = model_dir / "out.bundle";
+  try {
+    build_bundle(o, out);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+    EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
+    for (const auto& f : fs::directory_iterator(model_dir))
+      EXPECT_EQ(f.path().filename().string().find(".tmp"), std::string::npos) << "temp file left: " << f.path();
+    return e.what();
+  }
+  ADD_FAILURE() << "build succeeded";
+  return "";
+}
+
+// Rewrites the JSON header of <dir>/model.safetensors in place (data region unchanged).
+inline void edit_header(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  auto bytes = read_file_bytes(dir / "model.safetensors");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+  edit(header);
+  std::string h = header.dump();
+  std::vector<uint8_t> out(8);
+  uint64_t hn = h.size();
+  std::memcpy(out.data(), &hn, 8);
+  out.insert(out.end(), h.begin(), h.end());
+  out.insert(out.end(), bytes.begin() + 8 + static_cast<long>(n), bytes.end());
+  std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
+}
+
+// Renames one tensor (or drops it when to == "").
+inline void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
+  edit_header(dir, [&](nlohmann::json& header) {
+    ASSERT_TRUE(header.contains(from)) << from;
+    if (!to.empty()) header[to] = header[from];
+    header.erase(from);
+  });
+}
+
+}  // namespace kiln::testing
