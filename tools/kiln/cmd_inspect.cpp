@@ -38,9 +38,22 @@ void add_inspect(CLI::App& app) {
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_flag("--graph", o->graph, "Print the graph in kiln's text IR");
   sub->callback([o] {
-    auto engine = Engine::load(o->bundle, LoadOptions{o->backend, &std::cerr});
+    // Inspecting needs no GPU: a CUDA bundle is opened through the CPU backend
+    // unless --backend cuda asks for the GPU (its memory plan is then the GPU's).
+    auto engine = Engine::load(o->bundle, LoadOptions{o->backend.empty() ? "cpu" : o->backend, &std::cerr});
     const auto& e = engine->impl();
     auto mem = engine->create_context()->memory();
+    // Tactics recorded in the bundle (CUDA builds): node name -> tactic, per GPU section.
+    std::map<std::string, std::string> tactic_of;
+    std::string tactic_gpu;
+    for (const auto& sec : e.bundle.section_names()) {
+      if (sec.rfind("tactics.", 0) != 0) continue;
+      auto t = nlohmann::json::parse(e.bundle.section_text(sec), nullptr, false);
+      if (!t.is_object() || !t.contains("layers") || !t["layers"].is_object()) continue;
+      tactic_gpu = t.value("key", nlohmann::json::object()).value("gpu", sec);
+      for (const auto& [name, v] : t["layers"].items())
+        if (v.is_object() && v.contains("tactic") && v["tactic"].is_string()) tactic_of[name] = v["tactic"].get<std::string>();
+    }
     std::map<std::string, int> ops;
     for (const auto& n : e.graph.nodes) ++ops[op_name(n.op)];
     size_t weight_bytes = 0;
@@ -52,6 +65,7 @@ void add_inspect(CLI::App& app) {
         const Value& out = e.graph.values[n.outputs[0]];
         layers.push_back({{"name", n.name}, {"op", op_name(n.op)}, {"fused", fused(e.graph, n)},
                           {"dtype", dtype_name(out.dtype)}, {"shape", out.shape}});
+        if (tactic_of.count(n.name)) layers.back()["tactic"] = tactic_of[n.name];
       }
       nlohmann::json sections = nlohmann::json::object();
       for (const auto& s : e.bundle.section_names()) sections[s] = e.bundle.section(s).size;
@@ -80,13 +94,15 @@ void add_inspect(CLI::App& app) {
     std::cout << "  weights " << weight_bytes << " bytes; activation arena " << mem.arena_bytes << " bytes (naive sum "
               << mem.naive_bytes << ", " << std::fixed << std::setprecision(1)
               << (mem.arena_bytes ? static_cast<double>(mem.naive_bytes) / mem.arena_bytes : 0.0) << "x less)\n";
+    if (!tactic_gpu.empty()) std::cout << "  tactics selected on " << tactic_gpu << " (last column)\n";
     std::cout << "  " << e.graph.nodes.size() << " layers:";
     for (const auto& [op, n] : ops) std::cout << " " << op << "=" << n;
     std::cout << "\n";
     for (const auto& n : e.graph.nodes) {
       const Value& out = e.graph.values[n.outputs[0]];
       std::cout << "    " << std::left << std::setw(28) << n.name << std::setw(16) << op_name(n.op) << std::setw(22)
-                << fused(e.graph, n) << dtype_name(out.dtype) << shape_str(out.shape) << std::right << "\n";
+                << fused(e.graph, n) << std::setw(26) << (dtype_name(out.dtype) + shape_str(out.shape)) << std::right
+                << (tactic_of.count(n.name) ? "  " + tactic_of[n.name] : "") << "\n";
     }
     if (o->graph) std::cout << print_graph(e.graph);
   });
