@@ -3,9 +3,11 @@
 // below keeps PIL's operation order, because the coefficient values, once
 // quantised to fixed point, decide the 8-bit result.
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/thread_pool.hpp"
 #include "image/image.hpp"
 
 // A fused multiply-add rounds differently from PIL's separate mul + add, which
@@ -102,6 +104,16 @@ inline uint8_t clip8(int32_t acc) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
+// Rows of a pass are independent: spread them over the CPU pool (the
+// arithmetic per pixel is unchanged, so results stay bit-exact). Small
+// images run inline, where threading would cost more than it saves.
+void for_rows(int rows, int64_t work_per_row, const std::function<void(int, int)>& fn) {
+  constexpr int64_t kMinWorkPerChunk = 1 << 16;
+  auto& pool = cpu::default_pool();
+  const int64_t grain = std::max<int64_t>(1, kMinWorkPerChunk / std::max<int64_t>(1, work_per_row));
+  pool.parallel_for(rows, [&](int64_t b, int64_t e) { fn(static_cast<int>(b), static_cast<int>(e)); }, grain);
+}
+
 // Horizontal pass over input rows [row0, row0 + rows).
 ImageU8 resample_horizontal(const ImageU8& in, int out_w, int row0, int rows,
                             const AxisCoeffs& c) {
@@ -109,23 +121,25 @@ ImageU8 resample_horizontal(const ImageU8& in, int out_w, int row0, int rows,
   out.width = out_w;
   out.height = rows;
   out.rgb.resize(static_cast<size_t>(out_w) * rows * 3);
-  for (int yy = 0; yy < rows; ++yy) {
-    const uint8_t* src = &in.rgb[static_cast<size_t>(yy + row0) * in.width * 3];
-    uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * out_w * 3];
-    for (int xx = 0; xx < out_w; ++xx) {
-      const int32_t* k = &c.weights[static_cast<size_t>(xx) * c.ksize];
-      const uint8_t* p = src + static_cast<size_t>(c.first[xx]) * 3;
-      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-      for (int x = 0; x < c.count[xx]; ++x, p += 3) {
-        s0 += p[0] * k[x];
-        s1 += p[1] * k[x];
-        s2 += p[2] * k[x];
+  for_rows(rows, static_cast<int64_t>(out_w) * c.ksize * 3, [&](int y0, int y1) {
+    for (int yy = y0; yy < y1; ++yy) {
+      const uint8_t* src = &in.rgb[static_cast<size_t>(yy + row0) * in.width * 3];
+      uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * out_w * 3];
+      for (int xx = 0; xx < out_w; ++xx) {
+        const int32_t* k = &c.weights[static_cast<size_t>(xx) * c.ksize];
+        const uint8_t* p = src + static_cast<size_t>(c.first[xx]) * 3;
+        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+        for (int x = 0; x < c.count[xx]; ++x, p += 3) {
+          s0 += p[0] * k[x];
+          s1 += p[1] * k[x];
+          s2 += p[2] * k[x];
+        }
+        dst[xx * 3 + 0] = clip8(s0);
+        dst[xx * 3 + 1] = clip8(s1);
+        dst[xx * 3 + 2] = clip8(s2);
       }
-      dst[xx * 3 + 0] = clip8(s0);
-      dst[xx * 3 + 1] = clip8(s1);
-      dst[xx * 3 + 2] = clip8(s2);
     }
-  }
+  });
   return out;
 }
 
@@ -137,17 +151,23 @@ ImageU8 resample_vertical(const ImageU8& in, int out_h, int row_offset, const Ax
   out.height = out_h;
   out.rgb.resize(static_cast<size_t>(in.width) * out_h * 3);
   const size_t stride = static_cast<size_t>(in.width) * 3;
-  for (int yy = 0; yy < out_h; ++yy) {
-    const int32_t* k = &c.weights[static_cast<size_t>(yy) * c.ksize];
-    const uint8_t* base = &in.rgb[static_cast<size_t>(c.first[yy] - row_offset) * stride];
-    uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * stride];
-    for (size_t i = 0; i < stride; ++i) {
-      int32_t s = 1 << (kPrecisionBits - 1);
-      const uint8_t* p = base + i;
-      for (int y = 0; y < c.count[yy]; ++y, p += stride) s += *p * k[y];
-      dst[i] = clip8(s);
+  for_rows(out_h, static_cast<int64_t>(stride) * c.ksize, [&](int y0, int y1) {
+    // Accumulate whole rows (y outer, x inner) so the loop is contiguous and
+    // vectorizes; each pixel still sums its taps in PIL's order.
+    std::vector<int32_t> acc(stride);
+    for (int yy = y0; yy < y1; ++yy) {
+      const int32_t* k = &c.weights[static_cast<size_t>(yy) * c.ksize];
+      const uint8_t* base = &in.rgb[static_cast<size_t>(c.first[yy] - row_offset) * stride];
+      std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+      for (int y = 0; y < c.count[yy]; ++y) {
+        const uint8_t* p = base + static_cast<size_t>(y) * stride;
+        const int32_t w = k[y];
+        for (size_t i = 0; i < stride; ++i) acc[i] += p[i] * w;
+      }
+      uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * stride];
+      for (size_t i = 0; i < stride; ++i) dst[i] = clip8(acc[i]);
     }
-  }
+  });
   return out;
 }
 
