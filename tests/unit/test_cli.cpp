@@ -24,9 +24,9 @@ struct Result {
   std::string out;
 };
 
-Result kiln(const std::string& args) {
+Result kiln(const std::string& args, const std::string& env = "") {
   fs::path log = fs::temp_directory_path() / ("kiln_cli_" + std::to_string(::getpid()) + ".out");
-  std::string cmd = std::string(KILN_BINARY) + " " + args + " > " + log.string() + " 2>&1";
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(KILN_BINARY) + " " + args + " > " + log.string() + " 2>&1";
   int status = std::system(cmd.c_str());
   std::ifstream f(log);
   std::string out((std::istreambuf_iterator<char>(f)), {});
@@ -173,6 +173,31 @@ TEST_F(Cli, BenchJsonWithProfile) {
   for (const auto& g : res["profile"]["groups"]) groups.insert(g["group"].get<std::string>());
   for (const char* g : {"conv1", "layer1", "layer4", "fc"}) EXPECT_TRUE(groups.count(g)) << g;
   EXPECT_FALSE(res["task_ms"].is_null());
+}
+
+TEST_F(Cli, BuildsFromTheHuggingFaceCacheAndRecordsProvenance) {
+  // A local HF cache: hub/models--kiln--digits/{refs/main, snapshots/<sha>/...}.
+  const std::string sha = "0123456789abcdef0123456789abcdef01234567";
+  fs::path home = dir_ / "hf_home";
+  fs::path snap = home / "hub" / "models--kiln--digits" / "snapshots" / sha;
+  fs::create_directories(snap);
+  fs::create_directories(home / "hub" / "models--kiln--digits" / "refs");
+  std::ofstream(home / "hub" / "models--kiln--digits" / "refs" / "main") << sha;
+  fs::copy_file(kDigits / "config.json", snap / "config.json");
+  fs::copy_file(kDigits / "model.safetensors", snap / "model.safetensors");
+  fs::path out = dir_ / "from_cache.bundle";
+  Result r = kiln("build kiln/digits -o " + out.string() + " --json", "HF_HOME=" + home.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = kiln("inspect --json " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto prov = nlohmann::json::parse(r.out)["provenance"];
+  EXPECT_EQ(prov["checkpoint"]["source"], "kiln/digits");
+  EXPECT_EQ(prov["checkpoint"]["revision"], sha);
+  EXPECT_EQ(prov["checkpoint"]["files"]["model.safetensors"], sha256_file_hex(kDigits / "model.safetensors"));
+  // An id that is not in the cache names what was searched.
+  r = kiln("build kiln/absent -o " + (dir_ / "absent.bundle").string(), "HF_HOME=" + home.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("kiln/absent"), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, InspectJson) {
