@@ -208,6 +208,11 @@ TEST(CudaKernels, CopyChannels) {
         const std::string what = tag(dt, std::to_string(c1) + "+" + std::to_string(c2) + " n=" + std::to_string(n));
         expect_close(download(dy->ptr(), ref.size(), dt), round_all(nchw_to_nhwc(ref, n, c, h, w), dt), 0.0,
                      "concat " + what);
+        // The one-launch concat gives the same bytes.
+        const auto dz = alloc(ref.size(), dt);
+        concat_channels_nhwc({da->ptr(), db->ptr()}, {c1, c2}, dz->ptr(), int64_t(n) * hw, dt, nullptr);
+        expect_close(download(dz->ptr(), ref.size(), dt), round_all(nchw_to_nhwc(ref, n, c, h, w), dt), 0.0,
+                     "one-launch concat " + what);
         // Whole rows on both sides take the contiguous-copy path.
         const auto df = alloc(ref.size(), dt);
         copy_channels_nhwc(dy->ptr(), c, 0, df->ptr(), c, 0, c, int64_t(n) * hw, dt, nullptr);

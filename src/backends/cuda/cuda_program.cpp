@@ -256,14 +256,14 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       }
       case Op::Concat: {
         if (n.attr_int("axis") != 1 || xs.size() != 4) fail_input(n.name, ": CUDA concat supports the channel axis of 4-D tensors");
-        const int yc = as_int(ov.shape[1]);
         const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
-        int begin = 0;
-        for (int in : n.inputs) {
-          const int c = as_int(g.values[in].shape[1]);
-          p->steps.push_back([=](const Exec& x) { copy_channels_nhwc(ptr(x, in), c, 0, ptr(x, out), yc, begin, c, rows, dt, x.stream); });
-          begin += c;
-        }
+        std::vector<int> ins = n.inputs, cs;
+        for (int in : ins) cs.push_back(as_int(g.values[in].shape[1]));
+        p->steps.push_back([=](const Exec& x) {
+          std::vector<const void*> srcs;
+          for (int in : ins) srcs.push_back(ptr(x, in));
+          concat_channels_nhwc(srcs, cs, ptr(x, out), rows, dt, x.stream);
+        });
         break;
       }
       case Op::Slice: {

@@ -12,6 +12,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
 #include <cstdint>
 
 #include "core/activation.hpp"
@@ -59,6 +61,14 @@ void avg_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStr
 
 // y[n, ch] = mean of x[n, 0..hw, ch].
 void global_avg_pool_nhwc(const void* x, void* y, DType dt, int n, int hw, int c, cudaStream_t stream);
+
+// Channel concat of up to kMaxConcatInputs NHWC tensors in one launch
+// (Res2Net concatenates 4-8 chunks per block: one kernel instead of one copy
+// per chunk). xs[k] has cs[k] channels; rows = n*h*w. More inputs: one
+// copy_channels_nhwc per input.
+inline constexpr int kMaxConcatInputs = 8;
+void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
+                          cudaStream_t stream);
 
 // y[r, y_c_begin + i] = x[r, x_c_begin + i] for i < c_count, r < rows
 // (rows = n*h*w): writes one input of a channel concat, or reads a slice.

@@ -82,7 +82,59 @@ void launch_copy_rows(const char* x, int64_t x_row_bytes, char* y, int64_t y_row
       y_row_bytes / int64_t(sizeof(Word)), uint32_t(cols), rows);
 }
 
+struct ConcatArgs {
+  const void* x[kMaxConcatInputs];
+  int c[kMaxConcatInputs];
+  int begin[kMaxConcatInputs];
+  int n;
+};
+
+// One thread per output element (Elem = the dtype's bit pattern: the copy is
+// exact); the source input is found by a short scan of the channel offsets.
+template <typename Elem>
+__global__ void concat_kernel(ConcatArgs a, Elem* __restrict__ y, int y_c, int64_t total) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / y_c;
+    const int ch = int(i - r * y_c);
+    int k = 0;
+    while (k + 1 < a.n && ch >= a.begin[k + 1]) ++k;
+    y[i] = static_cast<const Elem*>(a.x[k])[r * a.c[k] + (ch - a.begin[k])];
+  }
+}
+
 }  // namespace
+
+void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
+                          cudaStream_t stream) {
+  if (xs.size() != cs.size() || xs.empty()) fail_runtime("cuda concat_channels_nhwc: ", xs.size(), " inputs, ", cs.size(), " channel counts");
+  int y_c = 0;
+  for (int c : cs) y_c += c;
+  if (rows <= 0 || y_c <= 0) return;
+  if (xs.size() > size_t(kMaxConcatInputs)) {
+    int begin = 0;
+    for (size_t k = 0; k < xs.size(); ++k) {
+      copy_channels_nhwc(xs[k], cs[k], 0, y, y_c, begin, cs[k], rows, dt, stream);
+      begin += cs[k];
+    }
+    return;
+  }
+  ConcatArgs a{};
+  a.n = int(xs.size());
+  for (int k = 0, begin = 0; k < a.n; ++k) {
+    a.x[k] = xs[k];
+    a.c[k] = cs[k];
+    a.begin[k] = begin;
+    begin += cs[k];
+  }
+  const int64_t total = rows * y_c;
+  switch (dtype_size(dt)) {
+    case 1: concat_kernel<uint8_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(a, static_cast<uint8_t*>(y), y_c, total); break;
+    case 2: concat_kernel<uint16_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(a, static_cast<uint16_t*>(y), y_c, total); break;
+    case 4: concat_kernel<uint32_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(a, static_cast<uint32_t*>(y), y_c, total); break;
+    default: fail_runtime("cuda concat_channels_nhwc: unsupported element size ", dtype_size(dt));
+  }
+  detail::check_launch("concat_channels_nhwc");
+}
 
 void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, int w, cudaStream_t stream) {
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return;
