@@ -29,7 +29,8 @@ std::vector<std::string> all_fixture_cases() {
   for (const char* fam : {"resnet", "res2net", "efficientnet"}) {
     std::ifstream f(kFixtures / fam / "manifest.json");
     if (!f) continue;
-    for (const auto& c : nlohmann::json::parse(f)["cases"]) r.push_back(std::string(fam) + "/" + c["name"].get<std::string>());
+    const auto manifest = nlohmann::json::parse(f);  // named: a temporary would dangle in the range-for
+    for (const auto& c : manifest["cases"]) r.push_back(std::string(fam) + "/" + c["name"].get<std::string>());
   }
   return r;
 }
