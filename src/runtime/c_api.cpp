@@ -1,0 +1,128 @@
+// The C ABI (include/kiln/kiln.h) over the C++ API: exceptions never cross it;
+// each failure becomes a status plus a per-thread message.
+#include <cstring>
+#include <string>
+
+#include "kiln/kiln.h"
+#include "kiln/kiln.hpp"
+
+struct kiln_engine {
+  std::shared_ptr<const kiln::Engine> engine;
+  std::vector<kiln::TensorInfo> inputs, outputs;
+};
+struct kiln_context {
+  std::unique_ptr<kiln::ExecutionContext> ctx;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+template <typename F>
+kiln_status guarded(F&& f) {
+  try {
+    f();
+    return KILN_OK;
+  } catch (const kiln::Error& e) {
+    g_last_error = e.what();
+    return static_cast<kiln_status>(e.exit_code());
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return KILN_ERROR_RUNTIME;
+  }
+}
+
+kiln_status usage(const char* msg) {
+  g_last_error = msg;
+  return KILN_ERROR_USAGE;
+}
+
+kiln_status describe(const std::vector<kiln::TensorInfo>& list, int index, const char** name, int64_t* dims, int* rank) {
+  if (index < 0 || index >= static_cast<int>(list.size())) return usage("tensor index out of range");
+  const auto& t = list[static_cast<size_t>(index)];
+  if (t.shape.size() > 8) return usage("tensor rank above 8");
+  if (name) *name = t.name.c_str();
+  if (dims)
+    for (size_t i = 0; i < t.shape.size(); ++i) dims[i] = t.shape[i];
+  if (rank) *rank = static_cast<int>(t.shape.size());
+  return KILN_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kiln_version(void) { return kiln::version(); }
+const char* kiln_last_error(void) { return g_last_error.c_str(); }
+
+kiln_status kiln_engine_load(const char* path, const char* backend, kiln_engine** out) {
+  if (!path || !out) return usage("kiln_engine_load: path and out must not be NULL");
+  *out = nullptr;
+  return guarded([&] {
+    auto e = std::make_unique<kiln_engine>();
+    e->engine = kiln::Engine::load(path, kiln::LoadOptions{backend ? backend : "", nullptr});
+    e->inputs = e->engine->inputs();
+    e->outputs = e->engine->outputs();
+    *out = e.release();
+  });
+}
+
+void kiln_engine_free(kiln_engine* engine) { delete engine; }
+int kiln_engine_num_inputs(const kiln_engine* e) { return e ? static_cast<int>(e->inputs.size()) : 0; }
+int kiln_engine_num_outputs(const kiln_engine* e) { return e ? static_cast<int>(e->outputs.size()) : 0; }
+
+kiln_status kiln_engine_input(const kiln_engine* e, int index, const char** name, int64_t* dims, int* rank) {
+  if (!e) return usage("kiln_engine_input: engine is NULL");
+  return describe(e->inputs, index, name, dims, rank);
+}
+kiln_status kiln_engine_output(const kiln_engine* e, int index, const char** name, int64_t* dims, int* rank) {
+  if (!e) return usage("kiln_engine_output: engine is NULL");
+  return describe(e->outputs, index, name, dims, rank);
+}
+
+kiln_status kiln_context_create(const kiln_engine* e, kiln_context** out) {
+  if (!e || !out) return usage("kiln_context_create: engine and out must not be NULL");
+  *out = nullptr;
+  return guarded([&] { *out = new kiln_context{e->engine->create_context()}; });
+}
+
+void kiln_context_free(kiln_context* c) { delete c; }
+
+kiln_status kiln_context_run(kiln_context* c, const char* input_name, const float* input, const int64_t* shape, int rank,
+                             float* output, size_t capacity, size_t* count) {
+  if (!c || !input_name || !input || !shape || rank <= 0 || rank > 8 || !count)
+    return usage("kiln_context_run: NULL argument or rank outside 1..8");
+  return guarded([&] {
+    kiln::Tensor t{input_name, std::vector<int64_t>(shape, shape + rank), {}};
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      if (d <= 0 || d > (int64_t{1} << 31)) throw kiln::Error(kiln::ErrorKind::Input, "input '" + t.name + "' has a bad dimension");
+      n *= d;
+    }
+    t.data.assign(input, input + n);
+    auto outs = c->ctx->run({t});
+    const auto& o = outs.at(0);
+    *count = o.data.size();
+    if (!output || capacity < o.data.size())
+      throw kiln::Error(kiln::ErrorKind::Usage, "output '" + o.name + "' needs " + std::to_string(o.data.size()) +
+                                                    " floats, capacity is " + std::to_string(capacity));
+    std::memcpy(output, o.data.data(), o.data.size() * sizeof(float));
+  });
+}
+
+kiln_status kiln_classify_file(const kiln_engine* e, const char* image_path, int top_k, int* class_ids, float* scores,
+                               int* count) {
+  if (!e || !image_path || top_k <= 0 || !class_ids || !scores || !count)
+    return usage("kiln_classify_file: NULL argument or top_k <= 0");
+  return guarded([&] {
+    kiln::Classifier clf(e->engine);
+    auto r = clf.classify_file(image_path, top_k);
+    *count = static_cast<int>(r.top_k.size());
+    for (size_t i = 0; i < r.top_k.size(); ++i) {
+      class_ids[i] = r.top_k[i].class_id;
+      scores[i] = r.top_k[i].score;
+    }
+  });
+}
+
+}  // extern "C"
