@@ -40,7 +40,7 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
 std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
-  auto impl = std::make_unique<Impl>(Impl{Bundle::open(bundle_path), {}, {}, {}, {}, {}, {}, {}, {}, {}});
+  auto impl = std::make_unique<Impl>(Impl{Bundle::open(bundle_path), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
   const Bundle& b = impl->bundle;
   const std::string src = bundle_path + ": ";
   impl->graph = deserialize_graph(b.section_text("graph.json"), b.section("weights.bin"), src + "graph.json");

@@ -9,7 +9,8 @@ MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>
 }
 
 MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
-                                  const std::function<int(int)>& alias_of, size_t alignment) {
+                                  const std::function<int(int)>& alias_of, size_t alignment,
+                                  const std::map<int, int>& live_until) {
   const int nv = static_cast<int>(g.values.size());
   std::vector<int> root(nv);
   for (int v = 0; v < nv; ++v) {
@@ -28,6 +29,7 @@ MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(con
   for (int i = 0; i < end; ++i)
     for (int in : g.nodes[i].inputs) last[root[in]] = std::max(last[root[in]], i);
   for (int o : g.outputs) last[root[o]] = end;
+  for (const auto& [v, until] : live_until) last[root[v]] = std::max(last[root[v]], until);
   struct Item {
     int value;
     size_t bytes;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "ir/graph.hpp"
@@ -26,7 +27,11 @@ MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>
 // Like plan_memory, but a value v with alias_of(v) = u >= 0 is a view of u's
 // bytes (e.g. flatten): it gets u's offset, and u stays alive as long as
 // any of its views is read.
+// `live_until` (value -> node index) keeps a value alive through a later
+// node than its last reader, for backends that fuse nodes and read an input
+// at a later step.
 MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
-                                  const std::function<int(int)>& alias_of, size_t alignment = 64);
+                                  const std::function<int(int)>& alias_of, size_t alignment = 64,
+                                  const std::map<int, int>& live_until = {});
 
 }  // namespace kiln

@@ -297,5 +297,35 @@ TEST(CudaKernels, LinearEveryTactic) {
   cublasLtDestroy(lt);
 }
 
+// The fused squeeze-excitation MLP against the two-linear CPU reference
+// (the hidden vector rounded to the storage type, as the unfused graph
+// stores it). Error measure: elementwise_tol(dt) on the sigmoid output.
+TEST(CudaKernels, SqueezeExcitationMlp) {
+  KILN_REQUIRE_GPU();
+  const int shapes[][2] = {{16, 4}, {96, 24}, {1152, 48}, {13, 3}};
+  for (DType dt : kFloatTypes)
+    for (const auto& sh : shapes)
+      for (int n : {1, 3})
+        for (Activation act1 : {Activation::Silu, Activation::Relu}) {
+          const int c = sh[0], cr = sh[1];
+          const auto g = round_all(random_values(size_t(n) * c, 21), dt);
+          const auto w1 = round_all(random_values(size_t(cr) * c, 22, -0.2f, 0.2f), dt);
+          const auto b1 = round_all(random_values(size_t(cr), 23), dt);
+          const auto w2 = round_all(random_values(size_t(c) * cr, 24, -0.4f, 0.4f), dt);
+          const auto b2 = round_all(random_values(size_t(c), 25), dt);
+          std::vector<float> h(size_t(n) * cr), ref(size_t(n) * c);
+          cpu::linear(n, c, cr, g.data(), w1.data(), b1.data(), act1, h.data(), cpu::default_pool());
+          h = round_all(h, dt);
+          cpu::linear(n, cr, c, h.data(), w2.data(), b2.data(), Activation::Sigmoid, ref.data(), cpu::default_pool());
+          const auto dg = upload(g, dt), dw1 = upload(w1, dt), db1 = upload(b1, dt), dw2 = upload(w2, dt), db2 = upload(b2, dt);
+          const auto ds = alloc(ref.size(), dt);
+          se_mlp(dg->ptr(), dw1->ptr(), db1->ptr(), dw2->ptr(), db2->ptr(), ds->ptr(), dt, n, c, cr, act1, Activation::Sigmoid,
+                 nullptr);
+          expect_close(download(ds->ptr(), ref.size(), dt), round_all(ref, dt), elementwise_tol(dt),
+                       std::string(dtype_name(dt)) + " se " + std::to_string(c) + "/" + std::to_string(cr) + " n=" +
+                           std::to_string(n));
+        }
+}
+
 }  // namespace
 }  // namespace kiln::cuda::test

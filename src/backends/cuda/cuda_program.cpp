@@ -1,6 +1,7 @@
 // Builds the per-batch program: one step (a few launches at most) per node,
 // with tactics chosen from the bundle, by heuristics or by timing.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -41,6 +42,14 @@ float time_us(cudaStream_t s, const std::function<void()>& fn) {
   return t[t.size() / 2];
 }
 
+// A 1x1, stride-1, unpadded, ungrouped conv with a bias and no residual.
+bool is_pointwise_with_bias(const Graph& g, const Node& n) {
+  const Shape& ws = g.values[n.inputs[1]].shape;
+  const ConvAttrs a = conv_attrs(n);
+  return n.inputs.size() == 3 && ws.size() == 4 && ws[2] == 1 && ws[3] == 1 && a.groups == 1 && a.stride_h == 1 &&
+         a.stride_w == 1 && a.pad_t == 0 && a.pad_l == 0 && a.pad_b == 0 && a.pad_r == 0;
+}
+
 }  // namespace
 
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t batch) {
@@ -53,7 +62,32 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   std::vector<int> alias(g.values.size(), -1);
   for (const Node& n : g.nodes)
     if (n.op == Op::Flatten) alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
-  p->memory = plan_memory_with_views(g, value_bytes, [&](int v) { return alias[v]; });
+  // Squeeze-excitation: global pool -> 1x1 conv (+act) -> 1x1 conv + sigmoid
+  // -> mul. The two tiny convs run as one se_mlp launch at the second conv's
+  // step, so the pooled tensor must stay alive until then.
+  std::vector<char> fused_away(g.nodes.size(), 0);
+  std::map<size_t, size_t> se_first_conv;  // second conv's index -> first conv's index
+  std::map<int, int> live_until;
+  const char* se_env = std::getenv("KILN_FUSE_SE");
+  const bool fuse_se = !(se_env && std::string(se_env) == "0");
+  for (size_t ia = 0; fuse_se && ia + 1 < g.nodes.size(); ++ia) {
+    const Node& a = g.nodes[ia];
+    const Node& b = g.nodes[ia + 1];
+    if (a.op != Op::Conv2d || b.op != Op::Conv2d || !is_pointwise_with_bias(g, a) || !is_pointwise_with_bias(g, b)) continue;
+    const int pooled = a.inputs[0];
+    const int prod = g.values[pooled].producer;
+    if (prod < 0 || g.nodes[prod].op != Op::GlobalAvgPool || g.consumers(pooled).size() != 1 || g.is_graph_output(pooled)) continue;
+    if (b.inputs[0] != a.outputs[0] || g.consumers(a.outputs[0]).size() != 1 || g.is_graph_output(a.outputs[0])) continue;
+    if (b.activation() != Activation::Sigmoid) continue;
+    const auto readers = g.consumers(b.outputs[0]);
+    if (readers.size() != 1 || g.nodes[readers[0]].op != Op::Mul || g.nodes[readers[0]].inputs[1] != b.outputs[0]) continue;
+    const int64_t c = g.values[pooled].shape[1], cr = g.values[a.outputs[0]].shape[1];
+    if ((c + cr) * 4 > 48 * 1024) continue;
+    fused_away[ia] = 1;
+    se_first_conv[ia + 1] = ia;
+    live_until[pooled] = static_cast<int>(ia + 1);
+  }
+  p->memory = plan_memory_with_views(g, value_bytes, [&](int v) { return alias[v]; }, 64, live_until);
 
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     p->staging_in_offsets.push_back(p->staging_in_bytes);
@@ -89,7 +123,22 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
 
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
-    if (folded_cast[ni] || n.op == Op::Flatten) continue;
+    if (folded_cast[ni] || fused_away[ni] || n.op == Op::Flatten) continue;
+    if (se_first_conv.count(ni)) {
+      const Node& a = g.nodes[se_first_conv[ni]];
+      const int pooled = a.inputs[0], out = n.outputs[0];
+      const void *w1 = wptr(a.inputs[1]), *b1 = wptr(a.inputs[2]), *w2 = wptr(n.inputs[1]), *b2 = wptr(n.inputs[2]);
+      const DType dt = g.values[out].dtype;
+      const int batch_n = as_int(g.values[pooled].shape[0]), c = as_int(g.values[pooled].shape[1]);
+      const int cr = as_int(g.values[a.outputs[0]].shape[1]);
+      const Activation act1 = a.activation(), act2 = n.activation();
+      p->steps.push_back([=](const Exec& x) {
+        se_mlp(ptr(x, pooled), w1, b1, w2, b2, ptr(x, out), dt, batch_n, c, cr, act1, act2, x.stream);
+      });
+      p->step_names.push_back(a.name + "+" + n.name);
+      if (record) chosen[a.name] = chosen[n.name] = "kiln se_mlp";
+      continue;
+    }
     const int out = n.outputs[0];
     const Value& ov = g.values[out];
     const DType dt = ov.dtype;

@@ -62,6 +62,12 @@ void avg_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStr
 // y[n, ch] = mean of x[n, 0..hw, ch].
 void global_avg_pool_nhwc(const void* x, void* y, DType dt, int n, int hw, int c, cudaStream_t stream);
 
+// Squeeze-excitation MLP: s[n, :] = act2(W2 · act1(W1 · g[n, :] + b1) + b2),
+// g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; one launch. The
+// hidden vector is rounded to dt like the two-conv graph stores it.
+void se_mlp(const void* g, const void* w1, const void* b1, const void* w2, const void* b2, void* s, DType dt, int n, int c,
+            int cr, Activation act1, Activation act2, cudaStream_t stream);
+
 // Channel concat of up to kMaxConcatInputs NHWC tensors in one launch
 // (Res2Net concatenates 4-8 chunks per block: one kernel instead of one copy
 // per chunk). xs[k] has cs[k] channels; rows = n*h*w. More inputs: one
