@@ -12,6 +12,8 @@ namespace kiln::cuda {
 
 namespace {
 
+constexpr const char* kDepthwiseTactic = "kiln depthwise";
+
 int max_candidates(int opt_level) { return opt_level <= 2 ? 1 : opt_level == 3 ? 4 : opt_level == 4 ? 8 : 1 << 20; }
 int as_int(int64_t v) { return static_cast<int>(v); }
 size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
@@ -175,7 +177,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
         for (int t = 0; !want.empty() && t < op->tactic_count() && !picked; ++t)
           if (op->tactic_name(t) == want) picked = op->try_select(t);
         if (picked && record && tuned.count(sig) && tuned[sig].first == want) chosen_us[n.name] = tuned[sig].second;
-        if (!picked && opts.opt_level >= 3 && op->tactic_count() > 1) {
+        const bool depthwise = d.groups == d.c && d.k == d.c && d.c > 1;
+        if (!picked && want != kDepthwiseTactic && opts.opt_level >= 3 && op->tactic_count() > 1) {
           DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov)), rb(d.has_residual ? value_bytes(ov) : 0);
           KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
           KILN_CUDA_CHECK(cudaMemsetAsync(rb.get(), 0, rb.size(), tune_stream.s));
@@ -184,6 +187,50 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                                  max_candidates(opts.opt_level));
           if (record && op->tuned_time_us(sel) >= 0) chosen_us[n.name] = op->tuned_time_us(sel);
           tuned[sig] = {op->tactic_name(sel), op->tuned_time_us(sel)};
+        }
+        if (depthwise && (want == kDepthwiseTactic || (want.empty() && opts.opt_level >= 3))) {
+          // kiln's own depthwise kernel is a candidate next to cuDNN's selected tactic.
+          const std::string key = n.name + "#tap_major";
+          if (!extra.count(key)) {
+            auto f = graph->values[n.inputs[1]].constant->to_f32();
+            HostTensor t = HostTensor::from_f32_as(dt, {d.r * d.s, d.c}, depthwise_weights_tap_major(f.data(), d.c, d.r, d.s));
+            DeviceBuffer buf(t.nbytes());
+            KILN_CUDA_CHECK(cudaMemcpy(buf.get(), t.blob.data, t.nbytes(), cudaMemcpyHostToDevice));
+            extra.emplace(key, std::move(buf));
+          }
+          const void* wt = extra.at(key).get();
+          const void* b = d.has_bias ? wptr(n.inputs[2]) : nullptr;
+          const DepthwiseShape dws{d.n, d.h, d.w, d.c, d.out_h(), d.out_w(), d.r, d.s, d.stride_h, d.stride_w,
+                                   d.pad_t, d.pad_l, d.dil_h, d.dil_w};
+          bool use_own = want == kDepthwiseTactic;
+          if (!use_own) {
+            DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov)), rb(d.has_residual ? value_bytes(ov) : 0);
+            KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
+            KILN_CUDA_CHECK(cudaMemsetAsync(rb.get(), 0, rb.size(), tune_stream.s));
+            const void* r = d.has_residual ? rb.get() : nullptr;
+            ConvOp* co = op.get();
+            const float own_us = time_us(tune_stream.s, [&] {
+              depthwise_conv_nhwc(xb.get(), wt, b, r, yb.get(), dt, dws, d.act, tune_stream.s);
+            });
+            // The cuDNN plan runs its epilogue only when fused; compare like with like otherwise.
+            const float cudnn_us = co->epilogue_fused() ? time_us(tune_stream.s, [&] {
+              co->run(cudnn.h, xb.get(), wptr(n.inputs[1]), b, r, yb.get(), tune_ws.get(), tune_stream.s);
+            }) : 1e30f;
+            use_own = own_us < cudnn_us;
+            if (use_own) {
+              tuned[sig] = {kDepthwiseTactic, own_us};
+              if (record) chosen_us[n.name] = own_us;
+            }
+          }
+          if (use_own) {
+            if (record) chosen[n.name] = kDepthwiseTactic;
+            const int res = d.has_residual ? n.inputs[3] : -1;
+            const Activation act = d.act;
+            p->steps.push_back([=](const Exec& x) {
+              depthwise_conv_nhwc(ptr(x, in0), wt, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), dt, dws, act, x.stream);
+            });
+            break;
+          }
         }
         if (record) chosen[n.name] = op->tactic_name(op->selected());
         p->workspace_bytes = std::max(p->workspace_bytes, op->workspace_bytes());

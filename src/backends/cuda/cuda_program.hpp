@@ -46,6 +46,7 @@ struct CudaEngine::Impl {
   CublasLtHandle lt;
   std::map<int, DeviceBuffer> weights;                     // constant value id -> device copy (conv: KRSC)
   std::map<std::string, std::pair<DeviceBuffer, DeviceBuffer>> bn;  // node -> (scale, shift) f32
+  std::map<std::string, DeviceBuffer> extra;               // per-node re-laid-out weights (e.g. depthwise tap-major)
   std::map<std::string, std::string> chosen;              // node name -> tactic name
   std::map<std::string, float> chosen_us;                 // node name -> timed microseconds (if timed)
   // Layer signature (op, dtype, shapes, attributes) -> tactic timed for it, so

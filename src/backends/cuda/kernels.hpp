@@ -62,6 +62,16 @@ void avg_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStr
 // y[n, ch] = mean of x[n, 0..hw, ch].
 void global_avg_pool_nhwc(const void* x, void* y, DType dt, int n, int hw, int c, cudaStream_t stream);
 
+// Depthwise conv (groups == c == k), NHWC: y = act(conv(x, w) + bias + residual).
+// The filter is tap-major [kh*kw][c] (depthwise_weights_tap_major converts
+// PyTorch's [c,1,kh,kw]); bias [c] and residual (y's shape) may be null.
+struct DepthwiseShape {
+  int n, h, w, c, out_h, out_w, kh, kw, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
+};
+std::vector<float> depthwise_weights_tap_major(const float* w, int c, int kh, int kw);
+void depthwise_conv_nhwc(const void* x, const void* w_tap_major, const void* bias, const void* residual, void* y, DType dt,
+                         const DepthwiseShape& s, Activation act, cudaStream_t stream);
+
 // Squeeze-excitation MLP: s[n, :] = act2(W2 · act1(W1 · g[n, :] + b1) + b2),
 // g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; one launch. The
 // hidden vector is rounded to dt like the two-conv graph stores it.
