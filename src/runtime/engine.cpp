@@ -29,10 +29,16 @@ TensorInfo info_of(const Graph& g, int v) {
 }  // namespace
 
 ShapedPlan plan_for_batch(const Graph& g, int64_t batch) {
-  ShapedPlan p{g, {}};
-  for (int in : p.graph.inputs) p.graph.values[in].shape[0] = batch;
-  p.graph.infer_shapes();
-  p.memory = plan_memory(p.graph, cpu::activation_bytes);
+  auto with_batch = [&g](int64_t b) {
+    Graph s = g;
+    for (int in : s.inputs) s.values[in].shape[0] = b;
+    s.infer_shapes();
+    return s;
+  };
+  ShapedPlan p{with_batch(batch), {}, {}, {}};
+  p.views = plan_channel_views(p.graph);
+  if (batch > 1) p.one = with_batch(1);
+  p.memory = plan_memory_with_views(p.graph, cpu::activation_bytes, [&](int v) { return p.views.parent[v]; });
   return p;
 }
 

@@ -13,6 +13,7 @@
 #include "ir/graph.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/memory_planner.hpp"
+#include "runtime/views.hpp"
 
 namespace kiln {
 
@@ -31,6 +32,9 @@ struct Engine::Impl {
 struct ShapedPlan {
   Graph graph;
   MemoryPlan memory;
+  ChannelViews views;  // slices and in-place concat inputs (CPU backend)
+  Graph one;           // the graph at batch 1, for nodes that run image by image over strided views
+  cpu::CpuLayout layout() const { return {&views, &one}; }
 };
 ShapedPlan plan_for_batch(const Graph& g, int64_t batch);
 

@@ -61,7 +61,7 @@ std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
   auto at = [&](int v) { return arena + plan.memory.offsets[v] / static_cast<int64_t>(sizeof(float)); };
   for (size_t k = 0; k < given.size(); ++k)
     std::memcpy(at(plan.graph.inputs[k]), given[k]->data.data(), given[k]->data.size() * sizeof(float));
-  e.cpu->run(plan.graph, plan.memory, arena, cpu::default_pool());
+  e.cpu->run(plan.graph, plan.memory, arena, cpu::default_pool(), plan.layout());
   std::vector<Tensor> out;
   for (int v : plan.graph.outputs) {
     const Value& val = plan.graph.values[v];
@@ -84,7 +84,7 @@ double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& in
   const ShapedPlan& plan = c.plans.at(batch);
   const Engine::Impl& e = c.engine->impl();
   const auto t0 = std::chrono::steady_clock::now();
-  e.cpu->run(plan.graph, plan.memory, c.arena.data(), cpu::default_pool());
+  e.cpu->run(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), plan.layout());
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -105,7 +105,7 @@ std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<T
   const ShapedPlan& plan = c.plans.at(batch);
   std::vector<double> ms;
   for (int r = 0; r < rounds; ++r)
-    c.engine->impl().cpu->run_profiled(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), &ms);
+    c.engine->impl().cpu->run_profiled(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), &ms, plan.layout());
   for (size_t i = 0; i < plan.graph.nodes.size(); ++i) out.push_back({plan.graph.nodes[i].name, ms[i] / rounds});
   return out;
 }

@@ -19,13 +19,16 @@ MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(con
     root[v] = r;
   }
   const int end = static_cast<int>(g.nodes.size());
-  std::vector<int> first(nv, -1), last(nv, -1);
-  for (int v : g.inputs) first[v] = last[v] = -1;
-  for (int i = 0; i < end; ++i) {
-    const Node& n = g.nodes[i];
-    for (int o : n.outputs)
-      if (root[o] == o) first[o] = last[o] = i;
-  }
+  // A buffer lives from the first write into it (its own producer or the
+  // producer of any view into it, e.g. a concat input written in place)
+  // to the last read of it or of any view.
+  std::vector<int> first(nv, end), last(nv, -1);
+  for (int v : g.inputs) first[root[v]] = -1;
+  for (int i = 0; i < end; ++i)
+    for (int o : g.nodes[i].outputs) {
+      first[root[o]] = std::min(first[root[o]], i);
+      last[root[o]] = std::max(last[root[o]], i);
+    }
   for (int i = 0; i < end; ++i)
     for (int in : g.nodes[i].inputs) last[root[in]] = std::max(last[root[in]], i);
   for (int o : g.outputs) last[root[o]] = end;

@@ -5,20 +5,30 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "core/error.hpp"
 #include "ir/printer.hpp"
+#include "runtime/views.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln::cli {
 
 namespace {
 
-std::string fused(const Graph& g, const Node& n) {
+std::string fused(const Graph& g, const Node& n, const ChannelViews& cv) {
   std::string s;
+  const int out = n.outputs[0];
+  if (n.op == Op::Slice && cv.is_view(out)) return "view (no copy)";
+  if (n.op == Op::Concat) {
+    int in_place = 0;
+    for (int in : n.inputs) in_place += cv.parent[in] == out;
+    return cat(in_place, "/", n.inputs.size(), " inputs in place");
+  }
   if (n.op == Op::Conv2d) {
     if (n.inputs.size() > 2) s += "+bias";
     if (n.inputs.size() > 3) s += "+residual";
   }
   if (n.activation() != Activation::None) s += std::string("+") + activation_name(n.activation());
+  if (cv.is_view(out)) s += "+into concat";
   return s;
 }
 
@@ -54,6 +64,7 @@ void add_inspect(CLI::App& app) {
       for (const auto& [name, v] : t["layers"].items())
         if (v.is_object() && v.contains("tactic") && v["tactic"].is_string()) tactic_of[name] = v["tactic"].get<std::string>();
     }
+    const ChannelViews views = plan_channel_views(e.graph);
     std::map<std::string, int> ops;
     for (const auto& n : e.graph.nodes) ++ops[op_name(n.op)];
     size_t weight_bytes = 0;
@@ -63,7 +74,7 @@ void add_inspect(CLI::App& app) {
       nlohmann::json layers = nlohmann::json::array();
       for (const auto& n : e.graph.nodes) {
         const Value& out = e.graph.values[n.outputs[0]];
-        layers.push_back({{"name", n.name}, {"op", op_name(n.op)}, {"fused", fused(e.graph, n)},
+        layers.push_back({{"name", n.name}, {"op", op_name(n.op)}, {"fused", fused(e.graph, n, views)},
                           {"dtype", dtype_name(out.dtype)}, {"shape", out.shape}});
         if (tactic_of.count(n.name)) layers.back()["tactic"] = tactic_of[n.name];
       }
@@ -75,6 +86,9 @@ void add_inspect(CLI::App& app) {
                           {"nodes", e.graph.nodes.size()},
                           {"op_counts", ops},
                           {"weight_bytes", weight_bytes},
+                          {"views", {{"slices_as_views", views.slices_as_views},
+                                     {"concat_inputs_in_place", views.concat_inputs_in_place},
+                                     {"concat_inputs_copied", views.concat_inputs_copied}}},
                           {"memory", {{"arena_bytes", mem.arena_bytes}, {"naive_bytes", mem.naive_bytes}}},
                           {"layers", layers},
                           {"runtime", nlohmann::json::parse(e.runtime_text)},
@@ -100,8 +114,8 @@ void add_inspect(CLI::App& app) {
     std::cout << "\n";
     for (const auto& n : e.graph.nodes) {
       const Value& out = e.graph.values[n.outputs[0]];
-      std::cout << "    " << std::left << std::setw(28) << n.name << std::setw(16) << op_name(n.op) << std::setw(22)
-                << fused(e.graph, n) << std::setw(26) << (dtype_name(out.dtype) + shape_str(out.shape)) << std::right
+      std::cout << "    " << std::left << std::setw(28) << n.name << std::setw(16) << op_name(n.op) << std::setw(26)
+                << fused(e.graph, n, views) << std::setw(26) << (dtype_name(out.dtype) + shape_str(out.shape)) << std::right
                 << (tactic_of.count(n.name) ? "  " + tactic_of[n.name] : "") << "\n";
     }
     if (o->graph) std::cout << print_graph(e.graph);

@@ -44,7 +44,8 @@ int as_int(int64_t v) { return static_cast<int>(v); }
 
 }  // namespace
 
-void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float*>& ptr, ThreadPool& pool) const {
+void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float*>& ptr, ThreadPool& pool,
+                          const ChannelViews* views) const {
   auto in = [&](size_t i) -> const float* {
     int v = n.inputs[i];
     return constants_[v] ? constants_[v] : ptr[v];
@@ -109,12 +110,19 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     }
     case Op::Concat: {
       if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU concat supports NCHW channel axis only");
-      std::vector<std::pair<const float*, int>> parts;
-      for (size_t i = 0; i < n.inputs.size(); ++i) parts.push_back({in(i), as_int(g.values[n.inputs[i]].shape[1])});
-      concat_channels(as_int(xs[0]), as_int(xs[2] * xs[3]), parts, out);
+      const int64_t batch = xs[0], hw = xs[2] * xs[3], c_out = out_v.shape[1];
+      int64_t off = 0;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const int64_t c = g.values[n.inputs[i]].shape[1];
+        if (!(views && views->parent[n.inputs[i]] == n.outputs[0]))  // in place: its producer wrote it here
+          for (int64_t b = 0; b < batch; ++b)
+            std::memcpy(out + (b * c_out + off) * hw, in(i) + b * c * hw, static_cast<size_t>(c * hw) * sizeof(float));
+        off += c;
+      }
       break;
     }
     case Op::Slice: {
+      if (views && views->is_view(n.outputs[0])) return;  // a window of its input: nothing to copy
       if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU slice supports NCHW channel axis only");
       int64_t start = n.attr_int("start"), end = n.attr_int("end");
       slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);
@@ -125,28 +133,59 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
 }
 
 namespace {
-std::vector<float*> value_pointers(const Graph& g, const MemoryPlan& plan, float* arena) {
-  std::vector<float*> ptr(g.values.size(), nullptr);
-  for (size_t v = 0; v < g.values.size(); ++v)
-    if (plan.offsets[v] >= 0) ptr[v] = reinterpret_cast<float*>(reinterpret_cast<char*>(arena) + plan.offsets[v]);
-  return ptr;
+
+// Pointer of value v for image b (b = 0 with dense values gives the whole
+// tensor). Views live inside their root: channel offset * H*W into each image
+// of the root, whose images are C_root * H*W apart.
+float* value_ptr(const Graph& g, const MemoryPlan& plan, const ChannelViews* views, float* arena, int v, int64_t b) {
+  if (plan.offsets[v] < 0) return nullptr;
+  float* base = reinterpret_cast<float*>(reinterpret_cast<char*>(arena) + plan.offsets[v]);
+  const Shape& s = g.values[v].shape;
+  if (!views || !views->is_view(v)) return base + (s.empty() || s[0] == 0 ? 0 : b * (shape_numel(s) / s[0]));
+  const int r = views->root(v);
+  const Shape& rs = g.values[r].shape;
+  const int64_t hw = rs[2] * rs[3];
+  return base + b * rs[1] * hw + views->root_offset(v) * hw;
 }
+
+// Runs every node; nodes touching a strided view (batch > 1) run image by image.
+template <typename Fn>
+void for_each_node(const Graph& g, const MemoryPlan& plan, float* arena, const CpuLayout& layout, Fn&& fn) {
+  std::vector<float*> ptr(g.values.size(), nullptr);
+  const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape[0];
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    bool strided = false;
+    if (layout.views && batch > 1) {
+      for (int v : n.inputs) strided |= layout.views->is_view(v);
+      strided |= layout.views->is_view(n.outputs[0]);
+    }
+    if (strided && !layout.one) fail_runtime(n.name, ": strided views need the batch-1 graph");
+    const int64_t items = strided ? batch : 1;
+    for (int64_t b = 0; b < items; ++b) {
+      for (int v : n.inputs) ptr[v] = value_ptr(g, plan, layout.views, arena, v, b);
+      ptr[n.outputs[0]] = value_ptr(g, plan, layout.views, arena, n.outputs[0], b);
+      fn(i, strided ? *layout.one : g, ptr);
+    }
+  }
+}
+
 }  // namespace
 
-void CpuProgram::run(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool) const {
-  const auto ptr = value_pointers(g, plan, arena);
-  for (const Node& n : g.nodes) run_node(g, n, ptr, pool);
+void CpuProgram::run(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool, const CpuLayout& layout) const {
+  for_each_node(g, plan, arena, layout, [&](size_t i, const Graph& shapes, const std::vector<float*>& ptr) {
+    run_node(shapes, shapes.nodes[i], ptr, pool, layout.views);
+  });
 }
 
 void CpuProgram::run_profiled(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool,
-                              std::vector<double>* node_ms) const {
-  const auto ptr = value_pointers(g, plan, arena);
+                              std::vector<double>* node_ms, const CpuLayout& layout) const {
   node_ms->resize(g.nodes.size(), 0.0);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
+  for_each_node(g, plan, arena, layout, [&](size_t i, const Graph& shapes, const std::vector<float*>& ptr) {
     const auto t0 = std::chrono::steady_clock::now();
-    run_node(g, g.nodes[i], ptr, pool);
+    run_node(shapes, shapes.nodes[i], ptr, pool, layout.views);
     (*node_ms)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  }
+  });
 }
 
 }  // namespace kiln::cpu
