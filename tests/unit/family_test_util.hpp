@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bundle/builder.hpp"
+#include "graph_test_util.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/npy.hpp"
@@ -116,3 +117,21 @@ inline void rename_tensor(const fs::path& dir, const std::string& from, const st
 }
 
 }  // namespace kiln::testing
+
+// The PyTorch comparison every family runs on each of its fixtures (issues #2
+// and #4): the fp32 engine within max|diff| <= 1e-4 * max|logit|, the fp16
+// engine at cosine >= 0.999, and the memory plan below the naive sum.
+#define KILN_FAMILY_FIXTURE_TESTS(Suite, root)                                                      \
+  class Suite : public ::testing::TestWithParam<std::string> {};                                    \
+  TEST_P(Suite, Fp32MatchesPyTorch) {                                                               \
+    ::kiln::testing::FixtureRun r = ::kiln::testing::build_and_run(root, GetParam(), ::kiln::DType::F32); \
+    EXPECT_LE(::kiln::testing::max_abs_diff(r.got, r.want), 1e-4f * ::kiln::testing::max_abs(r.want)) \
+        << GetParam();                                                                              \
+    EXPECT_LT(r.memory.arena_bytes, r.memory.naive_bytes);                                          \
+  }                                                                                                 \
+  TEST_P(Suite, Fp16WithinCosine) {                                                                 \
+    ::kiln::testing::FixtureRun r = ::kiln::testing::build_and_run(root, GetParam(), ::kiln::DType::F16); \
+    EXPECT_GE(::kiln::testing::cosine(r.got, r.want), 0.999) << GetParam();                         \
+  }                                                                                                 \
+  INSTANTIATE_TEST_SUITE_P(Fixtures, Suite, ::testing::ValuesIn(::kiln::testing::fixture_cases(root)), \
+                           [](const auto& info) { return info.param; })

@@ -33,25 +33,7 @@ using testing::fixture_cases;
 using testing::rename_tensor;
 using testing::temp_dir;
 
-
-
-
-
-class EfficientnetFixture : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(EfficientnetFixture, Fp32MatchesPyTorch) {
-  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F32);
-  const float tol = 1e-4f * testing::max_abs(r.want);  // max|diff| <= 1e-4 * max|logit|
-  EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
-}
-
-TEST_P(EfficientnetFixture, Fp16WithinCosine) {
-  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F16);
-  EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();
-}
-
-INSTANTIATE_TEST_SUITE_P(Fixtures, EfficientnetFixture, ::testing::ValuesIn(fixture_cases(kFixtures)),
-                         [](const auto& info) { return info.param; });
+KILN_FAMILY_FIXTURE_TESTS(EfficientnetFixture, kFixtures);
 
 // A fixture's config and checkpoint, as `kiln build` sees them.
 struct Loaded {
@@ -129,10 +111,6 @@ TEST(TimmEfficientnetPasses, TfSamePaddingIsAsymmetric) {
   for (const auto& n : fb.graph.nodes)
     if (n.name == "bn1") EXPECT_DOUBLE_EQ(n.attr_float("eps", 0), 1e-3);
 }
-
-
-
-
 
 TEST(TimmEfficientnetErrors, UnexpectedBlockTensorIsNamed) {
   fs::path d = copy_fixture(kFixtures, "b0_narrow", "unexpected");

@@ -33,25 +33,7 @@ using testing::fixture_cases;
 using testing::rename_tensor;
 using testing::temp_dir;
 
-
-
-
-
-class Res2netFixture : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(Res2netFixture, Fp32MatchesPyTorch) {
-  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F32);
-  const float tol = 1e-4f * testing::max_abs(r.want);  // max|diff| <= 1e-4 * max|logit|, as for timm_resnet
-  EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
-}
-
-TEST_P(Res2netFixture, Fp16WithinCosine) {
-  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F16);
-  EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();  // fp16 storage: cosine >= 0.999
-}
-
-INSTANTIATE_TEST_SUITE_P(Fixtures, Res2netFixture, ::testing::ValuesIn(fixture_cases(kFixtures)),
-                         [](const auto& info) { return info.param; });
+KILN_FAMILY_FIXTURE_TESTS(Res2netFixture, kFixtures);
 
 // ---------------------------------------------------------------- structure after passes
 
@@ -124,9 +106,6 @@ TEST(TimmRes2netStructure, NodeNamesFollowCheckpoint) {
 }
 
 // ---------------------------------------------------------------- errors
-
-
-
 
 // The last 3x3 of a block can only be missed by counting chunks (conv1 channels / width).
 TEST(TimmRes2netErrors, MissingLastConvIsNamed) {

@@ -29,30 +29,7 @@ using testing::fixture_cases;
 using testing::rename_tensor;
 using testing::temp_dir;
 
-
-
-
-
-class ResnetFixture : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ResnetFixture, Fp32MatchesPyTorch) {
-  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F32);
-  const float tol = 1e-4f * testing::max_abs(r.want);  // issue #2: max|diff| <= 1e-4 * max|logit|
-  EXPECT_LE(testing::max_abs_diff(r.got, r.want), tol) << GetParam();
-  EXPECT_LT(r.memory.arena_bytes, r.memory.naive_bytes);
-}
-
-TEST_P(ResnetFixture, Fp16WithinCosine) {
-  testing::FixtureRun r = build_and_run(kFixtures, GetParam(), DType::F16);
-  EXPECT_GE(testing::cosine(r.got, r.want), 0.999) << GetParam();  // issue #2: fp16 cosine >= 0.999
-}
-
-INSTANTIATE_TEST_SUITE_P(Fixtures, ResnetFixture, ::testing::ValuesIn(fixture_cases(kFixtures)),
-                         [](const auto& info) { return info.param; });
-
-
-
-
+KILN_FAMILY_FIXTURE_TESTS(ResnetFixture, kFixtures);
 
 TEST(TimmResnetErrors, UnexpectedTensorIsNamed) {
   fs::path d = copy_fixture(kFixtures, "bottleneck", "unexpected");
