@@ -107,6 +107,17 @@ inline void edit_header(const fs::path& dir, const std::function<void(nlohmann::
   std::ofstream(dir / "model.safetensors", std::ios::binary).write(reinterpret_cast<const char*>(out.data()), out.size());
 }
 
+// Builds the same checkpoint twice: the bundles must be byte-identical.
+inline void expect_reproducible(const fs::path& model_dir) {
+  fs::path dir = temp_dir("repro");
+  BuildOptions o;
+  o.model = model_dir.string();
+  build_bundle(o, dir / "a.bundle");
+  build_bundle(o, dir / "b.bundle");
+  EXPECT_EQ(sha256_file_hex(dir / "a.bundle"), sha256_file_hex(dir / "b.bundle")) << model_dir;
+  fs::remove_all(dir);
+}
+
 // Renames one tensor (or drops it when to == "").
 inline void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
   edit_header(dir, [&](nlohmann::json& header) {
