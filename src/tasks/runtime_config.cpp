@@ -78,7 +78,9 @@ ClassificationRuntime parse_classification_runtime(const json& j, const std::str
   pp.crop_pct = typed(p, "crop_pct", json::value_t::number_float, where).get<float>();
   if (!(pp.crop_pct > 0.f && pp.crop_pct <= 4.f)) fail_input(where, ": key 'crop_pct' out of range");
   pp.crop_mode = typed(p, "crop_mode", json::value_t::string, where).get<std::string>();
-  if (pp.crop_mode != "center") fail_input(where, ": crop_mode '", pp.crop_mode, "' is not supported (center only)");
+  // timm's three eval crop modes, all reproduced by src/image/preprocess.cpp.
+  if (pp.crop_mode != "center" && pp.crop_mode != "squash" && pp.crop_mode != "border")
+    fail_input(where, ": crop_mode '", pp.crop_mode, "' is not supported (center, squash, border)");
   try {
     pp.interpolation = interpolation_from_name(typed(p, "interpolation", json::value_t::string, where).get<std::string>());
   } catch (const Error& e) {
