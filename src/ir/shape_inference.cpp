@@ -3,22 +3,20 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/window.hpp"
 #include "ir/graph.hpp"
 
 namespace kiln {
 
 namespace {
 
-// PyTorch's rule for conv and pool output sizes; with ceil_mode the last
-// window must start inside the input or the left padding.
-int64_t window_out_dim(const Node& n, int64_t in, int64_t k, int64_t stride, int64_t pad_begin, int64_t pad_end,
-                       int64_t dilation, bool ceil_mode) {
+// Validates one axis of a window op, then applies the shared size rule.
+int64_t checked_out_dim(const Node& n, int64_t in, int64_t k, int64_t stride, int64_t pad_begin, int64_t pad_end,
+                        int64_t dilation, bool ceil_mode) {
   if (stride <= 0 || k <= 0 || dilation <= 0) fail_input(n.name, ": kernel, stride and dilation must be positive");
-  int64_t span = in + pad_begin + pad_end - dilation * (k - 1) - 1;
-  if (span < 0) fail_input(n.name, ": window ", k, " larger than padded input ", in + pad_begin + pad_end);
-  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
-  return out;
+  if (in + pad_begin + pad_end - dilation * (k - 1) - 1 < 0)
+    fail_input(n.name, ": window ", k, " larger than padded input ", in + pad_begin + pad_end);
+  return window_out_dim(in, k, stride, pad_begin, pad_end, dilation, ceil_mode);
 }
 
 const Value& input(const Graph& g, const Node& n, size_t i) { return g.values.at(n.inputs.at(i)); }
@@ -45,8 +43,8 @@ Shape infer_conv(const Graph& g, const Node& n) {
   int64_t groups = n.attr_int("groups", 1);
   if (groups <= 0 || x.shape[1] % groups || w.shape[0] % groups || w.shape[1] * groups != x.shape[1])
     fail_input(n.name, ": weight ", shape_str(w.shape), " does not fit input ", shape_str(x.shape), " with groups=", groups);
-  Shape y = {x.shape[0], w.shape[0], window_out_dim(n, x.shape[2], w.shape[2], s[0], p[0], p[2], d[0], false),
-             window_out_dim(n, x.shape[3], w.shape[3], s[1], p[1], p[3], d[1], false)};
+  Shape y = {x.shape[0], w.shape[0], checked_out_dim(n, x.shape[2], w.shape[2], s[0], p[0], p[2], d[0], false),
+             checked_out_dim(n, x.shape[3], w.shape[3], s[1], p[1], p[3], d[1], false)};
   if (n.inputs.size() > 2) {
     const Value& b = input(g, n, 2);
     if (b.shape != Shape{w.shape[0]}) fail_input(n.name, ": bias shape ", shape_str(b.shape), " != [", w.shape[0], "]");
@@ -63,8 +61,8 @@ Shape infer_pool(const Graph& g, const Node& n) {
   auto s = ints_or(n, "strides", k, 2);
   auto p = ints_or(n, "pads", {0, 0, 0, 0}, 4);
   bool ceil_mode = n.attr_int("ceil_mode", 0) != 0;
-  return {x.shape[0], x.shape[1], window_out_dim(n, x.shape[2], k[0], s[0], p[0], p[2], 1, ceil_mode),
-          window_out_dim(n, x.shape[3], k[1], s[1], p[1], p[3], 1, ceil_mode)};
+  return {x.shape[0], x.shape[1], checked_out_dim(n, x.shape[2], k[0], s[0], p[0], p[2], 1, ceil_mode),
+          checked_out_dim(n, x.shape[3], k[1], s[1], p[1], p[3], 1, ceil_mode)};
 }
 
 Shape infer_batch_norm(const Graph& g, const Node& n) {

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/thread_pool.hpp"
 #include "core/activation.hpp"
+#include "core/window.hpp"
 
 namespace kiln::cpu {
 
@@ -20,8 +21,8 @@ struct Conv2dParams {
   int pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
   int dil_h = 1, dil_w = 1;
   int groups = 1;
-  int out_h() const { return (h + pad_t + pad_b - dil_h * (kh - 1) - 1) / stride_h + 1; }
-  int out_w() const { return (w + pad_l + pad_r - dil_w * (kw - 1) - 1) / stride_w + 1; }
+  int out_h() const { return static_cast<int>(window_out_dim(h, kh, stride_h, pad_t, pad_b, dil_h)); }
+  int out_w() const { return static_cast<int>(window_out_dim(w, kw, stride_w, pad_l, pad_r, dil_w)); }
 };
 
 // y = act(conv(x, w) + bias + residual).

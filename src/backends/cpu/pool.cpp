@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "backends/cpu/kernels.hpp"
+#include "core/window.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cpu {
@@ -11,12 +12,8 @@ namespace kiln::cpu {
 int pool_out_dim(int in, int k, int stride, int pad_begin, int pad_end, bool ceil_mode) {
   if (in < 1 || k < 1 || stride < 1 || pad_begin < 0 || pad_end < 0)
     fail_runtime("pool: invalid size (in=", in, " k=", k, " stride=", stride, " pads=", pad_begin, ",", pad_end, ")");
-  const int span = in + pad_begin + pad_end - k;
-  if (span < 0) fail_runtime("pool: kernel ", k, " larger than padded input ", in + pad_begin + pad_end);
-  int out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
-  // PyTorch: a ceil-mode window starting in the end padding is dropped.
-  if (ceil_mode && (out - 1) * stride >= in + pad_begin) --out;
-  return out;
+  if (in + pad_begin + pad_end < k) fail_runtime("pool: kernel ", k, " larger than padded input ", in + pad_begin + pad_end);
+  return static_cast<int>(window_out_dim(in, k, stride, pad_begin, pad_end, 1, ceil_mode));
 }
 
 int Pool2dParams::out_h() const { return pool_out_dim(h, kh, stride_h, pad_t, pad_b, ceil_mode); }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/activation.hpp"
+#include "core/window.hpp"
 #include "core/dtype.hpp"
 
 namespace kiln::cuda {
@@ -35,8 +36,8 @@ struct ConvDesc {
   bool has_bias = false, has_residual = false;
   Activation act = Activation::None;
   bool allow_tf32 = false;  // f32 only: permit TF32 tensor-core engines
-  int out_h() const { return (h + pad_t + pad_b - dil_h * (r - 1) - 1) / stride_h + 1; }
-  int out_w() const { return (w + pad_l + pad_r - dil_w * (s - 1) - 1) / stride_w + 1; }
+  int out_h() const { return static_cast<int>(window_out_dim(h, r, stride_h, pad_t, pad_b, dil_h)); }
+  int out_w() const { return static_cast<int>(window_out_dim(w, s, stride_w, pad_l, pad_r, dil_w)); }
 };
 
 class ConvOp {
