@@ -58,12 +58,6 @@ struct Reader {
 
 }  // namespace
 
-Interpolation interpolation_from_name(const std::string& name, const std::string& what) {
-  for (auto i : {Interpolation::Nearest, Interpolation::Bilinear, Interpolation::Bicubic})
-    if (name == interpolation_name(i)) return i;
-  fail_input(what, ": unsupported interpolation '", name, "' (expected bicubic, bilinear or nearest)");
-}
-
 TimmConfig parse_timm_config(const json& j, const std::string& label) {
   const Reader r{label};
   if (!j.is_object()) fail_input(label, ": must be a JSON object, got ", j.type_name());

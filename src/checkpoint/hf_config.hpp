@@ -30,7 +30,5 @@ TimmConfig parse_timm_config(const nlohmann::json& j, const std::string& label);
 // Errors are Error(Input), e.g. "config.json: missing key 'pretrained_cfg.mean'".
 TimmConfig read_timm_config(const std::filesystem::path& config_json);
 
-// Error(Input) for anything but the three names above; `what` prefixes the message.
-Interpolation interpolation_from_name(const std::string& name, const std::string& what);
 
 }  // namespace kiln

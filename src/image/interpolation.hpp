@@ -32,4 +32,13 @@ inline Interpolation interpolation_from_name(std::string_view name) {
              "' (kiln supports nearest, bilinear, bicubic)");
 }
 
+// The same, with `where` (file and key) leading the error message.
+inline Interpolation interpolation_from_name(std::string_view name, const std::string& where) {
+  try {
+    return interpolation_from_name(name);
+  } catch (const Error& e) {
+    fail_input(where, ": ", e.what());
+  }
+}
+
 }  // namespace kiln

@@ -81,11 +81,8 @@ ClassificationRuntime parse_classification_runtime(const json& j, const std::str
   // timm's three eval crop modes, all reproduced by src/image/preprocess.cpp.
   if (pp.crop_mode != "center" && pp.crop_mode != "squash" && pp.crop_mode != "border")
     fail_input(where, ": crop_mode '", pp.crop_mode, "' is not supported (center, squash, border)");
-  try {
-    pp.interpolation = interpolation_from_name(typed(p, "interpolation", json::value_t::string, where).get<std::string>());
-  } catch (const Error& e) {
-    fail_input(where, ": ", e.what());
-  }
+  pp.interpolation =
+      interpolation_from_name(typed(p, "interpolation", json::value_t::string, where).get<std::string>(), where);
   pp.mean = triple(p, "mean", where);
   pp.std = triple(p, "std", where);
   for (float s : pp.std)
