@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,20 +18,30 @@ namespace kiln::testing {
 
 namespace fs = std::filesystem;
 
+// A fresh, uniquely named directory per test (mkdtemp), removed with all it
+// holds at scope exit, so "nothing left behind" can be checked exactly.
 class TempDir {
  public:
   TempDir() {
-    static int counter = 0;
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / cat("kiln_ckpt_", ::getpid(), "_", counter++, "_", rd());
-    fs::create_directories(path_);
+    std::string templ = (fs::temp_directory_path() / "kiln_test_XXXXXX").string();
+    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = templ;
   }
   ~TempDir() {
     std::error_code ec;
     fs::remove_all(path_, ec);
   }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
   const fs::path& path() const { return path_; }
   fs::path operator/(const std::string& name) const { return path_ / name; }
+  // Names directly inside, sorted.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(path_)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
 
  private:
   fs::path path_;

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "temp_dir.hpp"
 
 namespace kiln {
 namespace {
@@ -19,29 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A fresh directory per test so "nothing left behind" can be checked exactly.
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "kiln_bundle_XXXXXX").string();
-    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    dir_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const fs::path& path() const { return dir_; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(dir_)) v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
-
- private:
-  fs::path dir_;
-};
+using testing::TempDir;
 
 void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);

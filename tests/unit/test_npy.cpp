@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "temp_dir.hpp"
 
 namespace kiln {
 namespace {
@@ -138,22 +139,7 @@ const uint8_t kNumpyF64[] = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf0, 0x3f,
 };
 
-class TempDir {
- public:
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "kiln_npy_XXXXXX").string();
-    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    dir_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const fs::path& path() const { return dir_; }
-
- private:
-  fs::path dir_;
-};
+using testing::TempDir;
 
 template <size_t N>
 std::vector<uint8_t> vec(const uint8_t (&a)[N]) {
