@@ -127,6 +127,17 @@ inline void rename_tensor(const fs::path& dir, const std::string& from, const st
   });
 }
 
+// Builds a copy of fixture <root>/<name> with tensor `from` renamed to `to`
+// (dropped when `to` is ""), expecting an input error; returns its message.
+inline std::string build_error_after_rename(const fs::path& root, const std::string& name, const std::string& from,
+                                            const std::string& to) {
+  fs::path d = copy_fixture(root, name, "rename");
+  rename_tensor(d, from, to);
+  std::string msg = build_error(d);
+  fs::remove_all(d);
+  return msg;
+}
+
 }  // namespace kiln::testing
 
 // The PyTorch comparison every family runs on each of its fixtures (issues #2

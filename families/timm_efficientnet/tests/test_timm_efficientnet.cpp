@@ -25,13 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "efficientnet";
-using testing::build_and_run;
-using testing::build_error;
-using testing::copy_fixture;
-using testing::edit_header;
 using testing::fixture_cases;
-using testing::rename_tensor;
-using testing::temp_dir;
 
 KILN_FAMILY_FIXTURE_TESTS(EfficientnetFixture, kFixtures);
 
@@ -113,30 +107,21 @@ TEST(TimmEfficientnetPasses, TfSamePaddingIsAsymmetric) {
 }
 
 TEST(TimmEfficientnetErrors, UnexpectedBlockTensorIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "b0_narrow", "unexpected");
   // A MixNet-style split depthwise conv: a name the parser does not know inside blocks.S.B.
-  rename_tensor(d, "blocks.3.1.conv_dw.weight", "blocks.3.1.conv_dw.0.weight");
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "b0_narrow", "blocks.3.1.conv_dw.weight", "blocks.3.1.conv_dw.0.weight");
   EXPECT_NE(msg.find("blocks.3.1.conv_dw.0.weight"), std::string::npos) << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmEfficientnetErrors, UnknownBlockKindIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "tf_v2_s_odd", "kind");
-  rename_tensor(d, "blocks.0.0.conv.weight", "blocks.0.0.conv_mix.weight");
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "tf_v2_s_odd", "blocks.0.0.conv.weight", "blocks.0.0.conv_mix.weight");
   EXPECT_NE(msg.find("blocks.0.0"), std::string::npos) << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmEfficientnetErrors, StrayBlockIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "lite0_narrow", "stray");
   // blocks.6.0 renamed to blocks.6.3: outside the block numbering, so never consumed.
-  rename_tensor(d, "blocks.6.0.bn3.bias", "blocks.6.3.bn3.bias");
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "lite0_narrow", "blocks.6.0.bn3.bias", "blocks.6.3.bn3.bias");
   EXPECT_TRUE(msg.find("blocks.6.0.bn3.bias") != std::string::npos || msg.find("blocks.6.3.bn3.bias") != std::string::npos)
       << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmEfficientnetBuild, BundlesAreReproducible) {

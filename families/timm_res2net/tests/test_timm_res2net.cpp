@@ -25,13 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "res2net";
-using testing::build_and_run;
-using testing::build_error;
-using testing::copy_fixture;
-using testing::edit_header;
-using testing::fixture_cases;
-using testing::rename_tensor;
-using testing::temp_dir;
 
 KILN_FAMILY_FIXTURE_TESTS(Res2netFixture, kFixtures);
 
@@ -109,27 +102,18 @@ TEST(TimmRes2netStructure, NodeNamesFollowCheckpoint) {
 
 // The last 3x3 of a block can only be missed by counting chunks (conv1 channels / width).
 TEST(TimmRes2netErrors, MissingLastConvIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "s6_26w_odd", "missing_last");
-  rename_tensor(d, "layer2.0.convs.4.weight", "");
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "s6_26w_odd", "layer2.0.convs.4.weight", "");
   EXPECT_NE(msg.find("layer2.0.convs.4.weight"), std::string::npos) << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmRes2netErrors, MissingMiddleConvIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "res2next", "missing_mid");
-  rename_tensor(d, "layer3.0.convs.1.weight", "");
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "res2next", "layer3.0.convs.1.weight", "");
   EXPECT_NE(msg.find("layer3.0.convs.1.weight"), std::string::npos) << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmRes2netErrors, UnexpectedTensorIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "s4_26w", "unexpected");
-  rename_tensor(d, "fc.bias", "layer4.0.se.fc1.bias");
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "s4_26w", "fc.bias", "layer4.0.se.fc1.bias");
   EXPECT_TRUE(msg.find("fc.bias") != std::string::npos || msg.find("layer4.0.se.fc1.bias") != std::string::npos) << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmRes2netBuild, BundlesAreReproducible) {

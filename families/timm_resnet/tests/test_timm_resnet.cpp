@@ -21,24 +21,18 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "resnet";
-using testing::build_and_run;
 using testing::build_error;
 using testing::copy_fixture;
 using testing::edit_header;
-using testing::fixture_cases;
-using testing::rename_tensor;
 using testing::temp_dir;
 
 KILN_FAMILY_FIXTURE_TESTS(ResnetFixture, kFixtures);
 
 TEST(TimmResnetErrors, UnexpectedTensorIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "bottleneck", "unexpected");
-  rename_tensor(d, "layer2.1.bn2.bias", "layer2.1.se.fc1.bias");
   // bn2.bias is now missing; the builder reports the first problem it meets.
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "bottleneck", "layer2.1.bn2.bias", "layer2.1.se.fc1.bias");
   EXPECT_TRUE(msg.find("layer2.1.bn2.bias") != std::string::npos || msg.find("layer2.1.se.fc1.bias") != std::string::npos)
       << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmResnetErrors, ExtraTensorIsNamed) {
@@ -52,11 +46,8 @@ TEST(TimmResnetErrors, ExtraTensorIsNamed) {
 }
 
 TEST(TimmResnetErrors, MissingTensorIsNamed) {
-  fs::path d = copy_fixture(kFixtures, "resnet_d", "missing");
-  rename_tensor(d, "layer3.0.downsample.1.weight", "");
-  std::string msg = build_error(d);
+  std::string msg = testing::build_error_after_rename(kFixtures, "resnet_d", "layer3.0.downsample.1.weight", "");
   EXPECT_NE(msg.find("layer3.0.downsample"), std::string::npos) << msg;
-  fs::remove_all(d);
 }
 
 TEST(TimmResnetErrors, ConfigMissingKeyIsNamed) {
