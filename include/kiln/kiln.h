@@ -46,7 +46,9 @@ kiln_status kiln_context_run(kiln_context* context, const char* input_name, cons
                              int rank, float* output, size_t capacity, size_t* count);
 
 /* Classification bundles: top-k of one image file (JPEG/PNG), scores are
- * softmax probabilities; *count receives min(top_k, classes). */
+ * softmax probabilities; *count receives min(top_k, classes). The engine
+ * keeps one execution context for these calls (made at the first one), so
+ * concurrent calls on one engine run one after another. */
 kiln_status kiln_classify_file(const kiln_engine* engine, const char* image_path, int top_k, int* class_ids,
                                float* scores, int* count);
 

@@ -1,6 +1,7 @@
 // The C ABI (include/kiln/kiln.h) over the C++ API: exceptions never cross it;
 // each failure becomes a status plus a per-thread message.
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "kiln/kiln.h"
@@ -9,6 +10,11 @@
 struct kiln_engine {
   std::shared_ptr<const kiln::Engine> engine;
   std::vector<kiln::TensorInfo> inputs, outputs;
+  // One classifier (its context, arena and, on the GPU, captured graph) made
+  // at the first kiln_classify_file and reused; the mutex serialises callers
+  // since a context runs one call at a time.
+  mutable std::mutex classify_mutex;
+  mutable std::unique_ptr<kiln::Classifier> classifier;
 };
 struct kiln_context {
   std::unique_ptr<kiln::ExecutionContext> ctx;
@@ -115,8 +121,9 @@ kiln_status kiln_classify_file(const kiln_engine* e, const char* image_path, int
   if (!e || !image_path || top_k <= 0 || !class_ids || !scores || !count)
     return usage("kiln_classify_file: NULL argument or top_k <= 0");
   return guarded([&] {
-    kiln::Classifier clf(e->engine);
-    auto r = clf.classify_file(image_path, top_k);
+    std::lock_guard<std::mutex> lock(e->classify_mutex);
+    if (!e->classifier) e->classifier = std::make_unique<kiln::Classifier>(e->engine);
+    auto r = e->classifier->classify_file(image_path, top_k);
     *count = static_cast<int>(r.top_k.size());
     for (size_t i = 0; i < r.top_k.size(); ++i) {
       class_ids[i] = r.top_k[i].class_id;
