@@ -41,6 +41,12 @@ ShapedPlan plan_for_batch(const Graph& g, int64_t batch);
 struct ExecutionContext::Impl {
   std::shared_ptr<const Engine> engine;
   std::map<int64_t, ShapedPlan> plans;  // per batch size: shapes are planned once
+  // The CPU plan for `batch`, made on first use.
+  const ShapedPlan& plan(int64_t batch) {
+    auto it = plans.find(batch);
+    if (it == plans.end()) it = plans.emplace(batch, plan_for_batch(engine->impl().graph, batch)).first;
+    return it->second;
+  }
   std::vector<float> arena;
   int64_t last_batch = -1;
   std::shared_ptr<cuda::CudaContext> cuda;  // shared_ptr: CPU-only builds never see its destructor

@@ -51,9 +51,7 @@ std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
 #ifdef KILN_HAVE_CUDA
   if (impl_->cuda) return impl_->cuda->run(given, batch);
 #endif
-  auto it = impl_->plans.find(batch);
-  if (it == impl_->plans.end()) it = impl_->plans.emplace(batch, plan_for_batch(e.graph, batch)).first;
-  const ShapedPlan& plan = it->second;
+  const ShapedPlan& plan = impl_->plan(batch);
   const size_t floats = plan.memory.arena_bytes / sizeof(float) + 1;
   if (impl_->arena.size() < floats) impl_->arena.resize(floats);
   impl_->last_batch = batch;
@@ -74,14 +72,11 @@ std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
 double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& inputs) {
   ExecutionContext::Impl& c = ctx.impl();
   const int64_t batch = inputs.empty() || inputs[0].shape.empty() ? 1 : inputs[0].shape[0];
+  if (c.last_batch != batch) ctx.run(inputs);  // plans (and on the GPU captures) this batch size: never timed
 #ifdef KILN_HAVE_CUDA
-  if (c.cuda) {
-    if (c.last_batch != batch) ctx.run(inputs);
-    return c.cuda->timed_replay_ms(batch);
-  }
+  if (c.cuda) return c.cuda->timed_replay_ms(batch);
 #endif
-  if (!c.plans.count(batch) || c.last_batch != batch) ctx.run(inputs);
-  const ShapedPlan& plan = c.plans.at(batch);
+  const ShapedPlan& plan = c.plan(batch);
   const Engine::Impl& e = c.engine->impl();
   const auto t0 = std::chrono::steady_clock::now();
   e.cpu->run(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), plan.layout());
@@ -102,7 +97,7 @@ std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<T
     return out;
   }
 #endif
-  const ShapedPlan& plan = c.plans.at(batch);
+  const ShapedPlan& plan = c.plan(batch);
   std::vector<double> ms;
   for (int r = 0; r < rounds; ++r)
     c.engine->impl().cpu->run_profiled(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), &ms, plan.layout());
@@ -118,17 +113,14 @@ size_t kernels_per_call(ExecutionContext& ctx) {
 }
 
 MemoryReport ExecutionContext::memory() const {
-  const Engine::Impl& e = impl_->engine->impl();
+  const Graph& g = impl_->engine->impl().graph;
+  // Before any run: the plan of the batch size the bundle was built for.
+  const int64_t b = impl_->last_batch >= 0 ? impl_->last_batch : g.values[g.inputs[0]].shape[0];
 #ifdef KILN_HAVE_CUDA
-  if (impl_->cuda) {
-    int64_t b = impl_->last_batch >= 0 ? impl_->last_batch : e.graph.values[e.graph.inputs[0]].shape[0];
-    return impl_->cuda->memory(b);
-  }
+  if (impl_->cuda) return impl_->cuda->memory(b);
 #endif
-  auto it = impl_->plans.find(impl_->last_batch);
-  if (it != impl_->plans.end()) return {it->second.memory.arena_bytes, it->second.memory.naive_bytes};
-  MemoryPlan p = plan_memory(e.graph, cpu::activation_bytes);
-  return {p.arena_bytes, p.naive_bytes};
+  const ShapedPlan& plan = impl_->plan(b);  // the plan run() uses, views included
+  return {plan.memory.arena_bytes, plan.memory.naive_bytes};
 }
 
 }  // namespace kiln
