@@ -27,7 +27,8 @@ bool matches(const Graph& g, const Node& bn) {
 void rewrite(Graph& g, size_t bn_index) {
   const Node bn = g.nodes[bn_index];
   Node& conv = g.nodes[g.values[bn.inputs[0]].producer];
-  const HostTensor& w = *g.values[conv.inputs[1]].constant;
+  const HostTensor& w = *g.values[conv.inputs[1]].constant;  // valid until the first add_constant below
+  const Shape w_shape = w.shape;
   const int64_t out_ch = w.shape[0];
   const int64_t per_out = w.numel() / out_ch;
   std::vector<float> wv = w.to_f32();
@@ -43,15 +44,14 @@ void rewrite(Graph& g, size_t bn_index) {
     for (int64_t k = 0; k < per_out; ++k) wv[o * per_out + k] = static_cast<float>(wv[o * per_out + k] * s);
     bias[o] = static_cast<float>((bias[o] - static_cast<double>(mean[o])) * s + beta[o]);
   }
-  int new_w = g.add_constant(conv.name + ".weight", HostTensor::from_f32(w.shape, wv));
-  int new_b = g.add_constant(conv.name + ".bias", HostTensor::from_f32({out_ch}, bias));
-  Node& c = g.nodes[g.values[bn.inputs[0]].producer];  // add_constant may not move nodes, but be safe
-  c.inputs.resize(3);
-  c.inputs[1] = new_w;
-  c.inputs[2] = new_b;
-  // The conv now produces what the batch norm produced; the BN disappears.
-  g.values[bn.outputs[0]].producer = g.values[bn.inputs[0]].producer;
-  c.outputs = bn.outputs;
+  const int new_w = g.add_constant(conv.name + ".weight", HostTensor::from_f32(w_shape, wv));
+  const int new_b = g.add_constant(conv.name + ".bias", HostTensor::from_f32({out_ch}, bias));
+  conv.inputs.resize(3);  // nodes are untouched by add_constant, so `conv` is still valid
+  conv.inputs[1] = new_w;
+  conv.inputs[2] = new_b;
+  // The conv now produces what the batch norm produced (producer links are
+  // rebuilt by canonicalize); the BN disappears.
+  conv.outputs = bn.outputs;
   g.nodes.erase(g.nodes.begin() + static_cast<long>(bn_index));
 }
 

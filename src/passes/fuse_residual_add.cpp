@@ -14,43 +14,35 @@ bool fusable_conv(const Graph& g, int value_id) {
   return c.op == Op::Conv2d && c.inputs.size() <= 3 && c.activation() == Activation::None && single_use(g, value_id);
 }
 
+// Which operand of the add is the conv to fuse into: the first when it
+// qualifies (builders emit add(main_path, shortcut)), else the second, else -1.
+int fusable_operand(const Graph& g, const Node& add) {
+  if (add.op != Op::Add) return -1;
+  return fusable_conv(g, add.inputs[0]) ? 0 : (fusable_conv(g, add.inputs[1]) ? 1 : -1);
+}
+
 }  // namespace
 
 int fuse_residual_add(Graph& g) {
-  int count = 0;
-  for (size_t i = 0; i < g.nodes.size();) {
-    const Node& add = g.nodes[i];
-    if (add.op != Op::Add) {
-      ++i;
-      continue;
-    }
-    // Prefer the first operand: builders emit add(main_path, shortcut).
-    int which = fusable_conv(g, add.inputs[0]) ? 0 : (fusable_conv(g, add.inputs[1]) ? 1 : -1);
-    if (which < 0) {
-      ++i;
-      continue;
-    }
-    const int conv_out = add.inputs[which];
-    const int skip = add.inputs[1 - which];
-    const int p = g.values[conv_out].producer;
-    const std::string act = add.has_attr("activation") ? add.attr_str("activation") : "none";
-    const std::vector<int> add_outputs = add.outputs;
+  auto matches = [](const Graph& g, const Node& add) { return fusable_operand(g, add) >= 0; };
+  auto rewrite = [](Graph& g, size_t i) {
+    const Node add = g.nodes[i];
+    const int which = fusable_operand(g, add);
+    const int p = g.values[add.inputs[which]].producer;
     if (g.nodes[p].inputs.size() == 2) {
       // The fused form needs a bias slot before the residual slot.
-      const auto& w = g.values[g.nodes[p].inputs[1]];
-      int zero = g.add_constant(g.nodes[p].name + ".bias",
-                                HostTensor::from_f32_as(w.dtype, {w.shape[0]}, std::vector<float>(w.shape[0], 0.f)));
-      g.nodes[p].inputs.push_back(zero);
+      const Value& w = g.values[g.nodes[p].inputs[1]];
+      HostTensor zero = HostTensor::from_f32_as(w.dtype, {w.shape[0]}, std::vector<float>(w.shape[0], 0.f));
+      const int b = g.add_constant(g.nodes[p].name + ".bias", std::move(zero));
+      g.nodes[p].inputs.push_back(b);
     }
     Node& conv = g.nodes[p];
-    conv.inputs.push_back(skip);
-    if (act != "none") conv.attrs["activation"] = act;
-    conv.outputs = add_outputs;
-    g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
-    g.canonicalize();  // the skip may be produced after the conv: re-sort
-    ++count;
-  }
-  return count;
+    conv.inputs.push_back(add.inputs[1 - which]);
+    if (add.activation() != Activation::None) conv.attrs["activation"] = add.attr_str("activation");
+    conv.outputs = add.outputs;
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(i));  // rewrite_each re-sorts: the skip may come after the conv
+  };
+  return rewrite_each(g, matches, rewrite);
 }
 
 }  // namespace kiln
