@@ -129,6 +129,7 @@ class Classifier {
 
  private:
   struct Impl;
+  std::vector<Classification> run_batch(std::vector<float> pixels, int64_t images, int top_k);
   std::shared_ptr<const Engine> engine_;
   std::unique_ptr<Impl> impl_;
 };

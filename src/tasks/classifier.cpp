@@ -58,26 +58,31 @@ Classification postprocess(const float* logits, int classes, int top_k, const st
 
 }  // namespace
 
-std::vector<Classification> Classifier::classify_files(const std::vector<std::string>& paths, int top_k) {
-  if (paths.empty()) return {};
+// Runs a batch of already pre-processed CHW images and post-processes each.
+std::vector<Classification> Classifier::run_batch(std::vector<float> pixels, int64_t images, int top_k) {
   const auto& p = impl_->pre;
-  const int64_t per = 3LL * p.height * p.width;
-  Tensor input{impl_->rt.input, {static_cast<int64_t>(paths.size()), 3, p.height, p.width}, {}};
-  input.data.reserve(per * paths.size());
-  for (const auto& path : paths) {
-    auto chw = timm_preprocess(decode_image(path), p);
-    input.data.insert(input.data.end(), chw.begin(), chw.end());
-  }
-  auto outputs = impl_->ctx->run({input});
+  auto outputs = impl_->ctx->run({{impl_->rt.input, {images, 3, p.height, p.width}, std::move(pixels)}});
   const Tensor* logits = nullptr;
   for (const auto& o : outputs)
     if (o.name == impl_->rt.output) logits = &o;
   if (!logits) fail_runtime("engine has no output '", impl_->rt.output, "'");
   const int classes = static_cast<int>(logits->shape.back());
   std::vector<Classification> r;
-  for (size_t i = 0; i < paths.size(); ++i)
+  for (int64_t i = 0; i < images; ++i)
     r.push_back(postprocess(logits->data.data() + i * classes, classes, top_k, engine_->labels()));
   return r;
+}
+
+std::vector<Classification> Classifier::classify_files(const std::vector<std::string>& paths, int top_k) {
+  if (paths.empty()) return {};
+  const auto& p = impl_->pre;
+  std::vector<float> pixels;
+  pixels.reserve(3ULL * p.height * p.width * paths.size());
+  for (const auto& path : paths) {
+    auto chw = timm_preprocess(decode_image(path), p);
+    pixels.insert(pixels.end(), chw.begin(), chw.end());
+  }
+  return run_batch(std::move(pixels), static_cast<int64_t>(paths.size()), top_k);
 }
 
 Classification Classifier::classify_file(const std::string& path, int top_k) { return classify_files({path}, top_k)[0]; }
@@ -85,13 +90,7 @@ Classification Classifier::classify_file(const std::string& path, int top_k) { r
 Classification Classifier::classify_rgb(int width, int height, const uint8_t* rgb, int top_k) {
   if (width <= 0 || height <= 0 || !rgb) fail_input("classify_rgb: empty image");
   ImageU8 img{width, height, std::vector<uint8_t>(rgb, rgb + 3LL * width * height)};
-  const auto& p = impl_->pre;
-  Tensor input{impl_->rt.input, {1, 3, p.height, p.width}, timm_preprocess(img, p)};
-  auto outputs = impl_->ctx->run({input});
-  for (const auto& o : outputs)
-    if (o.name == impl_->rt.output)
-      return postprocess(o.data.data(), static_cast<int>(o.shape.back()), top_k, engine_->labels());
-  fail_runtime("engine has no output '", impl_->rt.output, "'");
+  return run_batch(timm_preprocess(img, impl_->pre), 1, top_k)[0];
 }
 
 }  // namespace kiln
