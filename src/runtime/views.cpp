@@ -31,15 +31,18 @@ ChannelViews plan_channel_views(const Graph& g) {
       ++cv.slices_as_views;
     }
   }
+  // Values that slices are windows of keep their own buffer.
+  std::vector<char> has_windows(g.values.size(), 0);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (cv.parent[v] >= 0) has_windows[cv.parent[v]] = 1;
   for (const Node& n : g.nodes) {
     if (n.op != Op::Concat || !channel_axis(n)) continue;
     int64_t off = 0;
     for (int in : n.inputs) {
       // An input can be written in place when it owns its bytes (not a view,
       // not already in place in another concat) and is not pinned.
-      bool ok = !fixed[in] && cv.parent[in] < 0 && g.values[in].producer >= 0 && cv.root(n.outputs[0]) != in;
-      for (const Node& m : g.nodes)  // values something else views into must keep their own buffer
-        if (ok && m.op == Op::Slice && m.inputs[0] == in && cv.parent[m.outputs[0]] == in) ok = false;
+      const bool ok = !fixed[in] && !has_windows[in] && cv.parent[in] < 0 && g.values[in].producer >= 0 &&
+                      cv.root(n.outputs[0]) != in;
       if (ok) {
         cv.parent[in] = n.outputs[0];
         cv.channel_offset[in] = off;
