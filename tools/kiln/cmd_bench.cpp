@@ -98,7 +98,7 @@ void add_bench(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("bench", "Time bundles side by side (engine time and task time)");
   sub->add_option("bundles", o->bundles, "Bundle files")->required();
-  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundles' own")->check(CLI::IsMember({"cpu", "cuda"}));
+  add_load_backend_option(sub, o->backend);
   sub->add_option("--batch", o->batch, "Batch size")->check(CLI::Range(1, 4096));
   sub->add_option("--iterations", o->iterations, "Timed rounds")->check(CLI::Range(10, 1000000));
   sub->add_option("--warmup", o->warmup, "Untimed rounds first")->check(CLI::Range(0, 100000));

@@ -19,7 +19,7 @@ void add_build(CLI::App& app) {
   sub->add_option("-o,--output", o->out, "Output .bundle path")->required();
   sub->add_option("--revision", o->b.revision, "Hugging Face revision (branch, tag or commit)");
   sub->add_option("--precision", o->precision, "fp32 | fp16 | bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  sub->add_option("--backend", o->b.backend, "cpu (cuda: later)")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--backend", o->b.backend, "cpu, or cuda (tactics are selected on this machine's GPU)")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--batch", o->b.batch, "Batch size the engine is planned for");
   sub->add_option("--opt-level", o->b.opt_level, "0..5 (tactic search effort)");
   sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");

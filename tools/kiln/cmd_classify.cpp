@@ -18,8 +18,7 @@ void add_classify(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("classify", "Classify images with a classification bundle");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
-  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_load_backend_option(sub, o->backend);
   sub->add_option("--image", o->images, "Image file(s) (JPEG or PNG)")->required();
   sub->add_option("--top-k", o->top_k, "Number of classes to report")->check(CLI::Range(1, 100000));
   sub->add_flag("--json", o->json, "JSON output");

@@ -37,8 +37,7 @@ void add_eval(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("eval", "Top-1 accuracy of a classification bundle on an ImageFolder dataset");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
-  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_load_backend_option(sub, o->backend);
   sub->add_option("--dataset", o->dataset, "Directory with one subfolder per class")->required();
   sub->add_option("--batch", o->batch, "Images per engine call")->check(CLI::Range(1, 4096));
   sub->add_flag("--json", o->json, "JSON output (key top1)");

@@ -43,8 +43,7 @@ void add_inspect(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("inspect", "Show a bundle's header, sections, layers, precisions and sizes");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
-  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_load_backend_option(sub, o->backend);
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_flag("--graph", o->graph, "Print the graph in kiln's text IR");
   sub->callback([o] {

@@ -17,8 +17,7 @@ void add_run(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "Run a bundle on raw tensors (.npy in, .npy out)");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
-  sub->add_option("--backend", o->backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_load_backend_option(sub, o->backend);
   sub->add_option("--input", o->inputs, "NAME=FILE.npy (float32 or float16)")->required();
   sub->add_option("--output-dir", o->out_dir, "Directory for <output name>.npy files")->required();
   sub->callback([o] {

@@ -4,6 +4,13 @@
 
 namespace kiln::cli {
 
+// --backend on commands that load a bundle: run it on another backend than
+// the one it was built for (cpu runs a CUDA bundle where no GPU is present).
+inline void add_load_backend_option(CLI::App* sub, std::string& backend) {
+  sub->add_option("--backend", backend, "Run on this backend instead of the bundle's (cpu runs a CUDA bundle on the CPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
 void add_build(CLI::App& app);
 void add_classify(CLI::App& app);
 void add_run(CLI::App& app);
