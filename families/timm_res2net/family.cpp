@@ -17,8 +17,6 @@ namespace {
 constexpr double kBnEps = 1e-5;  // timm's ResNet uses nn.BatchNorm2d defaults
 constexpr const char* kFamily = "timm_res2net";
 
-std::string block_prefix(int stage, int block) { return cat("layer", stage, ".", block); }
-
 int slice_channels(LayerBuilder& b, const std::string& name, int x, int64_t start, int64_t end) {
   return b.graph().add_node(Op::Slice, name, {x}, {{"axis", int64_t{1}}, {"start", start}, {"end", end}});
 }
@@ -103,18 +101,7 @@ class TimmRes2net : public Family {
   }
 
   FamilyBuild build(const BuildRequest& req) const override {
-    const ModelSource& s = *req.source;
-    TimmConfig cfg = parse_timm_config(s.config, s.config_path.string());
-    if (cfg.raw.contains("model_args") && cfg.raw["model_args"].contains("output_stride") &&
-        cfg.raw["model_args"]["output_stride"] != 32)
-      fail_input(s.config_path.string(), ": model_args.output_stride other than 32 (dilated Res2Net) is not supported");
-    LayerBuilder b(*s.checkpoint, name());
-    int x = add_timm_input(b, cfg, req.batch, b.has("conv1.0.weight") ? "conv1.0.weight" : "conv1.weight", kFamily);
-    x = resnet_stem(b, x, kBnEps);
-    for (int stage = 1; b.has(block_prefix(stage, 0) + ".conv1.weight"); ++stage)
-      for (int i = 0; b.has(block_prefix(stage, i) + ".conv1.weight"); ++i)
-        x = block(b, block_prefix(stage, i), x, (stage > 1 && i == 0) ? 2 : 1);
-    return finish_timm_classifier(b, x, "fc", cfg, s.config_path.string());
+    return build_timm_resnet_like(*req.source, req.batch, kFamily, kBnEps, block);
   }
 };
 

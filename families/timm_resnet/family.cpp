@@ -14,8 +14,6 @@ namespace {
 
 constexpr double kBnEps = 1e-5;  // timm's ResNet uses nn.BatchNorm2d defaults
 
-std::string block_prefix(int stage, int block) { return cat("layer", stage, ".", block); }
-
 int block(LayerBuilder& b, const std::string& p, int x, int stride) {
   const bool bottleneck = b.has(p + ".conv3.weight");
   int skip = resnet_shortcut(b, p, x, stride, kBnEps);
@@ -49,21 +47,7 @@ class TimmResnet : public Family {
   }
 
   FamilyBuild build(const BuildRequest& req) const override {
-    const ModelSource& s = *req.source;
-    TimmConfig cfg = parse_timm_config(s.config, s.config_path.string());
-    if (cfg.raw.contains("model_args") && cfg.raw["model_args"].contains("output_stride") &&
-        cfg.raw["model_args"]["output_stride"] != 32)
-      fail_input(s.config_path.string(), ": model_args.output_stride other than 32 (dilated ResNet) is not supported");
-    LayerBuilder b(*s.checkpoint, name());
-    int x = add_timm_input(b, cfg, req.batch, b.has("conv1.0.weight") ? "conv1.0.weight" : "conv1.weight", name());
-    x = resnet_stem(b, x, kBnEps);
-    int stages = 0;
-    for (int stage = 1; b.has(block_prefix(stage, 0) + ".conv1.weight"); ++stage, ++stages) {
-      for (int i = 0; b.has(block_prefix(stage, i) + ".conv1.weight"); ++i)
-        x = block(b, block_prefix(stage, i), x, (stage > 1 && i == 0) ? 2 : 1);
-    }
-    if (stages == 0) fail_input("timm_resnet: no 'layer1.0.conv1.weight' in ", s.checkpoint->source().string());
-    return finish_timm_classifier(b, x, "fc", cfg, s.config_path.string());
+    return build_timm_resnet_like(*req.source, req.batch, name(), kBnEps, block);
   }
 };
 

@@ -49,6 +49,25 @@ int resnet_shortcut(LayerBuilder& b, const std::string& p, int x, int stride, do
   return b.batch_norm(d + ".1", b.conv(d + ".0", x, {stride}), eps);
 }
 
+FamilyBuild build_timm_resnet_like(const ModelSource& s, int batch, const std::string& family, double bn_eps,
+                                   const ResnetBlockFn& block) {
+  const std::string config_path = s.config_path.string();
+  TimmConfig cfg = parse_timm_config(s.config, config_path);
+  if (cfg.raw.contains("model_args") && cfg.raw["model_args"].contains("output_stride") &&
+      cfg.raw["model_args"]["output_stride"] != 32)
+    fail_input(config_path, ": model_args.output_stride other than 32 (a dilated network) is not supported by ", family);
+  LayerBuilder b(*s.checkpoint, family);
+  int x = add_timm_input(b, cfg, batch, b.has("conv1.0.weight") ? "conv1.0.weight" : "conv1.weight", family);
+  x = resnet_stem(b, x, bn_eps);
+  auto prefix = [](int stage, int i) { return cat("layer", stage, ".", i); };
+  if (!b.has(prefix(1, 0) + ".conv1.weight"))
+    fail_input(family, ": no 'layer1.0.conv1.weight' in ", s.checkpoint->source().string());
+  for (int stage = 1; b.has(prefix(stage, 0) + ".conv1.weight"); ++stage)
+    for (int i = 0; b.has(prefix(stage, i) + ".conv1.weight"); ++i)
+      x = block(b, prefix(stage, i), x, (stage > 1 && i == 0) ? 2 : 1);
+  return finish_timm_classifier(b, x, "fc", cfg, config_path);
+}
+
 FamilyBuild finish_timm_classifier(LayerBuilder& b, int x, const std::string& classifier, const TimmConfig& cfg,
                                    const std::string& config_path) {
   x = b.graph().add_node(Op::GlobalAvgPool, "global_pool", {x});

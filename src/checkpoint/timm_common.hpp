@@ -3,6 +3,7 @@
 // (used by timm_resnet and timm_res2net, which timm builds with the same
 // ResNet class), and the pooled classifier head with its runtime.json.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "checkpoint/hf_config.hpp"
@@ -24,6 +25,14 @@ bool resnet_has_downsample(const LayerBuilder& b, const std::string& block);
 // ResNet-D average-pool shortcut (AvgPool(2, stride, ceil, no pad count) then
 // conv "downsample.1" + BN "downsample.2").
 int resnet_shortcut(LayerBuilder& b, const std::string& block, int x, int stride, double bn_eps);
+
+// Builds a network of timm's ResNet class (ResNet, ResNet-D, ResNeXt, Res2Net):
+// rejects dilated variants (model_args.output_stride != 32), adds the input and
+// the stem, calls `block(b, "layer{s}.{i}", x, stride)` for every block found in
+// the checkpoint (stride 2 on the first block of stages 2+), then the fc head.
+using ResnetBlockFn = std::function<int(LayerBuilder& b, const std::string& prefix, int x, int stride)>;
+FamilyBuild build_timm_resnet_like(const ModelSource& source, int batch, const std::string& family, double bn_eps,
+                                   const ResnetBlockFn& block);
 
 // Global average pool, flatten, linear `classifier` -> output "logits";
 // rejects unused tensors and a num_classes that disagrees with the
