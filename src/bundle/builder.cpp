@@ -66,6 +66,8 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   popts.precision = o.precision;
   popts.verify = o.verify;
   popts.log = o.log;
+  // cuDNN's fast NHWC kernels want 16-byte channel rows; the CPU backend does not care.
+  if (o.backend == "cuda") popts.channel_align = 16 / static_cast<int64_t>(dtype_size(o.precision));
   run_pipeline(fb.graph, popts);
   summary.nodes_after = fb.graph.nodes.size();
   summary.op_counts = op_counts(fb.graph);

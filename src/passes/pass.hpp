@@ -31,12 +31,17 @@ int fold_batchnorm(Graph& g);
 int fuse_activation(Graph& g);
 int fuse_residual_add(Graph& g);
 int eliminate_dead_nodes(Graph& g);
+// Widens channel chunks (Res2Net's split widths) to a multiple of `align`
+// channels with zero weights; exact. For backends whose fast kernels need
+// aligned channel rows (CUDA: 16 bytes). align <= 1: no-op.
+int pad_channels(Graph& g, int64_t align);
 // Converts float constants and activations to `dtype` (f16/bf16) and inserts
 // casts so graph inputs and outputs stay f32 (the engine casts internally).
 int set_precision(Graph& g, DType dtype);
 
 struct PipelineOptions {
   DType precision = DType::F32;
+  int64_t channel_align = 0;    // pad_channels alignment in channels (0: pass not run)
   bool verify = false;          // run the IR verifier after every pass (always on in debug builds)
   std::ostream* log = nullptr;  // one line per pass: name, rewrites, node count
 };

@@ -42,6 +42,8 @@ std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
       {"fuse_residual_add", fuse_residual_add},
       {"eliminate_dead_nodes", eliminate_dead_nodes},
   };
+  if (opts.channel_align > 1)
+    p.push_back({"pad_channels", [a = opts.channel_align](Graph& g) { return pad_channels(g, a); }});
   if (opts.precision != DType::F32)
     p.push_back({"set_precision", [dt = opts.precision](Graph& g) { return set_precision(g, dt); }});
   return p;

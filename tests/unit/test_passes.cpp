@@ -4,6 +4,7 @@
 
 #include "graph_test_util.hpp"
 #include "ir/verifier.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "passes/pass.hpp"
 
@@ -123,6 +124,86 @@ TEST(Passes, ResidualNotFusedIntoConvWithActivation) {
   EXPECT_EQ(fuse_residual_add(g), 0);
   EXPECT_EQ(g.count_ops(Op::Add), 1);
   EXPECT_LE(max_abs_diff(before, run_cpu(g, {in})[0]), 1e-6f);
+}
+
+// A Res2Net block after BN folding: 1x1 conv (4 chunks of 6 channels, ReLU),
+// slices, 3x3 convs chained by adds (or, for a first block, independent with
+// stride 2 and a pooled pass-through chunk), concat, 1x1 conv.
+Graph res2net_like_block(std::mt19937& rng, bool first, const std::string& root_act = "relu") {
+  const int64_t w = 6, scale = 4, cin = 5, cout = 16, stride = first ? 2 : 1;
+  Graph g;
+  int x = g.add_input("x", DType::F32, {2, cin, 9, 9});
+  auto conv = [&](const std::string& name, int in, int64_t k, int64_t c, int64_t r, int64_t st, const std::string& act) {
+    Attrs a = conv_attrs(int(st), int(r / 2));
+    if (!act.empty()) a["activation"] = act;
+    return g.add_node(Op::Conv2d, name,
+                      {in, g.add_constant(name + ".weight", random_tensor({k, c, r, r}, rng)),
+                       g.add_constant(name + ".bias", random_tensor({k}, rng))},
+                      a);
+  };
+  int y1 = conv("conv1", x, w * scale, cin, 1, 1, root_act);
+  std::vector<int> spx, spo;
+  for (int64_t k = 0; k < scale; ++k)
+    spx.push_back(g.add_node(Op::Slice, cat("split.", k), {y1}, {{"axis", int64_t{1}}, {"start", k * w}, {"end", (k + 1) * w}}));
+  int sp = -1;
+  for (int64_t i = 0; i < scale - 1; ++i) {
+    sp = (i == 0 || first) ? spx[i] : g.add_node(Op::Add, cat("chain.", i), {sp, spx[i]});
+    sp = conv(cat("convs.", i), sp, w, w, 3, stride, "relu");
+    spo.push_back(sp);
+  }
+  int last = spx.back();
+  if (first)
+    last = g.add_node(Op::AvgPool2d, "pool", {last},
+                      {{"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                       {"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"ceil_mode", int64_t{0}}, {"count_include_pad", int64_t{1}}});
+  spo.push_back(last);
+  int c = g.add_node(Op::Concat, "cat", spo, {{"axis", int64_t{1}}});
+  g.mark_output(conv("conv3", c, cout, w * scale, 1, 1, "relu"));
+  return g;
+}
+
+TEST(Passes, PadChannelsWidensRes2NetChunksExactly) {
+  for (bool first : {false, true}) {
+    std::mt19937 rng(first ? 21 : 22);
+    Graph g = res2net_like_block(rng, first);
+    auto x = input_for(g, rng);
+    auto before = run_cpu(g, {x})[0];
+    EXPECT_EQ(pad_channels(g, 8), 1);
+    g.canonicalize();
+    verify_graph(g, "pad_channels");
+    // Chunks of 6 are stored in 8 channels; the block's output is unchanged.
+    EXPECT_EQ(g.values[g.find_node("conv1")->inputs[1]].shape, (Shape{32, 5, 1, 1}));
+    EXPECT_EQ(g.find_node("split.2")->attr_int("start"), 16);
+    EXPECT_EQ(g.find_node("split.2")->attr_int("end"), 24);
+    EXPECT_EQ(g.values[g.find_node("convs.1")->inputs[1]].shape, (Shape{8, 8, 3, 3}));
+    EXPECT_EQ(g.values[g.find_node("conv3")->inputs[1]].shape, (Shape{16, 32, 1, 1}));
+    EXPECT_EQ(g.values[g.find_node("cat")->outputs[0]].shape[1], 32);
+    EXPECT_EQ(g.values[g.outputs[0]].shape[1], 16);
+    auto after = run_cpu(g, {x})[0];
+    EXPECT_LE(max_abs_diff(before, after), 1e-5f * std::max(1.f, max_abs(before)));
+    EXPECT_EQ(pad_channels(g, 8), 0);  // already aligned: nothing left to do
+  }
+}
+
+TEST(Passes, PadChannelsLeavesUnsafeOrAlignedGraphsAlone) {
+  {
+    std::mt19937 rng(23);
+    Graph g = res2net_like_block(rng, false, "sigmoid");  // sigmoid(0) != 0: padded channels would not be zero
+    EXPECT_EQ(pad_channels(g, 8), 0);
+  }
+  {
+    std::mt19937 rng(24);
+    Graph g = res2net_like_block(rng, false);
+    g.mark_output(g.find_node("split.3")->outputs[0]);  // a chunk is read outside: its width must stay
+    EXPECT_EQ(pad_channels(g, 8), 0);
+    EXPECT_EQ(g.values[g.find_node("conv1")->inputs[1]].shape[0], 24);
+  }
+  {
+    std::mt19937 rng(25);
+    Graph g = res2net_like_block(rng, true);
+    EXPECT_EQ(pad_channels(g, 2), 0);  // 6 is a multiple of 2
+    EXPECT_EQ(pad_channels(g, 1), 0);
+  }
 }
 
 TEST(Passes, EliminateDeadNodes) {

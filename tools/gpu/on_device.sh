@@ -7,6 +7,9 @@
 #   --quick GPU tests only
 #   --bench resnet50 bench only (+ torch.compile max-autotune when KILN_AUTOTUNE_PEER=<batch>)
 #   --family4  full-size checks and benches of the Res2Net and EfficientNet families (issue #4)
+# Environment: KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
+# KILN_CHECK_MODELS=none skips the checks), KILN_PEERS=none skips the PyTorch peers,
+# KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON.
 # Full-size check: seeded checkpoint (tools/reference/make_fixtures*.py --full-size), kiln fp32
 # engine vs PyTorch fp32 (TF32 off) within 1e-3 * max|logit|, fp16 engine cosine >= 0.9995 and
 # the same top-1 on sample photos (tools/gpu/compare.py). Bench: kiln bench (CUDA-graph replay)
@@ -39,12 +42,14 @@ check_model() {
 
 # bench_model NAME: kiln fp16 (opt level 3) and PyTorch peers at batch 1 and 32.
 bench_model() {
-  local m=$1 peers=${KILN_PEERS:-eager,cuda_graph,compile_default}
+  local m=$1 peers=${KILN_PEERS:-eager,cuda_graph,compile_default} prof=""
+  [ -n "${KILN_PROFILE:-}" ] && prof="--profile $KILN_PROFILE"
   for b in 1 32; do
     $kiln build $work/full/$m -o $work/$m.b$b.bundle --backend cuda --precision fp16 --batch $b --opt-level 3 --json \
       > "$out/build_${m}_b$b.json" 2> "$out/build_${m}_b$b.log" || status=1
-    $kiln bench $work/$m.b$b.bundle --batch $b --json > "$out/bench_${m}_b$b.json" || status=1
+    $kiln bench $work/$m.b$b.bundle --batch $b --json $prof > "$out/bench_${m}_b$b.json" || status=1
     python3 -c "import json;r=json.load(open('$out/bench_${m}_b$b.json'))['results'][0];print('kiln $m b$b', r['engine_ms'], r['kernels_per_call'], 'stable', r['stable'])"
+    [ "$peers" = none ] && continue
     # PyTorch brings its own cuDNN (9.19); kiln's library path (system cuDNN 9.14) must not reach it.
     PYTHONUNBUFFERED=1 env -u LD_LIBRARY_PATH python3 tools/reference/peer_bench.py --model-dir $work/full/$m --batch $b \
       --peers $peers --rounds 100 --out "$out/peers_${m}_b$b.json" > /dev/null 2> "$out/peers_${m}_b$b.log" || status=1
@@ -75,9 +80,9 @@ case "$mode" in
     python3 tools/reference/make_fixtures_res2net.py --full-size $work/full > "$out/fixtures.log" 2>&1 || status=1
     python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full \
       --models ${KILN_EFFNET_MODELS:-efficientnet_b0 tf_efficientnet_b0} >> "$out/fixtures.log" 2>&1 || status=1
-    for d in $work/full/*/; do check_model "$(basename "$d")"; done
-    bench_model res2net50_26w_4s
-    bench_model efficientnet_b0
+    checks=${KILN_CHECK_MODELS:-$(ls $work/full)}
+    [ "$checks" = none ] || for m in $checks; do check_model "$m"; done
+    for m in ${KILN_BENCH_MODELS:-res2net50_26w_4s efficientnet_b0}; do bench_model "$m"; done
     ;;
   *) echo "unknown mode $mode" >&2; exit 1 ;;
 esac

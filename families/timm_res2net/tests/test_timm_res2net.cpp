@@ -30,8 +30,9 @@ KILN_FAMILY_FIXTURE_TESTS(Res2netFixture, kFixtures);
 
 // ---------------------------------------------------------------- structure after passes
 
-// The family's graph for a fixture, after the default f32 pipeline.
-Graph optimized_graph(const std::string& name) {
+// The family's graph for a fixture, after the default f32 pipeline
+// (channel_align > 1: with pad_channels, as CUDA builds run it).
+Graph optimized_graph(const std::string& name, int64_t channel_align = 0) {
   ModelSource src;
   src.dir = kFixtures / name;
   src.config_path = src.dir / "config.json";
@@ -45,6 +46,7 @@ Graph optimized_graph(const std::string& name) {
   Graph g = family.build(req).graph;
   PipelineOptions po;
   po.verify = true;
+  po.channel_align = channel_align;
   run_pipeline(g, po);
   return g;
 }
@@ -96,6 +98,26 @@ TEST(TimmRes2netStructure, NodeNamesFollowCheckpoint) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->attr_int("groups"), 4);  // res2next: grouped 3x3 read from the weight shape
   EXPECT_EQ(c->attr_ints("strides"), (std::vector<int64_t>{2, 2}));
+}
+
+// pad_channels (what a CUDA fp16 build runs) widens odd chunk widths to 8 and
+// keeps every fixture's logits; grouped 3x3s (res2next) are left alone.
+TEST(TimmRes2netPadChannels, EveryFixtureKeepsItsLogits) {
+  for (const std::string& name : testing::fixture_cases(kFixtures)) {
+    Graph g = optimized_graph(name, 8);
+    const HostTensor x = read_npy(kFixtures / name / "input.npy");
+    const std::vector<float> want = read_npy(kFixtures / name / "logits.npy").to_f32();
+    ASSERT_EQ(g.inputs.size(), 1u) << name;
+    g.values[g.inputs[0]].shape = x.shape;
+    g.infer_shapes();
+    const std::vector<float> got = testing::run_cpu(g, {x.to_f32()})[0];
+    EXPECT_LE(testing::max_abs_diff(got, want), 1e-4f * testing::max_abs(want)) << name;
+    const Node* c0 = g.find_node("layer1.0.convs.0");
+    ASSERT_NE(c0, nullptr) << name;
+    const Shape& ws = g.values[c0->inputs[1]].shape;
+    const bool grouped = c0->attr_int("groups", 1) != 1;
+    if (!grouped) EXPECT_EQ(ws[0] % 8, 0) << name << ": chunk width " << ws[0] << " was not padded";
+  }
 }
 
 // ---------------------------------------------------------------- errors

@@ -1,0 +1,235 @@
+// Pads channel chunks whose width breaks the GPU's vector alignment.
+//
+// Res2Net splits a 1x1 conv's output into chunks of `width` channels (26 for
+// res2net50_26w_4s), runs a 3x3 conv on each and concatenates. In fp16 NHWC a
+// 26-channel row is 52 bytes: cuDNN's tensor-core kernels need every pixel row
+// (and a chunk's start) on a 16-byte boundary, so those convs fall back to slow
+// kernels. This pass widens each chunk to the next multiple of `align`
+// channels (26 -> 32) with zero weights and zero biases:
+//   - the producing conv gets zero output rows for the padded channels, so
+//     they hold act(0) = 0 (only activations with f(0) = 0 qualify);
+//   - slices, adds, pools and concats carry the zeros along unchanged;
+//   - every conv that reads a padded value gets zero input columns there.
+// The function is unchanged: each real output sums the same products, plus
+// products with zero. A component (everything reachable from the root conv
+// before a conv with an aligned output) is padded only if every op in it is
+// one of the above; otherwise it is left alone.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "passes/pass.hpp"
+
+namespace kiln {
+
+namespace {
+
+// Channel layout of a padded value: `chunks` runs of `w` real channels, each
+// stored in `wp` slots (channel c sits at (c / w) * wp + c % w).
+struct ChunkMap {
+  int64_t chunks = 0, w = 0, wp = 0;
+  int64_t padded() const { return chunks * wp; }
+  int64_t at(int64_t c) const { return (c / w) * wp + c % w; }
+  bool same_chunking(const ChunkMap& o) const { return w == o.w && wp == o.wp; }
+};
+
+int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+bool zero_preserving(Activation a) {
+  return a == Activation::None || a == Activation::Relu || a == Activation::Relu6 || a == Activation::Silu;
+}
+
+bool is_channel_op(const Graph& g, const Node& n) {
+  return n.attr_int("axis", -1) == 1 && g.values[n.outputs[0]].shape.size() == 4;
+}
+
+// A conv whose output channels may be padded: ungrouped, no residual input
+// (the residual would need padding too), activation keeps 0 at 0.
+bool paddable_conv(const Node& n) {
+  return n.op == Op::Conv2d && n.attr_int("groups", 1) == 1 && n.inputs.size() <= 3 && zero_preserving(n.activation());
+}
+
+struct Component {
+  std::map<int, ChunkMap> maps;  // value -> its padded layout
+  std::set<int> convs_in;        // convs that read a padded value
+  std::set<int> convs_out;       // convs whose output is padded
+  std::set<int> slices;
+};
+
+// Follows every reader of the root's output; false if some reader cannot
+// carry padded channels.
+bool grow(const Graph& g, int root_node, const ChunkMap& root_map, Component& comp, int64_t align) {
+  std::vector<int> work = {g.nodes[root_node].outputs[0]};
+  comp.maps[work[0]] = root_map;
+  comp.convs_out.insert(root_node);
+  auto set_map = [&](int v, const ChunkMap& m) {
+    auto it = comp.maps.find(v);
+    if (it != comp.maps.end()) return it->second.chunks == m.chunks && it->second.same_chunking(m);
+    comp.maps[v] = m;
+    work.push_back(v);
+    return true;
+  };
+  while (!work.empty()) {
+    const int v = work.back();
+    work.pop_back();
+    const ChunkMap m = comp.maps.at(v);
+    if (g.is_graph_output(v)) return false;
+    for (int ni : g.consumers(v)) {
+      const Node& n = g.nodes[ni];
+      const int out = n.outputs[0];
+      switch (n.op) {
+        case Op::Slice: {
+          if (!is_channel_op(g, n)) return false;
+          const int64_t s = n.attr_int("start"), e = n.attr_int("end");
+          if (s % m.w != 0 || e % m.w != 0 || e <= s) return false;
+          comp.slices.insert(ni);
+          if (!set_map(out, {(e - s) / m.w, m.w, m.wp})) return false;
+          break;
+        }
+        case Op::Activation:
+          if (!zero_preserving(n.activation())) return false;
+          [[fallthrough]];
+        case Op::AvgPool2d:
+        case Op::MaxPool2d:
+          if (!set_map(out, m)) return false;
+          break;
+        case Op::Add: {
+          if (!zero_preserving(n.activation())) return false;
+          for (int in : n.inputs) {
+            auto it = comp.maps.find(in);
+            // The other operand must be padded the same way (it is reached from
+            // the same root, possibly later: grow() revisits via set_map).
+            if (it == comp.maps.end()) {
+              const int p = g.values[in].producer;
+              if (p < 0) return false;
+              continue;  // checked once every value is mapped (below)
+            }
+            if (!it->second.same_chunking(m) || it->second.chunks != m.chunks) return false;
+          }
+          if (!set_map(out, m)) return false;
+          break;
+        }
+        case Op::Concat: {
+          if (!is_channel_op(g, n)) return false;
+          int64_t chunks = 0;
+          for (int in : n.inputs) {
+            const int64_t c = g.values[in].shape[1];
+            if (c % m.w != 0) return false;
+            chunks += c / m.w;
+          }
+          if (!set_map(out, {chunks, m.w, m.wp})) return false;
+          break;
+        }
+        case Op::Conv2d: {
+          if (n.inputs[0] != v || n.attr_int("groups", 1) != 1) return false;
+          for (size_t k = 1; k < n.inputs.size(); ++k)
+            if (n.inputs[k] == v) return false;
+          comp.convs_in.insert(ni);
+          const int64_t k_out = g.values[out].shape[1];
+          if (k_out % m.w == 0 && m.w % align != 0 && paddable_conv(n)) {
+            // Another chunk-sized output (Res2Net's convs.i): pad it the same way.
+            comp.convs_out.insert(ni);
+            if (!set_map(out, {k_out / m.w, m.w, m.wp})) return false;
+          }
+          break;
+        }
+        default:
+          return false;
+      }
+    }
+  }
+  // Every input of a padded add/concat must itself be padded.
+  for (const auto& [v, m] : comp.maps) {
+    (void)m;
+    const int p = g.values[v].producer;
+    if (p < 0 || g.nodes[p].op == Op::Conv2d || g.nodes[p].op == Op::Slice) continue;
+    for (int in : g.nodes[p].inputs)
+      if (!g.is_constant(in) && !comp.maps.count(in)) return false;
+  }
+  return true;
+}
+
+// New weight [K', C', r, s] and bias [K'] with the real values at their padded
+// positions and zeros elsewhere.
+void repack_conv(Graph& g, int ni, const ChunkMap* in_map, const ChunkMap* out_map) {
+  Node& n = g.nodes[ni];
+  const Value& wv = g.values[n.inputs[1]];
+  const Shape ws = wv.shape;
+  const int64_t k = ws[0], c = ws[1], taps = ws[2] * ws[3];
+  const int64_t kp = out_map ? out_map->padded() : k, cp = in_map ? in_map->padded() : c;
+  const std::vector<float> w = wv.constant->to_f32();
+  std::vector<float> nw(static_cast<size_t>(kp * cp * taps), 0.f);
+  for (int64_t o = 0; o < k; ++o) {
+    const int64_t po = out_map ? out_map->at(o) : o;
+    for (int64_t i = 0; i < c; ++i) {
+      const int64_t pi = in_map ? in_map->at(i) : i;
+      std::copy_n(w.begin() + (o * c + i) * taps, taps, nw.begin() + (po * cp + pi) * taps);
+    }
+  }
+  const DType wdt = wv.dtype;
+  const std::string wname = wv.name;
+  n.inputs[1] = g.add_constant(wname, HostTensor::from_f32_as(wdt, {kp, cp, ws[2], ws[3]}, nw));
+  if (out_map && g.nodes[ni].inputs.size() > 2) {
+    const Value& bv = g.values[g.nodes[ni].inputs[2]];
+    const std::vector<float> b = bv.constant->to_f32();
+    std::vector<float> nb(static_cast<size_t>(kp), 0.f);
+    for (int64_t o = 0; o < k; ++o) nb[out_map->at(o)] = b[o];
+    const DType bdt = bv.dtype;
+    const std::string bname = bv.name;
+    g.nodes[ni].inputs[2] = g.add_constant(bname, HostTensor::from_f32_as(bdt, {kp}, nb));
+  }
+}
+
+}  // namespace
+
+int pad_channels(Graph& g, int64_t align) {
+  if (align <= 1) return 0;
+  int rewrites = 0;
+  std::set<int> done;  // values already padded
+  for (size_t ri = 0; ri < g.nodes.size(); ++ri) {
+    const Node& r = g.nodes[ri];
+    if (!paddable_conv(r) || done.count(r.outputs[0])) continue;
+    // Root: a conv whose readers are all channel slices of one width w that is
+    // not a multiple of `align`.
+    const int v = r.outputs[0];
+    const auto readers = g.consumers(v);
+    if (readers.empty()) continue;
+    int64_t w = -1;
+    bool ok = true;
+    for (int ni : readers) {
+      const Node& s = g.nodes[ni];
+      if (s.op != Op::Slice || !is_channel_op(g, s)) { ok = false; break; }
+      const int64_t sw = s.attr_int("end") - s.attr_int("start");
+      if (w < 0) w = sw;
+      ok = ok && sw == w;
+    }
+    const int64_t c = g.values[v].shape.size() == 4 ? g.values[v].shape[1] : 0;
+    if (!ok || w <= 0 || w % align == 0 || c % w != 0) continue;
+    Component comp;
+    if (!grow(g, static_cast<int>(ri), {c / w, w, round_up(w, align)}, comp, align)) continue;
+    for (int ni : comp.slices) {
+      Node& s = g.nodes[ni];
+      const ChunkMap& m = comp.maps.at(s.inputs[0]);
+      s.attrs["start"] = s.attr_int("start") / m.w * m.wp;
+      s.attrs["end"] = s.attr_int("end") / m.w * m.wp;
+    }
+    std::set<int> convs = comp.convs_in;
+    convs.insert(comp.convs_out.begin(), comp.convs_out.end());
+    for (int ni : convs) {
+      const Node& n = g.nodes[ni];
+      auto in = comp.maps.find(n.inputs[0]);
+      const ChunkMap* in_map = in == comp.maps.end() ? nullptr : &in->second;
+      const ChunkMap* out_map = comp.convs_out.count(ni) ? &comp.maps.at(n.outputs[0]) : nullptr;
+      repack_conv(g, ni, in_map, out_map);
+    }
+    for (const auto& [pv, m] : comp.maps) {
+      (void)m;
+      done.insert(pv);
+    }
+    g.infer_shapes();
+    ++rewrites;
+  }
+  return rewrites;
+}
+
+}  // namespace kiln
