@@ -48,6 +48,7 @@ struct TensorInfo {
 struct MemoryReport {
   size_t arena_bytes = 0;  // activation memory actually reserved (planned reuse)
   size_t naive_bytes = 0;  // sum of all activation sizes without reuse
+  int views = 0;           // channel views in use: slices read in place + concat inputs written in place
 };
 
 struct LoadOptions {

@@ -120,7 +120,7 @@ MemoryReport ExecutionContext::memory() const {
   if (impl_->cuda) return impl_->cuda->memory(b);
 #endif
   const ShapedPlan& plan = impl_->plan(b);  // the plan run() uses, views included
-  return {plan.memory.arena_bytes, plan.memory.naive_bytes};
+  return {plan.memory.arena_bytes, plan.memory.naive_bytes, plan.views.slices_as_views + plan.views.concat_inputs_in_place};
 }
 
 }  // namespace kiln

@@ -305,6 +305,82 @@ TEST(CudaConv, CapturedGraphMatchesDirectRun) {
   cudaStreamDestroy(s);
 }
 
+// Channel windows (Res2Net on the CUDA backend): x is channels [xo, xo+c) of
+// a buffer with `xw` channels per pixel, y goes to [yo, yo+k) of one with `yw`.
+// Every tactic that builds for the strided form must match the CPU reference
+// on the window and leave the other channels of y's buffer untouched.
+TEST(CudaConv, StridedWindowsEveryTactic) {
+  SKIP_WITHOUT_GPU();
+  struct W {
+    int c, xw, xo, k, yw, yo, stride;
+  };
+  const W windows[] = {{32, 128, 32, 32, 128, 64, 1}, {32, 128, 96, 32, 128, 0, 2}, {28, 112, 28, 28, 112, 56, 1}};
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const W& win : windows) {
+      ConvDesc d = make(2, win.c, 11, 9, win.k, 3, win.stride, 1, 1, true, false, Activation::Relu);
+      d.dtype = t;
+      d.x_stride = win.xw, d.y_stride = win.yw;
+      const int oh = d.out_h(), ow = d.out_w();
+      const size_t px_in = size_t(d.n) * d.h * d.w, px_out = size_t(d.n) * oh * ow;
+      std::mt19937 rng(99);
+      auto xwide = random_vec(px_in * win.xw, 1.f, rng, t);  // NHWC, wide
+      auto w = random_vec(size_t(d.k) * d.c * 9, 1.f / std::sqrt(float(d.c * 9)), rng, t);
+      auto bias = random_vec(d.k, 0.5f, rng, t);
+      auto yinit = random_vec(px_out * win.yw, 1.f, rng, t);
+      std::vector<float> xdense(px_in * d.c);
+      for (size_t p = 0; p < px_in; ++p)
+        for (int ch = 0; ch < d.c; ++ch) xdense[p * d.c + ch] = xwide[p * win.xw + win.xo + ch];
+      cpu::Conv2dParams cp;
+      cp.n = d.n, cp.c_in = d.c, cp.h = d.h, cp.w = d.w, cp.c_out = d.k, cp.kh = cp.kw = 3;
+      cp.stride_h = cp.stride_w = d.stride_h, cp.pad_t = cp.pad_l = cp.pad_b = cp.pad_r = 1;
+      std::vector<float> ref(px_out * d.k);
+      cpu::conv2d(cp, nhwc_to_nchw(xdense, d.n, d.c, d.h, d.w).data(), w.data(), bias.data(), nullptr, d.act, ref.data(),
+                  pool());
+      ref = nchw_to_nhwc(ref, d.n, d.k, oh, ow);
+      float ref_max = 0.f;
+      for (float v : ref) ref_max = std::max(ref_max, std::fabs(v));
+      const size_t es = dtype_size(t);
+      DevBuf dx(xwide.size() * es), dw(w.size() * es), db(bias.size() * es), dy(yinit.size() * es);
+      upload(dx, xwide, t);
+      upload(dw, kcrs_to_krsc(w.data(), d.k, d.c, 3, 3), t);
+      upload(db, bias, t);
+      ConvOp op(handle(), d);
+      const std::string what = std::string(dtype_name(t)) + " c" + std::to_string(d.c) + "@" + std::to_string(win.xo) +
+                               "/" + std::to_string(win.xw) + " -> @" + std::to_string(win.yo) + "/" +
+                               std::to_string(win.yw) + " s" + std::to_string(win.stride);
+      EXPECT_TRUE(op.epilogue_fused()) << what << ": the strided form must fuse bias + relu (views depend on it)";
+      int built = 0;
+      for (int i = 0; i < op.tactic_count(); ++i) {
+        if (!op.try_select(i)) continue;
+        ++built;
+        DevBuf ws(op.workspace_bytes());
+        upload(dy, yinit, t);
+        op.run(handle(), static_cast<char*>(dx.p) + win.xo * es, dw.p, db.p, nullptr,
+               static_cast<char*>(dy.p) + win.yo * es, ws.p, nullptr);
+        KILN_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto y = download(dy, yinit.size(), t);
+        float err = 0.f;
+        size_t touched = 0;
+        for (size_t p = 0; p < px_out; ++p)
+          for (int ch = 0; ch < win.yw; ++ch) {
+            const float got = y[p * win.yw + ch];
+            if (ch >= win.yo && ch < win.yo + d.k) {
+              const float want = ref[p * d.k + ch - win.yo];
+              const float diff = std::isnan(got) ? INFINITY : std::fabs(got - want);
+              err = std::max(err, t == DType::F32 ? diff / std::max(1.f, std::fabs(want)) : diff / std::max(ref_max, 1e-6f));
+            } else if (!(got == yinit[p * win.yw + ch])) {
+              ++touched;
+            }
+          }
+        const float tol = t == DType::F32 ? kTolF32 : t == DType::F16 ? kTolF16 : kTolBF16;
+        EXPECT_LE(err, tol) << what << " tactic " << op.tactic_name(i);
+        EXPECT_EQ(touched, 0u) << what << " tactic " << op.tactic_name(i) << " wrote outside its window";
+      }
+      std::printf("[conv strided] %s tactics=%d built=%d\n", what.c_str(), op.tactic_count(), built);
+      EXPECT_GT(built, 0) << what;
+    }
+}
+
 // Median of 20 timed runs of the selected tactic, in microseconds.
 float time_selected(ConvOp& op, void* x, void* w, void* b, void* r, void* y, void* ws, cudaStream_t s) {
   constexpr int kRuns = 20;

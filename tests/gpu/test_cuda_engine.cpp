@@ -93,6 +93,35 @@ TEST_P(CudaFixture, Fp16AndBf16WithinCosine) {
   EXPECT_GE(testing::cosine(run(build(f, DType::BF16), x), want), 0.99) << f;   // bf16 has 8 mantissa bits
 }
 
+// Res2Net on the CUDA backend: chunk slices are windows of the 1x1 output and
+// the 3x3 outputs land in the concat in place (channel views), and turning the
+// views off (KILN_CUDA_VIEWS=0: copies) gives the same numbers.
+TEST_P(CudaFixture, Res2NetViewsInPlace) {
+  REQUIRE_GPU();
+  const std::string f = GetParam();
+  if (f.rfind("res2net/", 0) != 0) GTEST_SKIP() << "channel views are a Res2Net matter";
+  HostTensor x = read_npy(kFixtures / f / "input.npy");
+  auto want = read_npy(kFixtures / f / "logits.npy").to_f32();
+  for (DType dt : {DType::F32, DType::F16}) {
+    const fs::path b = build(f, dt);
+    auto e = Engine::load(b.string(), LoadOptions{});
+    auto ctx = e->create_context();
+    const auto with_views = ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+    const MemoryReport mem = ctx->memory();
+    ::setenv("KILN_CUDA_VIEWS", "0", 1);
+    auto e2 = Engine::load(b.string(), LoadOptions{});
+    auto ctx2 = e2->create_context();
+    const auto copies = ctx2->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+    const MemoryReport mem2 = ctx2->memory();
+    ::unsetenv("KILN_CUDA_VIEWS");
+    EXPECT_GT(mem.views, 0) << f << " " << dtype_name(dt) << ": no channel views on the CUDA backend";
+    EXPECT_EQ(mem2.views, 0) << f;
+    EXPECT_LE(mem.arena_bytes, mem2.arena_bytes) << f;
+    EXPECT_LE(testing::max_abs_diff(with_views, copies), 2e-3f * testing::max_abs(want)) << f << " " << dtype_name(dt);
+    EXPECT_GE(testing::cosine(with_views, want), dt == DType::F32 ? 0.99999 : 0.999) << f << " " << dtype_name(dt);
+  }
+}
+
 TEST_P(CudaFixture, EveryOptLevelGivesTheSameNumbers) {
   REQUIRE_GPU();
   // Opt level 5 times every candidate of every layer: keep it to the ResNet cases.

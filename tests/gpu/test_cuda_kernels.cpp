@@ -230,6 +230,68 @@ TEST(CudaKernels, CopyChannels) {
 }
 
 
+// Channel windows (CUDA views): add and pools reading and writing windows of
+// wider NHWC buffers equal the dense kernels on copies of the windows, bit for
+// bit, and leave every channel outside the output window untouched.
+TEST(CudaKernels, StridedChannelWindows) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int n, h, w, c, wide, off;  // window [off, off + c) of a buffer with `wide` channels per pixel
+  };
+  const Case cases[] = {{1, 9, 7, 32, 128, 32}, {2, 5, 6, 28, 112, 84}, {1, 7, 7, 13, 40, 3}, {3, 4, 4, 8, 16, 8}};
+  for (DType dt : kFloatTypes)
+    for (const Case& k : cases) {
+      const std::string what = tag(dt, std::to_string(k.c) + "@" + std::to_string(k.off) + "/" + std::to_string(k.wide) +
+                                           " n=" + std::to_string(k.n));
+      const size_t eb = dtype_size(dt);
+      auto window = [&](const std::vector<float>& wide, int64_t rows) {
+        std::vector<float> d(size_t(rows) * k.c);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int ch = 0; ch < k.c; ++ch) d[size_t(r) * k.c + ch] = wide[size_t(r) * k.wide + k.off + ch];
+        return d;
+      };
+      auto outside = [&](const std::vector<float>& wide, int64_t rows) {
+        std::vector<float> o;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int ch = 0; ch < k.wide; ++ch)
+            if (ch < k.off || ch >= k.off + k.c) o.push_back(wide[size_t(r) * k.wide + ch]);
+        return o;
+      };
+      auto at = [&](const std::unique_ptr<DevBuf>& b) { return static_cast<void*>(static_cast<char*>(b->ptr()) + k.off * eb); };
+
+      const int64_t rows = int64_t(k.n) * k.h * k.w;
+      const auto wa = round_all(random_values(size_t(rows) * k.wide, 31), dt);
+      const auto b = round_all(random_values(size_t(rows) * k.c, 32), dt);
+      const auto y0 = round_all(random_values(size_t(rows) * k.wide, 33), dt);
+      const auto da = upload(wa, dt), db = upload(b, dt), dy = upload(y0, dt);
+      const auto dense_a = upload(window(wa, rows), dt), ref = alloc(size_t(rows) * k.c, dt);
+      add(dense_a->ptr(), db->ptr(), ref->ptr(), dt, rows * k.c, Activation::Relu, nullptr);
+      add_strided_nhwc(at(da), k.wide, db->ptr(), k.c, at(dy), k.wide, rows, k.c, dt, Activation::Relu, nullptr);
+      const auto got = download(dy->ptr(), y0.size(), dt);
+      expect_close(window(got, rows), download(ref->ptr(), size_t(rows) * k.c, dt), 0.0, "strided add " + what);
+      expect_close(outside(got, rows), outside(y0, rows), 0.0, "strided add, other channels " + what);
+
+      // Res2Net's pass-through pool: avg 3x3 stride 2 pad 1, count_include_pad; and a max pool.
+      const int oh = (k.h + 2 - 3) / 2 + 1, ow = (k.w + 2 - 3) / 2 + 1;
+      const int64_t orows = int64_t(k.n) * oh * ow;
+      for (bool is_max : {false, true}) {
+        PoolShape ps{k.n, k.h, k.w, k.c, oh, ow, 3, 3, 2, 2, 1, 1, true, 1, 1};
+        const auto pref = alloc(size_t(orows) * k.c, dt);
+        if (is_max) max_pool_nhwc(dense_a->ptr(), pref->ptr(), dt, ps, nullptr);
+        else avg_pool_nhwc(dense_a->ptr(), pref->ptr(), dt, ps, nullptr);
+        const auto p0 = round_all(random_values(size_t(orows) * k.wide, 34), dt);
+        const auto dp = upload(p0, dt);
+        ps.x_stride = k.wide, ps.y_stride = k.wide;
+        if (is_max) max_pool_nhwc(at(da), at(dp), dt, ps, nullptr);
+        else avg_pool_nhwc(at(da), at(dp), dt, ps, nullptr);
+        const auto pgot = download(dp->ptr(), p0.size(), dt);
+        const std::string pw = std::string(is_max ? "strided max pool " : "strided avg pool ") + what;
+        expect_close(window(pgot, orows), download(pref->ptr(), size_t(orows) * k.c, dt), 0.0, pw);
+        expect_close(outside(pgot, orows), outside(p0, orows), 0.0, pw + ", other channels");
+      }
+    }
+}
+
 // Linear through cuBLASLt with every algorithm the heuristic offers run and
 // checked. Error measure per output: |got - ref| / (sum_k |x*w| + |b|), the
 // scale a dot product's rounding error is proportional to. f32 <= 2e-5 (full
@@ -302,10 +364,10 @@ TEST(CudaKernels, LinearEveryTactic) {
 // stores it). Error measure: elementwise_tol(dt) on the sigmoid output.
 TEST(CudaKernels, SqueezeExcitationMlp) {
   KILN_REQUIRE_GPU();
-  const int shapes[][2] = {{16, 4}, {96, 24}, {1152, 48}, {13, 3}};
+  const int shapes[][2] = {{16, 4}, {96, 24}, {1152, 48}, {13, 3}, {1000, 600}};
   for (DType dt : kFloatTypes)
     for (const auto& sh : shapes)
-      for (int n : {1, 3})
+      for (int n : {1, 3, 33})
         for (Activation act1 : {Activation::Silu, Activation::Relu}) {
           const int c = sh[0], cr = sh[1];
           const auto g = round_all(random_values(size_t(n) * c, 21), dt);
@@ -319,8 +381,9 @@ TEST(CudaKernels, SqueezeExcitationMlp) {
           cpu::linear(n, cr, c, h.data(), w2.data(), b2.data(), Activation::Sigmoid, ref.data(), cpu::default_pool());
           const auto dg = upload(g, dt), dw1 = upload(w1, dt), db1 = upload(b1, dt), dw2 = upload(w2, dt), db2 = upload(b2, dt);
           const auto ds = alloc(ref.size(), dt);
+          const auto ws = alloc(se_mlp_workspace_bytes(n, cr) / 4, DType::F32);
           se_mlp(dg->ptr(), dw1->ptr(), db1->ptr(), dw2->ptr(), db2->ptr(), ds->ptr(), dt, n, c, cr, act1, Activation::Sigmoid,
-                 nullptr);
+                 ws->ptr(), se_mlp_workspace_bytes(n, cr), nullptr);
           expect_close(download(ds->ptr(), ref.size(), dt), round_all(ref, dt), elementwise_tol(dt),
                        std::string(dtype_name(dt)) + " se " + std::to_string(c) + "/" + std::to_string(cr) + " n=" +
                            std::to_string(n));

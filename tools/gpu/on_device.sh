@@ -9,7 +9,9 @@
 #   --family4  full-size checks and benches of the Res2Net and EfficientNet families (issue #4)
 # Environment: KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
 # KILN_CHECK_MODELS=none skips the checks), KILN_PEERS=none skips the PyTorch peers,
-# KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON.
+# KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON,
+# KILN_GPU_TEST_FILTER narrows the GPU tests (a --gtest_filter pattern).
+# At most 8 files come back from the device tool: tar OUTDIR into one.
 # Full-size check: seeded checkpoint (tools/reference/make_fixtures*.py --full-size), kiln fp32
 # engine vs PyTorch fp32 (TF32 off) within 1e-3 * max|logit|, fp16 engine cosine >= 0.9995 and
 # the same top-1 on sample photos (tools/gpu/compare.py). Bench: kiln bench (CUDA-graph replay)
@@ -60,7 +62,7 @@ bench_model() {
 case "$mode" in
   all|--quick)
     echo "== GPU tests"
-    $work/bin/kiln_gpu_tests --gtest_brief=1 > "$out/gpu_tests.log" 2>&1 || status=1
+    $work/bin/kiln_gpu_tests --gtest_brief=1 --gtest_filter="${KILN_GPU_TEST_FILTER:-*}" > "$out/gpu_tests.log" 2>&1 || status=1
     tail -5 "$out/gpu_tests.log"
     [ "$mode" = "--quick" ] && exit $status
     echo "== CPU suite on this machine"

@@ -48,9 +48,10 @@ fe::DataType_t to_fe(DType t) {
   }
 }
 
-std::vector<int64_t> nhwc_strides(int64_t n, int64_t c, int64_t h, int64_t w) {
+std::vector<int64_t> nhwc_strides(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pixel_stride = 0) {
   (void)n;
-  return {h * w * c, 1, w * c, c};
+  const int64_t p = pixel_stride > 0 ? pixel_stride : c;
+  return {h * w * p, 1, w * p, p};
 }
 
 bool has_epilogue(const ConvDesc& d) { return d.has_bias || d.has_residual || d.act != Activation::None; }
@@ -128,7 +129,7 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
                           .set_uid(kUidX)
                           .set_data_type(dt)
                           .set_dim({d.n, d.c, d.h, d.w})
-                          .set_stride(nhwc_strides(d.n, d.c, d.h, d.w)));
+                          .set_stride(nhwc_strides(d.n, d.c, d.h, d.w, d.x_stride)));
   // Groups are implied by the filter's channel count (c/groups), as in cuDNN's backend.
   auto w = gr->tensor(g::Tensor_attributes()
                           .set_name("w")
@@ -174,7 +175,7 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
       .set_uid(kUidY)
       .set_data_type(dt)
       .set_dim({d.n, d.k, oh, ow})
-      .set_stride(nhwc_strides(d.n, d.k, oh, ow));
+      .set_stride(nhwc_strides(d.n, d.k, oh, ow, d.y_stride));
 
   auto check = [&](fe::error_t e, const char* what) {
     if (e.is_good()) return true;
@@ -243,6 +244,8 @@ ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d) : impl_(std::make_unique<Impl
   if (d.groups < 1 || d.c % d.groups != 0 || d.k % d.groups != 0)
     fail_runtime("cuda conv: channels ", d.c, "->", d.k, " not divisible by groups ", d.groups);
   if (d.out_h() < 1 || d.out_w() < 1) fail_runtime("cuda conv: empty output");
+  if ((d.x_stride != 0 && d.x_stride < d.c) || (d.y_stride != 0 && d.y_stride < d.k))
+    fail_runtime("cuda conv: pixel strides ", d.x_stride, "/", d.y_stride, " below the channel counts ", d.c, "/", d.k);
   impl_->d = d;
   if (has_epilogue(d) && impl_->make_graph(h, true)) {
     impl_->fused = true;

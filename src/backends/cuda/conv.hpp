@@ -36,6 +36,10 @@ struct ConvDesc {
   bool has_bias = false, has_residual = false;
   Activation act = Activation::None;
   bool allow_tf32 = false;  // f32 only: permit TF32 tensor-core engines
+  // Pixel strides (elements between neighbouring pixels) of x and y when they
+  // are channel windows of wider NHWC buffers (Res2Net chunks read in place,
+  // concat inputs written in place); 0: dense (c for x, k for y).
+  int x_stride = 0, y_stride = 0;
   int out_h() const { return static_cast<int>(window_out_dim(h, r, stride_h, pad_t, pad_b, dil_h)); }
   int out_w() const { return static_cast<int>(window_out_dim(w, s, stride_w, pad_l, pad_r, dil_w)); }
 };

@@ -156,7 +156,7 @@ size_t CudaContext::graph_nodes(int64_t batch) { return impl_->state(batch).node
 
 MemoryReport CudaContext::memory(int64_t batch) {
   const auto& p = *impl_->state(batch).prog;
-  return {p.memory.arena_bytes, p.memory.naive_bytes};
+  return {p.memory.arena_bytes, p.memory.naive_bytes, p.views_used};
 }
 
 }  // namespace kiln::cuda

@@ -110,7 +110,7 @@ std::string gpu_slug(const std::string& gpu) {
 }
 
 const void* CudaEngine::Program::value_ptr(const Exec& x, int v) const {
-  return x.arena + memory.offsets.at(v);
+  return x.arena + memory.offsets.at(v) + (view_bytes.empty() ? 0 : view_bytes[v]);
 }
 
 CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {

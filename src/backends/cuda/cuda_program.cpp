@@ -7,6 +7,7 @@
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
+#include "runtime/views.hpp"
 
 namespace kiln::cuda {
 
@@ -52,6 +53,25 @@ bool is_pointwise_with_bias(const Graph& g, const Node& n) {
          a.stride_w == 1 && a.pad_t == 0 && a.pad_l == 0 && a.pad_b == 0 && a.pad_r == 0;
 }
 
+// The cuDNN description of a Conv2d node of `g` (pixel strides 0: dense).
+ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride, int y_stride) {
+  const Shape xs = g.values[n.inputs[0]].shape;
+  const Shape ws = g.values[n.inputs[1]].shape;
+  const ConvAttrs a = conv_attrs(n);
+  ConvDesc d;
+  d.dtype = g.values[n.outputs[0]].dtype;
+  d.n = as_int(xs[0]), d.c = as_int(xs[1]), d.h = as_int(xs[2]), d.w = as_int(xs[3]);
+  d.k = as_int(ws[0]), d.r = as_int(ws[2]), d.s = as_int(ws[3]);
+  d.stride_h = a.stride_h, d.stride_w = a.stride_w, d.dil_h = a.dil_h, d.dil_w = a.dil_w, d.groups = a.groups;
+  d.pad_t = a.pad_t, d.pad_l = a.pad_l, d.pad_b = a.pad_b, d.pad_r = a.pad_r;
+  d.has_bias = n.inputs.size() > 2;
+  d.has_residual = n.inputs.size() > 3;
+  d.act = n.activation();
+  d.allow_tf32 = allow_tf32;
+  d.x_stride = x_stride, d.y_stride = y_stride;
+  return d;
+}
+
 }  // namespace
 
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t batch) {
@@ -65,7 +85,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   for (const Node& n : g.nodes)
     if (n.op == Op::Flatten) alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
   // Squeeze-excitation: global pool -> 1x1 conv (+act) -> 1x1 conv + sigmoid
-  // -> mul. The two tiny convs run as one se_mlp launch at the second conv's
+  // -> mul. The two tiny convs run as one se_mlp step at the second conv's
   // step, so the pooled tensor must stay alive until then.
   std::vector<char> fused_away(g.nodes.size(), 0);
   std::map<size_t, size_t> se_first_conv;  // second conv's index -> first conv's index
@@ -83,13 +103,67 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     if (b.activation() != Activation::Sigmoid) continue;
     const auto readers = g.consumers(b.outputs[0]);
     if (readers.size() != 1 || g.nodes[readers[0]].op != Op::Mul || g.nodes[readers[0]].inputs[1] != b.outputs[0]) continue;
-    const int64_t c = g.values[pooled].shape[1], cr = g.values[a.outputs[0]].shape[1];
-    if ((c + cr) * 4 > 48 * 1024) continue;
+    const int64_t cr = g.values[a.outputs[0]].shape[1];
+    if (cr * 4 > 48 * 1024) continue;
     fused_away[ia] = 1;
     se_first_conv[ia + 1] = ia;
     live_until[pooled] = static_cast<int>(ia + 1);
   }
-  p->memory = plan_memory_with_views(g, value_bytes, [&](int v) { return alias[v]; }, 64, live_until);
+  // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
+  // offset plus the root buffer's pixel stride, so Res2Net's chunk slices read
+  // the 1x1 conv's output in place and its 3x3 convs (and the pass-through
+  // pool) write straight into the concat. Used only when every node touching
+  // a view can take strides (cuDNN convs with a fused epilogue, adds, pools,
+  // slices, concats); otherwise (or with KILN_CUDA_VIEWS=0) all are copies.
+  const char* views_env = std::getenv("KILN_CUDA_VIEWS");
+  bool use_views = !(views_env && std::string(views_env) == "0");
+  ChannelViews cv = plan_channel_views(g);
+  if (cv.slices_as_views + cv.concat_inputs_in_place == 0) use_views = false;
+  auto pixel_stride = [&](int v) { return as_int(g.values[cv.root(v)].shape[1]); };
+  auto strided = [&](int v) { return use_views && cv.is_view(v); };
+  auto stride_or_0 = [&](int v) { return strided(v) ? pixel_stride(v) : 0; };
+  std::map<size_t, std::unique_ptr<ConvOp>> view_convs;  // conv node -> its strided op, built once
+  for (size_t ni = 0; use_views && ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    bool touches = cv.is_view(n.outputs[0]);
+    for (int in : n.inputs) touches |= cv.is_view(in);
+    if (!touches) continue;
+    switch (n.op) {
+      case Op::Slice:
+      case Op::Concat:
+      case Op::AvgPool2d:
+      case Op::MaxPool2d:
+        break;
+      case Op::Add:
+        use_views = g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape && g.values[n.inputs[0]].shape.size() == 4;
+        break;
+      case Op::Conv2d: {
+        if (n.inputs.size() > 3 && cv.is_view(n.inputs[3])) { use_views = false; break; }
+        const ConvDesc d = conv_desc(g, n, opts.allow_tf32, cv.is_view(n.inputs[0]) ? pixel_stride(n.inputs[0]) : 0,
+                                     cv.is_view(n.outputs[0]) ? pixel_stride(n.outputs[0]) : 0);
+        try {
+          auto op = std::make_unique<ConvOp>(cudnn.h, d);
+          if (!op->epilogue_fused() && (d.has_bias || d.has_residual || d.act != Activation::None)) use_views = false;
+          else view_convs[ni] = std::move(op);
+        } catch (const Error&) {
+          use_views = false;  // cuDNN takes no strided form of this conv: copy instead
+        }
+        break;
+      }
+      default:
+        use_views = false;
+    }
+  }
+  if (!use_views) view_convs.clear();
+  p->view_bytes.assign(g.values.size(), 0);
+  if (use_views)
+    for (size_t v = 0; v < g.values.size(); ++v)
+      if (cv.is_view(static_cast<int>(v)))
+        p->view_bytes[v] = cv.root_offset(static_cast<int>(v)) * static_cast<int64_t>(dtype_size(g.values[v].dtype));
+  p->memory = plan_memory_with_views(
+      g, value_bytes, [&](int v) { return alias[v] >= 0 ? alias[v] : (use_views && cv.is_view(v) ? cv.parent[v] : -1); }, 64,
+      live_until);
+  p->views_used = use_views ? cv.slices_as_views + cv.concat_inputs_in_place : 0;
 
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     p->staging_in_offsets.push_back(p->staging_in_bytes);
@@ -134,8 +208,10 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       const int batch_n = as_int(g.values[pooled].shape[0]), c = as_int(g.values[pooled].shape[1]);
       const int cr = as_int(g.values[a.outputs[0]].shape[1]);
       const Activation act1 = a.activation(), act2 = n.activation();
+      p->workspace_bytes = std::max(p->workspace_bytes, se_mlp_workspace_bytes(batch_n, cr));
       p->steps.push_back([=](const Exec& x) {
-        se_mlp(ptr(x, pooled), w1, b1, w2, b2, ptr(x, out), dt, batch_n, c, cr, act1, act2, x.stream);
+        se_mlp(ptr(x, pooled), w1, b1, w2, b2, ptr(x, out), dt, batch_n, c, cr, act1, act2, x.workspace, x.workspace_bytes,
+               x.stream);
       });
       p->step_names.push_back(a.name + "+" + n.name);
       if (record) chosen[a.name] = chosen[n.name] = "kiln se_mlp";
@@ -154,32 +230,26 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     } name_steps{p.get(), n.name};
     switch (n.op) {
       case Op::Conv2d: {
-        const Shape ws = g.values[n.inputs[1]].shape;
-        const ConvAttrs a = conv_attrs(n);
-        ConvDesc d;
-        d.dtype = dt;
-        d.n = as_int(xs[0]), d.c = as_int(xs[1]), d.h = as_int(xs[2]), d.w = as_int(xs[3]);
-        d.k = as_int(ws[0]), d.r = as_int(ws[2]), d.s = as_int(ws[3]);
-        d.stride_h = a.stride_h, d.stride_w = a.stride_w, d.dil_h = a.dil_h, d.dil_w = a.dil_w, d.groups = a.groups;
-        d.pad_t = a.pad_t, d.pad_l = a.pad_l, d.pad_b = a.pad_b, d.pad_r = a.pad_r;
-        d.has_bias = n.inputs.size() > 2;
-        d.has_residual = n.inputs.size() > 3;
-        d.act = n.activation();
-        d.allow_tf32 = opts.allow_tf32;
-        auto op = std::make_unique<ConvOp>(cudnn.h, d);
+        const ConvDesc d = conv_desc(g, n, opts.allow_tf32, stride_or_0(in0), stride_or_0(out));
+        std::unique_ptr<ConvOp> op =
+            view_convs.count(ni) ? std::move(view_convs.at(ni)) : std::make_unique<ConvOp>(cudnn.h, d);
+        const bool conv_strided = d.x_stride != 0 || d.y_stride != 0;
         const std::string sig = cat("conv ", dtype_name(dt), " n", d.n, " c", d.c, " ", d.h, "x", d.w, " k", d.k, " ", d.r, "x",
                                     d.s, " s", d.stride_h, ",", d.stride_w, " p", d.pad_t, ",", d.pad_l, ",", d.pad_b, ",", d.pad_r,
                                     " d", d.dil_h, ",", d.dil_w, " g", d.groups, " b", d.has_bias, " r", d.has_residual, " a",
-                                    activation_name(d.act), " tf32 ", d.allow_tf32);
+                                    activation_name(d.act), " tf32 ", d.allow_tf32, " px", d.x_stride, ",", d.y_stride);
+        // Scratch for timing: a strided tensor spans its root's pixel stride.
+        const size_t x_span = value_bytes(g.values[in0]) / size_t(d.c) * size_t(d.x_stride ? d.x_stride : d.c);
+        const size_t y_span = value_bytes(ov) / size_t(d.k) * size_t(d.y_stride ? d.y_stride : d.k);
         std::string want = bundle_tactic(*this, n.name);
         if (want.empty() && tuned.count(sig)) want = tuned[sig].first;
         bool picked = false;
         for (int t = 0; !want.empty() && t < op->tactic_count() && !picked; ++t)
           if (op->tactic_name(t) == want) picked = op->try_select(t);
         if (picked && record && tuned.count(sig) && tuned[sig].first == want) chosen_us[n.name] = tuned[sig].second;
-        const bool depthwise = d.groups == d.c && d.k == d.c && d.c > 1;
+        const bool depthwise = d.groups == d.c && d.k == d.c && d.c > 1 && !conv_strided;  // kiln's kernel is dense-only
         if (!picked && want != kDepthwiseTactic && opts.opt_level >= 3 && op->tactic_count() > 1) {
-          DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov)), rb(d.has_residual ? value_bytes(ov) : 0);
+          DeviceBuffer xb(x_span), yb(y_span), rb(d.has_residual ? value_bytes(ov) : 0);
           KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
           KILN_CUDA_CHECK(cudaMemsetAsync(rb.get(), 0, rb.size(), tune_stream.s));
           int sel = op->autotune(cudnn.h, xb.get(), wptr(n.inputs[1]), d.has_bias ? wptr(n.inputs[2]) : nullptr,
@@ -317,6 +387,16 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       case Op::Add: {
         const Activation a = n.activation();
         const int in1 = n.inputs[1];
+        if (strided(in0) || strided(in1) || strided(out)) {
+          const int c = as_int(ov.shape[1]);
+          const int sa = strided(in0) ? pixel_stride(in0) : c, sb = strided(in1) ? pixel_stride(in1) : c;
+          const int sy = strided(out) ? pixel_stride(out) : c;
+          const int64_t rows = count / c;
+          p->steps.push_back([=](const Exec& x) {
+            add_strided_nhwc(ptr(x, in0), sa, ptr(x, in1), sb, ptr(x, out), sy, rows, c, dt, a, x.stream);
+          });
+          break;
+        }
         p->steps.push_back([=](const Exec& x) { add(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, count, a, x.stream); });
         break;
       }
@@ -333,6 +413,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
         const PoolAttrs a = pool_attrs(n);
         PoolShape s{as_int(xs[0]), as_int(xs[2]), as_int(xs[3]), as_int(xs[1]), as_int(ov.shape[2]), as_int(ov.shape[3]),
                     a.kh, a.kw, a.stride_h, a.stride_w, a.pad_t, a.pad_l, a.count_include_pad, a.pad_b, a.pad_r};
+        s.x_stride = stride_or_0(in0), s.y_stride = stride_or_0(out);
         const bool is_max = n.op == Op::MaxPool2d;
         p->steps.push_back([=](const Exec& x) {
           if (is_max) max_pool_nhwc(ptr(x, in0), ptr(x, out), dt, s, x.stream);
@@ -355,6 +436,20 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
         const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
         std::vector<int> ins = n.inputs, cs;
         for (int in : ins) cs.push_back(as_int(g.values[in].shape[1]));
+        if (use_views) {
+          // Inputs written in place by their producers are already there; copy the others.
+          const int yc = strided(out) ? pixel_stride(out) : as_int(ov.shape[1]);
+          int begin = 0;
+          for (size_t k = 0; k < ins.size(); ++k) {
+            const int in = ins[k], ck = cs[k], xc = strided(in) ? pixel_stride(in) : ck, at = begin;
+            begin += ck;
+            if (cv.parent[in] == out) continue;
+            p->steps.push_back([=](const Exec& x) {
+              copy_channels_nhwc(ptr(x, in), xc, 0, ptr(x, out), yc, at, ck, rows, dt, x.stream);
+            });
+          }
+          break;
+        }
         p->steps.push_back([=](const Exec& x) {
           std::vector<const void*> srcs;
           for (int in : ins) srcs.push_back(ptr(x, in));
@@ -364,7 +459,9 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       }
       case Op::Slice: {
         if (n.attr_int("axis") != 1 || xs.size() != 4) fail_input(n.name, ": CUDA slice supports the channel axis of 4-D tensors");
-        const int xc = as_int(xs[1]), start = as_int(n.attr_int("start")), c = as_int(ov.shape[1]);
+        if (strided(out)) break;  // a window of its input: nothing to copy
+        const int xc = strided(in0) ? pixel_stride(in0) : as_int(xs[1]), start = as_int(n.attr_int("start"));
+        const int c = as_int(ov.shape[1]);
         const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
         p->steps.push_back([=](const Exec& x) { copy_channels_nhwc(ptr(x, in0), xc, start, ptr(x, out), c, 0, c, rows, dt, x.stream); });
         break;

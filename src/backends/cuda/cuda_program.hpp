@@ -28,6 +28,8 @@ struct Exec {
 struct CudaEngine::Program {
   Graph shaped;
   MemoryPlan memory;
+  std::vector<int64_t> view_bytes;  // per value: byte offset of a channel view inside its root's buffer
+  int views_used = 0;               // slices read in place + concat inputs written in place
   std::vector<std::function<void(const Exec&)>> steps;  // one or more launches per node
   std::vector<std::string> step_names;                  // node name of each step (for profiles)
   std::vector<std::unique_ptr<ConvOp>> convs;

@@ -153,6 +153,53 @@ void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStrea
   });
 }
 
+namespace {
+
+// y[r, ch] = act(a[r, ch] + b[r, ch]) where each tensor is a channel window
+// of a wider NHWC buffer (its own pixel stride): Res2Net's chain add reads a
+// chunk of the 1x1 conv's output and the previous 3x3's output in place.
+template <typename T, int V, Activation A>
+__global__ void add_strided_kernel(const T* __restrict__ a, int as, const T* __restrict__ b, int bs, T* __restrict__ y,
+                                   int ys, int64_t rows, int c) {
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(c / V), w)) return;
+  const int ch = int(w.col) * V;
+  for (int64_t r = w.row; r < rows; r += w.step) {
+    float fa[V], fb[V];
+    dev::load_vec<T, V>(a + r * as + ch, fa);
+    dev::load_vec<T, V>(b + r * bs + ch, fb);
+#pragma unroll
+    for (int k = 0; k < V; ++k) fa[k] = dev::act<A, dev::kFastMath<T>>(fa[k] + fb[k]);
+    dev::store_vec<T, V>(y + r * ys + ch, fa);
+  }
+}
+
+}  // namespace
+
+void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, void* y, int y_stride, int64_t rows, int c,
+                      DType dt, Activation act_kind, cudaStream_t stream) {
+  if (rows <= 0 || c <= 0) return;
+  if (a_stride < c || b_stride < c || y_stride < c)
+    fail_runtime("cuda add_strided_nhwc: pixel strides ", a_stride, "/", b_stride, "/", y_stride, " below ", c, " channels");
+  detail::dispatch_float(dt, "add_strided_nhwc", [&](auto t) {
+    using T = decltype(t);
+    constexpr int kV = dev::kVec16<T>;
+    const bool vec = c % kV == 0 && a_stride % kV == 0 && b_stride % kV == 0 && y_stride % kV == 0 &&
+                     detail::aligned16(a) && detail::aligned16(b) && detail::aligned16(y);
+    detail::dispatch_act(act_kind, [&](auto a_c) {
+      constexpr Activation A = decltype(a_c)::value;
+      const auto* ta = static_cast<const T*>(a);
+      const auto* tb = static_cast<const T*>(b);
+      auto* ty = static_cast<T*>(y);
+      if (vec)
+        add_strided_kernel<T, kV, A><<<detail::grid_rows(rows, c / kV), detail::kThreads, 0, stream>>>(ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
+      else
+        add_strided_kernel<T, 1, A><<<detail::grid_rows(rows, c), detail::kThreads, 0, stream>>>(ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
+    });
+  });
+  detail::check_launch("add_strided_nhwc");
+}
+
 void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act_kind, cudaStream_t stream) {
   detail::dispatch_float(dt, "add", [&](auto t) {
     using T = decltype(t);

@@ -33,6 +33,10 @@ void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStrea
 
 // y = act(a + b); y may alias a or b.
 void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream);
+// The same on channel windows: rows = n*h*w pixels of c channels, each tensor
+// with its own pixel stride (elements from one pixel to the next, >= c).
+void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, void* y, int y_stride, int64_t rows, int c,
+                      DType dt, Activation act, cudaStream_t stream);
 
 // y = act(x); may run in place.
 void activation(const void* x, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream);
@@ -53,6 +57,7 @@ struct PoolShape {
   int n, h, w, c, out_h, out_w, kh, kw, stride_h, stride_w, pad_t, pad_l;
   bool count_include_pad;
   int pad_b, pad_r;
+  int x_stride = 0, y_stride = 0;  // pixel strides in elements (channel windows of wider buffers); 0: c
 };
 // Padding acts as -inf (a window made only of padding yields -inf).
 void max_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream);
@@ -73,10 +78,12 @@ void depthwise_conv_nhwc(const void* x, const void* w_tap_major, const void* bia
                          const DepthwiseShape& s, Activation act, cudaStream_t stream);
 
 // Squeeze-excitation MLP: s[n, :] = act2(W2 · act1(W1 · g[n, :] + b1) + b2),
-// g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; one launch. The
-// hidden vector is rounded to dt like the two-conv graph stores it.
+// g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; two launches, the
+// hidden vector in `workspace` (se_mlp_workspace_bytes). The hidden vector is
+// rounded to dt like the two-conv graph stores it.
+size_t se_mlp_workspace_bytes(int n, int cr);
 void se_mlp(const void* g, const void* w1, const void* b1, const void* w2, const void* b2, void* s, DType dt, int n, int c,
-            int cr, Activation act1, Activation act2, cudaStream_t stream);
+            int cr, Activation act1, Activation act2, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Channel concat of up to kMaxConcatInputs NHWC tensors in one launch
 // (Res2Net concatenates 4-8 chunks per block: one kernel instead of one copy

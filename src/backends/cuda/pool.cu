@@ -36,10 +36,10 @@ __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShap
     float acc[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) acc[k] = kMax ? -INFINITY : 0.f;
-    const T* img = x + int64_t(b) * s.h * s.w * s.c + ch;
+    const T* img = x + int64_t(b) * s.h * s.w * s.x_stride + ch;
     const auto take = [&](int i, int j) {
       float f[V];
-      load_vec<T, V>(img + (int64_t(i) * s.w + j) * s.c, f);
+      load_vec<T, V>(img + (int64_t(i) * s.w + j) * s.x_stride, f);
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] = kMax ? fmaxf(acc[k], f[k]) : acc[k] + f[k];
     };
@@ -62,13 +62,17 @@ __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShap
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] *= inv;
     }
-    store_vec<T, V>(y + int64_t(r) * s.c + ch, acc);
+    store_vec<T, V>(y + int64_t(r) * s.y_stride + ch, acc);
   }
 }
 
 template <bool kMax>
-void launch_pool(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream, const char* name) {
+void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t stream, const char* name) {
   if (s.n <= 0 || s.c <= 0 || s.out_h <= 0 || s.out_w <= 0) return;
+  if (s.x_stride == 0) s.x_stride = s.c;
+  if (s.y_stride == 0) s.y_stride = s.c;
+  if (s.x_stride < s.c || s.y_stride < s.c)
+    fail_runtime("cuda ", name, ": pixel strides ", s.x_stride, "/", s.y_stride, " below ", s.c, " channels");
   if (s.kh < 1 || s.kw < 1 || s.stride_h < 1 || s.stride_w < 1)
     fail_runtime("cuda ", name, ": invalid kernel ", s.kh, "x", s.kw, " stride ", s.stride_h, "x", s.stride_w);
   const int64_t outs = int64_t(s.n) * s.out_h * s.out_w;
@@ -78,7 +82,8 @@ void launch_pool(const void* x, void* y, DType dt, const PoolShape& s, cudaStrea
     constexpr int kV = dev::kVec16<T>;
     const auto* tx = static_cast<const T*>(x);
     auto* ty = static_cast<T*>(y);
-    const bool vec = s.c % kV == 0 && detail::aligned16(x) && detail::aligned16(y);
+    const bool vec = s.c % kV == 0 && s.x_stride % kV == 0 && s.y_stride % kV == 0 && detail::aligned16(x) &&
+                     detail::aligned16(y);
     const auto go = [&](auto v_c, auto k_c) {
       constexpr int V = decltype(v_c)::value, K = decltype(k_c)::value;
       pool_kernel<T, V, kMax, K><<<detail::grid_rows(outs, s.c / V), detail::kThreads, 0, stream>>>(tx, ty, s);
