@@ -218,6 +218,17 @@ TEST(CudaKernels, CopyChannels) {
         copy_channels_nhwc(dy->ptr(), c, 0, df->ptr(), c, 0, c, int64_t(n) * hw, dt, nullptr);
         expect_close(download(df->ptr(), ref.size(), dt), round_all(nchw_to_nhwc(ref, n, c, h, w), dt), 0.0,
                      "full copy " + what);
+        // One-launch split back into both inputs plus an overlapping window.
+        const auto sa = alloc(a.size(), dt), sb = alloc(b.size(), dt), sw = alloc(size_t(n) * 3 * hw, dt);
+        const int wb = std::max(0, c1 - 1), wc = std::min(3, c - wb);
+        split_channels_nhwc(dy->ptr(), c, {sa->ptr(), sb->ptr(), sw->ptr()}, {0, c1, wb}, {c1, c2, wc}, int64_t(n) * hw, dt,
+                            nullptr);
+        expect_close(download(sa->ptr(), a.size(), dt), round_all(nchw_to_nhwc(a, n, c1, h, w), dt), 0.0, "split a " + what);
+        expect_close(download(sb->ptr(), b.size(), dt), round_all(nchw_to_nhwc(b, n, c2, h, w), dt), 0.0, "split b " + what);
+        std::vector<float> wref(size_t(n) * wc * hw);
+        cpu::slice_channels(n, c, hw, wb, wc, ref.data(), wref.data());
+        expect_close(download(sw->ptr(), wref.size(), dt), round_all(nchw_to_nhwc(wref, n, wc, h, w), dt), 0.0,
+                     "split window " + what);
         // Slice [c1/2, c1/2 + c2) of the concatenation back out.
         const int begin = c1 / 2;
         std::vector<float> sref(size_t(n) * c2 * hw);
@@ -384,9 +395,22 @@ TEST(CudaKernels, SqueezeExcitationMlp) {
           const auto ws = alloc(se_mlp_workspace_bytes(n, cr) / 4, DType::F32);
           se_mlp(dg->ptr(), dw1->ptr(), db1->ptr(), dw2->ptr(), db2->ptr(), ds->ptr(), dt, n, c, cr, act1, Activation::Sigmoid,
                  ws->ptr(), se_mlp_workspace_bytes(n, cr), nullptr);
-          expect_close(download(ds->ptr(), ref.size(), dt), round_all(ref, dt), elementwise_tol(dt),
-                       std::string(dtype_name(dt)) + " se " + std::to_string(c) + "/" + std::to_string(cr) + " n=" +
-                           std::to_string(n));
+          const std::string what = std::string(dtype_name(dt)) + " se " + std::to_string(c) + "/" + std::to_string(cr) +
+                                   " n=" + std::to_string(n);
+          expect_close(download(ds->ptr(), ref.size(), dt), round_all(ref, dt), elementwise_tol(dt), what);
+          // MLP + gate in one step equals se_mlp then mul_channel_nhwc, bit for bit (also in place).
+          for (int hw : {1, 7, 49}) {
+            const auto xv = round_all(random_values(size_t(n) * hw * c, 26), dt);
+            const auto dx = upload(xv, dt), dref = alloc(xv.size(), dt), dgot = alloc(xv.size(), dt);
+            mul_channel_nhwc(dx->ptr(), ds->ptr(), dref->ptr(), dt, n, hw, c, nullptr);
+            se_mlp_scale(dg->ptr(), dw1->ptr(), db1->ptr(), dw2->ptr(), db2->ptr(), dx->ptr(), dgot->ptr(), dt, n, hw, c, cr,
+                         act1, Activation::Sigmoid, ws->ptr(), se_mlp_workspace_bytes(n, cr), nullptr);
+            const auto want = download(dref->ptr(), xv.size(), dt);
+            expect_close(download(dgot->ptr(), xv.size(), dt), want, 0.0, what + " scale hw=" + std::to_string(hw));
+            se_mlp_scale(dg->ptr(), dw1->ptr(), db1->ptr(), dw2->ptr(), db2->ptr(), dx->ptr(), dx->ptr(), dt, n, hw, c, cr,
+                         act1, Activation::Sigmoid, ws->ptr(), se_mlp_workspace_bytes(n, cr), nullptr);
+            expect_close(download(dx->ptr(), xv.size(), dt), want, 0.0, what + " scale in place hw=" + std::to_string(hw));
+          }
         }
 }
 

@@ -85,13 +85,18 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   for (const Node& n : g.nodes)
     if (n.op == Op::Flatten) alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
   // Squeeze-excitation: global pool -> 1x1 conv (+act) -> 1x1 conv + sigmoid
-  // -> mul. The two tiny convs run as one se_mlp step at the second conv's
-  // step, so the pooled tensor must stay alive until then.
+  // -> mul. The two tiny convs and the mul run as one se_mlp_scale step at the
+  // mul (KILN_FUSE_SE_MUL=0: the convs as one se_mlp step at the second conv,
+  // then the mul; KILN_FUSE_SE=0: all unfused), so the pooled tensor must stay
+  // alive until then.
   std::vector<char> fused_away(g.nodes.size(), 0);
   std::map<size_t, size_t> se_first_conv;  // second conv's index -> first conv's index
   std::map<int, int> live_until;
   const char* se_env = std::getenv("KILN_FUSE_SE");
   const bool fuse_se = !(se_env && std::string(se_env) == "0");
+  const char* se_mul_env = std::getenv("KILN_FUSE_SE_MUL");
+  const bool fuse_se_mul = !(se_mul_env && std::string(se_mul_env) == "0");
+  std::map<size_t, size_t> se_scale_at;  // mul's index -> first conv's index (MLP + gate in the mul's step)
   for (size_t ia = 0; fuse_se && ia + 1 < g.nodes.size(); ++ia) {
     const Node& a = g.nodes[ia];
     const Node& b = g.nodes[ia + 1];
@@ -106,6 +111,14 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     const int64_t cr = g.values[a.outputs[0]].shape[1];
     if (cr * 4 > 48 * 1024) continue;
     fused_away[ia] = 1;
+    const size_t mul = static_cast<size_t>(readers[0]);
+    if (fuse_se_mul && g.values[g.nodes[mul].inputs[0]].shape.size() == 4) {
+      // The gate is applied in the same step: the second conv's output is never stored.
+      fused_away[ia + 1] = 1;
+      se_scale_at[mul] = ia;
+      live_until[pooled] = static_cast<int>(mul);
+      continue;
+    }
     se_first_conv[ia + 1] = ia;
     live_until[pooled] = static_cast<int>(ia + 1);
   }
@@ -114,9 +127,13 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // the 1x1 conv's output in place and its 3x3 convs (and the pass-through
   // pool) write straight into the concat. Used only when every node touching
   // a view can take strides (cuDNN convs with a fused epilogue, adds, pools,
-  // slices, concats); otherwise (or with KILN_CUDA_VIEWS=0) all are copies.
+  // slices, concats); otherwise all are copies.
+  // Off unless KILN_CUDA_VIEWS=1: measured on the H200 (res2net50_26w_4s fp16,
+  // batch 1), cuDNN 9.14 runs strided convs with one extra kernel each, and the
+  // engine was 0.88 ms with views (250 kernels) against 0.82 ms with copies
+  // (198 kernels); see families/timm_res2net/README.md.
   const char* views_env = std::getenv("KILN_CUDA_VIEWS");
-  bool use_views = !(views_env && std::string(views_env) == "0");
+  bool use_views = views_env && std::string(views_env) == "1";
   ChannelViews cv = plan_channel_views(g);
   if (cv.slices_as_views + cv.concat_inputs_in_place == 0) use_views = false;
   auto pixel_stride = [&](int v) { return as_int(g.values[cv.root(v)].shape[1]); };
@@ -197,9 +214,31 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     p->step_names.push_back(g.values[v].name + ".to_nhwc");
   }
 
+  const char* split_env = std::getenv("KILN_FUSE_SPLIT");
+  const bool fuse_split = !(split_env && std::string(split_env) == "0");
+  std::vector<char> split_done(g.nodes.size(), 0);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (folded_cast[ni] || fused_away[ni] || n.op == Op::Flatten) continue;
+    if (se_scale_at.count(ni)) {
+      const Node& a = g.nodes[se_scale_at[ni]];
+      const Node& b = g.nodes[se_scale_at[ni] + 1];
+      const int pooled = a.inputs[0], xin = n.inputs[0], out = n.outputs[0];
+      const void *w1 = wptr(a.inputs[1]), *b1 = wptr(a.inputs[2]), *w2 = wptr(b.inputs[1]), *b2 = wptr(b.inputs[2]);
+      const Shape xs4 = g.values[xin].shape;
+      const DType dt = g.values[out].dtype;
+      const int batch_n = as_int(xs4[0]), c = as_int(xs4[1]), hw = as_int(xs4[2] * xs4[3]);
+      const int cr = as_int(g.values[a.outputs[0]].shape[1]);
+      const Activation act1 = a.activation(), act2 = b.activation();
+      p->workspace_bytes = std::max(p->workspace_bytes, se_mlp_workspace_bytes(batch_n, cr));
+      p->steps.push_back([=](const Exec& x) {
+        se_mlp_scale(ptr(x, pooled), w1, b1, w2, b2, ptr(x, xin), ptr(x, out), dt, batch_n, hw, c, cr, act1, act2,
+                     x.workspace, x.workspace_bytes, x.stream);
+      });
+      p->step_names.push_back(a.name + "+" + b.name + "+" + n.name);
+      if (record) chosen[a.name] = chosen[b.name] = "kiln se_mlp_scale";
+      continue;
+    }
     if (se_first_conv.count(ni)) {
       const Node& a = g.nodes[se_first_conv[ni]];
       const int pooled = a.inputs[0], out = n.outputs[0];
@@ -463,6 +502,32 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
         const int xc = strided(in0) ? pixel_stride(in0) : as_int(xs[1]), start = as_int(n.attr_int("start"));
         const int c = as_int(ov.shape[1]);
         const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
+        if (split_done[ni]) break;  // copied by the first slice of its run
+        // A run of consecutive slices of the same input (Res2Net's chunks) is one launch.
+        // Safe for the memory plan: the nodes in between are those slices, which read only
+        // the input, and the input stays alive through the last of them.
+        std::vector<size_t> run = {ni};
+        for (size_t nj = ni + 1; fuse_split && nj < g.nodes.size() && run.size() < size_t(kMaxSplitOutputs); ++nj) {
+          const Node& m = g.nodes[nj];
+          if (m.op != Op::Slice || m.inputs[0] != in0 || m.attr_int("axis") != 1 || strided(m.outputs[0])) break;
+          run.push_back(nj);
+        }
+        if (run.size() > 1) {
+          std::vector<int> outs, begins, cs;
+          for (size_t nj : run) {
+            const Node& m = g.nodes[nj];
+            outs.push_back(m.outputs[0]);
+            begins.push_back(as_int(m.attr_int("start")));
+            cs.push_back(as_int(g.values[m.outputs[0]].shape[1]));
+            split_done[nj] = 1;
+          }
+          p->steps.push_back([=](const Exec& x) {
+            std::vector<void*> ys;
+            for (int o : outs) ys.push_back(ptr(x, o));
+            split_channels_nhwc(ptr(x, in0), xc, ys, begins, cs, rows, dt, x.stream);
+          });
+          break;
+        }
         p->steps.push_back([=](const Exec& x) { copy_channels_nhwc(ptr(x, in0), xc, start, ptr(x, out), c, 0, c, rows, dt, x.stream); });
         break;
       }

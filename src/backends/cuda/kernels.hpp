@@ -84,6 +84,12 @@ void depthwise_conv_nhwc(const void* x, const void* w_tap_major, const void* bia
 size_t se_mlp_workspace_bytes(int n, int cr);
 void se_mlp(const void* g, const void* w1, const void* b1, const void* w2, const void* b2, void* s, DType dt, int n, int c,
             int cr, Activation act1, Activation act2, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// The MLP and the scale it gates, in two launches: y = x * s with x, y NHWC
+// [n, hw, c] and s as se_mlp computes it (never stored); equal to se_mlp
+// followed by mul_channel_nhwc. y may be x.
+void se_mlp_scale(const void* g, const void* w1, const void* b1, const void* w2, const void* b2, const void* x, void* y,
+                  DType dt, int n, int hw, int c, int cr, Activation act1, Activation act2, void* workspace,
+                  size_t workspace_bytes, cudaStream_t stream);
 
 // Channel concat of up to kMaxConcatInputs NHWC tensors in one launch
 // (Res2Net concatenates 4-8 chunks per block: one kernel instead of one copy
@@ -92,6 +98,13 @@ void se_mlp(const void* g, const void* w1, const void* b1, const void* w2, const
 inline constexpr int kMaxConcatInputs = 8;
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
                           cudaStream_t stream);
+
+// The inverse in one launch: ys[k] (cs[k] channels) = channels [begins[k],
+// begins[k] + cs[k]) of x (x_c channels), for up to kMaxSplitOutputs outputs
+// (Res2Net's chunk slices of the 1x1 output: one kernel instead of one per chunk).
+inline constexpr int kMaxSplitOutputs = 8;
+void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, const std::vector<int>& begins,
+                         const std::vector<int>& cs, int64_t rows, DType dt, cudaStream_t stream);
 
 // y[r, y_c_begin + i] = x[r, x_c_begin + i] for i < c_count, r < rows
 // (rows = n*h*w): writes one input of a channel concat, or reads a slice.

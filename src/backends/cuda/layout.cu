@@ -104,6 +104,59 @@ __global__ void concat_kernel(ConcatArgs a, Elem* __restrict__ y, int y_c, int64
 
 }  // namespace
 
+namespace {
+
+struct SplitArgs {
+  void* y[kMaxSplitOutputs];
+  int c[kMaxSplitOutputs];      // channels of output k
+  int begin[kMaxSplitOutputs];  // its first channel in x
+  int at[kMaxSplitOutputs + 1]; // prefix sums of c: output k owns columns [at[k], at[k+1]) of the joint space
+  int n;
+};
+
+// The inverse of concat_kernel: one thread per output element over the joint
+// [rows, sum c] space of all outputs; exact copies of the bit patterns.
+template <typename Elem>
+__global__ void split_kernel(const Elem* __restrict__ x, int x_c, SplitArgs a, int64_t total) {
+  const int cols = a.at[a.n];
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols;
+    const int j = int(i - r * cols);
+    int k = 0;
+    while (k + 1 < a.n && j >= a.at[k + 1]) ++k;
+    const int ch = j - a.at[k];
+    static_cast<Elem*>(a.y[k])[r * a.c[k] + ch] = x[r * x_c + a.begin[k] + ch];
+  }
+}
+
+}  // namespace
+
+void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, const std::vector<int>& begins,
+                         const std::vector<int>& cs, int64_t rows, DType dt, cudaStream_t stream) {
+  if (ys.size() != cs.size() || ys.size() != begins.size() || ys.empty() || ys.size() > size_t(kMaxSplitOutputs))
+    fail_runtime("cuda split_channels_nhwc: ", ys.size(), " outputs (1..", kMaxSplitOutputs, "), ", begins.size(),
+                 " offsets, ", cs.size(), " channel counts");
+  SplitArgs a{};
+  a.n = int(ys.size());
+  for (int k = 0; k < a.n; ++k) {
+    if (begins[k] < 0 || cs[k] < 0 || begins[k] + cs[k] > x_c)
+      fail_runtime("cuda split_channels_nhwc: channels [", begins[k], ", +", cs[k], ") outside the input's ", x_c);
+    a.y[k] = ys[k];
+    a.c[k] = cs[k];
+    a.begin[k] = begins[k];
+    a.at[k + 1] = a.at[k] + cs[k];
+  }
+  const int64_t total = rows * a.at[a.n];
+  if (total <= 0) return;
+  switch (dtype_size(dt)) {
+    case 1: split_kernel<uint8_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(static_cast<const uint8_t*>(x), x_c, a, total); break;
+    case 2: split_kernel<uint16_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), x_c, a, total); break;
+    case 4: split_kernel<uint32_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(static_cast<const uint32_t*>(x), x_c, a, total); break;
+    default: fail_runtime("cuda split_channels_nhwc: unsupported element size ", dtype_size(dt));
+  }
+  detail::check_launch("split_channels_nhwc");
+}
+
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
                           cudaStream_t stream) {
   if (xs.size() != cs.size() || xs.empty()) fail_runtime("cuda concat_channels_nhwc: ", xs.size(), " inputs, ", cs.size(), " channel counts");
