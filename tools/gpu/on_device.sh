@@ -10,7 +10,8 @@
 # Environment: KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
 # KILN_CHECK_MODELS=none skips the checks), KILN_PEERS=none skips the PyTorch peers,
 # KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON,
-# KILN_GPU_TEST_FILTER narrows the GPU tests (a --gtest_filter pattern).
+# KILN_GPU_TEST_FILTER narrows the GPU tests (a --gtest_filter pattern), KILN_AB adds kiln-only
+# benches of the same bundles with switches set (e.g. "KILN_FUSE_SPLIT=0 KILN_CUDA_VIEWS=1").
 # At most 8 files come back from the device tool: tar OUTDIR into one.
 # Full-size check: seeded checkpoint (tools/reference/make_fixtures*.py --full-size), kiln fp32
 # engine vs PyTorch fp32 (TF32 off) within 1e-3 * max|logit|, fp16 engine cosine >= 0.9995 and
@@ -42,7 +43,9 @@ check_model() {
   done
 }
 
-# bench_model NAME: kiln fp16 (opt level 3) and PyTorch peers at batch 1 and 32.
+# bench_model NAME: kiln fp16 (opt level 3) at batch 1 and 32, then the same bundles with each
+# variant in KILN_AB (space-separated VAR=VALUE switches, e.g. KILN_FUSE_SPLIT=0), then the
+# PyTorch peers on the same weights.
 bench_model() {
   local m=$1 peers=${KILN_PEERS:-eager,cuda_graph,compile_default} prof=""
   [ -n "${KILN_PROFILE:-}" ] && prof="--profile $KILN_PROFILE"
@@ -51,10 +54,19 @@ bench_model() {
       > "$out/build_${m}_b$b.json" 2> "$out/build_${m}_b$b.log" || status=1
     $kiln bench $work/$m.b$b.bundle --batch $b --json $prof > "$out/bench_${m}_b$b.json" || status=1
     python3 -c "import json;r=json.load(open('$out/bench_${m}_b$b.json'))['results'][0];print('kiln $m b$b', r['engine_ms'], r['kernels_per_call'], 'stable', r['stable'])"
-    [ "$peers" = none ] && continue
+  done
+  for v in ${KILN_AB:-}; do
+    for b in 1 32; do
+      env "$v" $kiln bench $work/$m.b$b.bundle --batch $b --json > "$out/bench_${m}_b${b}_$v.json" || status=1
+      python3 -c "import json;r=json.load(open('$out/bench_${m}_b${b}_$v.json'))['results'][0];print('kiln $m b$b $v', r['engine_ms']['median'], r['kernels_per_call'])"
+    done
+  done
+  [ "$peers" = none ] && return
+  for b in 1 32; do
     # PyTorch brings its own cuDNN (9.19); kiln's library path (system cuDNN 9.14) must not reach it.
-    PYTHONUNBUFFERED=1 env -u LD_LIBRARY_PATH python3 tools/reference/peer_bench.py --model-dir $work/full/$m --batch $b \
-      --peers $peers --rounds 100 --out "$out/peers_${m}_b$b.json" > /dev/null 2> "$out/peers_${m}_b$b.log" || status=1
+    PYTHONUNBUFFERED=1 timeout ${KILN_PEER_TIMEOUT:-150} env -u LD_LIBRARY_PATH python3 tools/reference/peer_bench.py \
+      --model-dir $work/full/$m --batch $b --peers $peers --rounds 100 --out "$out/peers_${m}_b$b.json" > /dev/null \
+      2> "$out/peers_${m}_b$b.log" || status=1
     python3 -c "import json;r=json.load(open('$out/peers_${m}_b$b.json'));print('torch $m b$b', {k:(round(v['median_ms'],4),v.get('kernels')) for k,v in r['peers'].items()})"
   done
 }
@@ -84,7 +96,8 @@ case "$mode" in
       --models ${KILN_EFFNET_MODELS:-efficientnet_b0 tf_efficientnet_b0} >> "$out/fixtures.log" 2>&1 || status=1
     checks=${KILN_CHECK_MODELS:-$(ls $work/full)}
     [ "$checks" = none ] || for m in $checks; do check_model "$m"; done
-    for m in ${KILN_BENCH_MODELS:-res2net50_26w_4s efficientnet_b0}; do bench_model "$m"; done
+    bench_models=${KILN_BENCH_MODELS:-res2net50_26w_4s efficientnet_b0}
+    [ "$bench_models" = none ] || for m in $bench_models; do bench_model "$m"; done
     ;;
   *) echo "unknown mode $mode" >&2; exit 1 ;;
 esac
