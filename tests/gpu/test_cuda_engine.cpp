@@ -117,6 +117,9 @@ TEST_P(CudaFixture, Res2NetSplitsCopiesAndViewsAgree) {
     MemoryReport m_default, m_copies, m_views;
     const auto fused = run_with(nullptr, nullptr, &m_default);
     const auto copies = run_with("KILN_FUSE_SPLIT", "0", &m_copies);
+    MemoryReport m_forced;
+    const auto forced = run_with("KILN_FUSE_SPLIT", "1", &m_forced);  // one launch whatever the size
+    EXPECT_LE(testing::max_abs_diff(forced, copies), 1e-5f * testing::max_abs(want)) << f << " " << dtype_name(dt);
     const auto views = run_with("KILN_CUDA_VIEWS", "1", &m_views);
     const std::string what = f + " " + dtype_name(dt);
     EXPECT_EQ(m_default.views, 0) << what;
@@ -126,6 +129,25 @@ TEST_P(CudaFixture, Res2NetSplitsCopiesAndViewsAgree) {
     EXPECT_LE(testing::max_abs_diff(fused, copies), 1e-5f * testing::max_abs(want)) << what;
     EXPECT_LE(testing::max_abs_diff(views, fused), 2e-3f * testing::max_abs(want)) << what;
     EXPECT_GE(testing::cosine(fused, want), dt == DType::F32 ? 0.99999 : 0.999) << what;
+  }
+}
+
+// EfficientNet's squeeze-excitation with the gate fused into the MLP step
+// (KILN_FUSE_SE_MUL=1) gives the numbers of the default (MLP step, then mul).
+TEST_P(CudaFixture, SqueezeExcitationGateFusionAgrees) {
+  REQUIRE_GPU();
+  const std::string f = GetParam();
+  if (f.rfind("efficientnet/", 0) != 0) GTEST_SKIP() << "squeeze-excitation is an EfficientNet matter here";
+  HostTensor x = read_npy(kFixtures / f / "input.npy");
+  auto want = read_npy(kFixtures / f / "logits.npy").to_f32();
+  for (DType dt : {DType::F32, DType::F16}) {
+    const fs::path b = build(f, dt);
+    const auto plain = run(b, x);
+    ::setenv("KILN_FUSE_SE_MUL", "1", 1);
+    const auto fused = run(b, x);
+    ::unsetenv("KILN_FUSE_SE_MUL");
+    // se_mlp_scale equals se_mlp + mul_channel_nhwc bit for bit (kernel harness); here end to end.
+    EXPECT_LE(testing::max_abs_diff(plain, fused), 1e-5f * testing::max_abs(want)) << f << " " << dtype_name(dt);
   }
 }
 

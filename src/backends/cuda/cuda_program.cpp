@@ -94,8 +94,12 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   std::map<int, int> live_until;
   const char* se_env = std::getenv("KILN_FUSE_SE");
   const bool fuse_se = !(se_env && std::string(se_env) == "0");
+  // Off unless KILN_FUSE_SE_MUL=1: on the H200 (efficientnet_b0 fp16) it saved
+  // 16 launches but no time at batch 1 (0.407 vs 0.405 ms) and cost time at
+  // batch 32 (1.19 vs 1.08 ms): its gate-times-pixels loop moves 2-byte
+  // elements, where mul_channel_nhwc moves 16-byte vectors.
   const char* se_mul_env = std::getenv("KILN_FUSE_SE_MUL");
-  const bool fuse_se_mul = !(se_mul_env && std::string(se_mul_env) == "0");
+  const bool fuse_se_mul = se_mul_env && std::string(se_mul_env) == "1";
   std::map<size_t, size_t> se_scale_at;  // mul's index -> first conv's index (MLP + gate in the mul's step)
   for (size_t ia = 0; fuse_se && ia + 1 < g.nodes.size(); ++ia) {
     const Node& a = g.nodes[ia];
@@ -214,8 +218,17 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     p->step_names.push_back(g.values[v].name + ".to_nhwc");
   }
 
+  // Consecutive slices of one input as one launch: worth it where the copies
+  // are small and launch-bound. Measured on the H200 (res2net50_26w_4s fp16):
+  // batch 1 0.736 ms with one launch vs 0.801 ms with a copy per slice; batch
+  // 32 2.43 vs 2.17 ms the other way round (split_channels_nhwc moves one
+  // element per thread, copy_channels_nhwc 16-byte vectors). So: one launch
+  // when the run moves at most kSplitFuseBytes (all of batch 1's Res2Net
+  // splits, none of batch 32's); KILN_FUSE_SPLIT=0 never, =1 always.
+  constexpr size_t kSplitFuseBytes = size_t(1) << 20;
   const char* split_env = std::getenv("KILN_FUSE_SPLIT");
-  const bool fuse_split = !(split_env && std::string(split_env) == "0");
+  const int fuse_split_mode = !split_env ? -1 : std::string(split_env) == "0" ? 0 : std::string(split_env) == "1" ? 1 : -1;
+  const bool fuse_split = fuse_split_mode != 0;
   std::vector<char> split_done(g.nodes.size(), 0);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
@@ -512,7 +525,9 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
           if (m.op != Op::Slice || m.inputs[0] != in0 || m.attr_int("axis") != 1 || strided(m.outputs[0])) break;
           run.push_back(nj);
         }
-        if (run.size() > 1) {
+        size_t run_bytes = 0;
+        for (size_t nj : run) run_bytes += value_bytes(g.values[g.nodes[nj].outputs[0]]);
+        if (run.size() > 1 && (fuse_split_mode == 1 || run_bytes <= kSplitFuseBytes)) {
           std::vector<int> outs, begins, cs;
           for (size_t nj : run) {
             const Node& m = g.nodes[nj];
