@@ -85,10 +85,10 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   for (const Node& n : g.nodes)
     if (n.op == Op::Flatten) alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
   // Squeeze-excitation: global pool -> 1x1 conv (+act) -> 1x1 conv + sigmoid
-  // -> mul. The two tiny convs and the mul run as one se_mlp_scale step at the
-  // mul (KILN_FUSE_SE_MUL=0: the convs as one se_mlp step at the second conv,
-  // then the mul; KILN_FUSE_SE=0: all unfused), so the pooled tensor must stay
-  // alive until then.
+  // -> mul. The two tiny convs run as one se_mlp step at the second conv's
+  // step, then the mul (KILN_FUSE_SE_MUL=1: convs and mul as one se_mlp_scale
+  // step at the mul; KILN_FUSE_SE=0: all unfused), so the pooled tensor must
+  // stay alive until that step.
   std::vector<char> fused_away(g.nodes.size(), 0);
   std::map<size_t, size_t> se_first_conv;  // second conv's index -> first conv's index
   std::map<int, int> live_until;
@@ -134,8 +134,9 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // slices, concats); otherwise all are copies.
   // Off unless KILN_CUDA_VIEWS=1: measured on the H200 (res2net50_26w_4s fp16,
   // batch 1), cuDNN 9.14 runs strided convs with one extra kernel each, and the
-  // engine was 0.88 ms with views (250 kernels) against 0.82 ms with copies
-  // (198 kernels); see families/timm_res2net/README.md.
+  // engine took 0.859 ms with views (250 kernels) against 0.801 ms with a copy
+  // per chunk and 0.736 ms with one split launch per block (150 kernels);
+  // see families/timm_res2net/README.md.
   const char* views_env = std::getenv("KILN_CUDA_VIEWS");
   bool use_views = views_env && std::string(views_env) == "1";
   ChannelViews cv = plan_channel_views(g);

@@ -70,13 +70,18 @@ __device__ __forceinline__ float se_gate(const float* hs, const T* __restrict__ 
   return dev::to_f32(dev::from_f32<T>(dev::act<A2, dev::kFastMath<T>>(acc + dev::to_f32(b2[r]))));
 }
 
+// Image n's hidden vector into shared memory (every thread of the block waits).
+__device__ __forceinline__ void load_hidden(float* hs, const float* __restrict__ hidden, int n, int cr) {
+  for (int i = threadIdx.x; i < cr; i += blockDim.x) hs[i] = hidden[int64_t(n) * cr + i];
+  __syncthreads();
+}
+
 template <typename T, Activation A2>
 __global__ void se_expand_kernel(const float* __restrict__ hidden, const T* __restrict__ w2, const T* __restrict__ b2,
                                  T* __restrict__ s, int c, int cr) {
   extern __shared__ float hs[];  // [cr]
   const int n = blockIdx.y;
-  for (int i = threadIdx.x; i < cr; i += blockDim.x) hs[i] = hidden[int64_t(n) * cr + i];
-  __syncthreads();
+  load_hidden(hs, hidden, n, cr);
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= c) return;
   s[int64_t(n) * c + r] = dev::from_f32<T>(se_gate<T, A2>(hs, w2, b2, r, cr));
@@ -92,8 +97,7 @@ __global__ void se_expand_scale_kernel(const float* __restrict__ hidden, const T
                                        int cr, int hw, int ppb) {
   extern __shared__ float hs[];  // [cr]
   const int n = blockIdx.z;
-  for (int i = threadIdx.x; i < cr; i += blockDim.x) hs[i] = hidden[int64_t(n) * cr + i];
-  __syncthreads();
+  load_hidden(hs, hidden, n, cr);
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= c) return;
   const float sv = se_gate<T, A2>(hs, w2, b2, r, cr);
