@@ -7,7 +7,8 @@
 #   --quick GPU tests only
 #   --bench resnet50 bench only (+ torch.compile max-autotune when KILN_AUTOTUNE_PEER=<batch>)
 #   --family4  full-size checks and benches of the Res2Net and EfficientNet families (issue #4)
-# Environment: KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
+# Environment: KILN_RES2NET_MODELS / KILN_EFFNET_MODELS choose the full-size models --family4
+# makes (timm names), KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
 # KILN_CHECK_MODELS=none skips the checks), KILN_PEERS=none skips the PyTorch peers,
 # KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON,
 # KILN_GPU_TEST_FILTER narrows the GPU tests (a --gtest_filter pattern), KILN_AB adds kiln-only
@@ -91,7 +92,8 @@ case "$mode" in
     bench_model resnet50
     ;;
   --family4)
-    python3 tools/reference/make_fixtures_res2net.py --full-size $work/full > "$out/fixtures.log" 2>&1 || status=1
+    python3 tools/reference/make_fixtures_res2net.py --full-size $work/full \
+      --models ${KILN_RES2NET_MODELS:-res2net50_26w_4s res2net50d res2next50} > "$out/fixtures.log" 2>&1 || status=1
     python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full \
       --models ${KILN_EFFNET_MODELS:-efficientnet_b0 tf_efficientnet_b0} >> "$out/fixtures.log" 2>&1 || status=1
     checks=${KILN_CHECK_MODELS:-$(ls $work/full)}

@@ -20,6 +20,7 @@ pool with padding and count_include_pad=True sees partial windows.
 Usage (where torch + timm exist):
     python3 tools/reference/make_fixtures_res2net.py --out tests/fixtures/res2net
     python3 tools/reference/make_fixtures_res2net.py --full-size /tmp/r2n_full   # 224x224, batch 1
+    python3 tools/reference/make_fixtures_res2net.py --full-size D --models res2net50_26w_8s res2net101_26w_4s
 """
 from __future__ import annotations
 
@@ -115,7 +116,9 @@ FAMILY = common.FixtureFamily(
                 "PyTorch fp32 on CPU in eval mode, logits_fp64.npy the same in float64.",
     default_out="tests/fixtures/res2net", seed=SEED, cases=CASES, full_size=FULL_SIZE, describe=describe,
     interpolation="bilinear", crop_pct=0.875, first_conv="conv1", classifier="fc",
-    name_width=12, arch_width=18,
+    name_width=12, arch_width=18, models_option=True,
+    full_size_help="instead write full-size seeded models (224x224, batch 1; --models picks which, "
+                   "default " + " ".join(FULL_SIZE) + ")",
 )
 
 if __name__ == "__main__":
