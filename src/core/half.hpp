@@ -2,6 +2,7 @@
 // round-to-nearest-even everywhere, matching CUDA's __float2half_rn and
 // __float2bfloat16_rn, so the CPU backend reproduces GPU storage bit for bit.
 #pragma once
+#include "core/dtype.hpp"
 #include <cstdint>
 #include <cstring>
 
@@ -29,5 +30,9 @@ float e4m3_to_f32(uint8_t v);
 // Round-trip helpers used to emulate narrow storage of fp32 values.
 inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
 inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+// f rounded to what storage of type t keeps (f32 and others: unchanged).
+inline float round_to_storage(DType t, float f) {
+  return t == DType::F16 ? round_f16(f) : t == DType::BF16 ? round_bf16(f) : f;
+}
 
 }  // namespace kiln

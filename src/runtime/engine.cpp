@@ -35,10 +35,17 @@ ShapedPlan plan_for_batch(const Graph& g, int64_t batch) {
     s.infer_shapes();
     return s;
   };
-  ShapedPlan p{with_batch(batch), {}, {}, {}};
+  ShapedPlan p{with_batch(batch), {}, {}, {}, {}};
   p.views = plan_channel_views(p.graph);
+  p.adds = cpu::plan_prologue_adds(p.graph);
   if (batch > 1) p.one = with_batch(1);
-  p.memory = plan_memory_with_views(p.graph, cpu::activation_bytes, [&](int v) { return p.views.parent[v]; });
+  // A fused add's output is never written: it borrows its first operand's bytes instead of its own.
+  std::vector<int> add_alias(p.graph.values.size(), -1);
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i)
+    if (p.adds.fused[i]) add_alias[p.graph.nodes[i].outputs[0]] = p.graph.nodes[i].inputs[0];
+  p.memory = plan_memory_with_views(
+      p.graph, cpu::activation_bytes, [&](int v) { return p.views.parent[v] >= 0 ? p.views.parent[v] : add_alias[v]; }, 64,
+      p.adds.live_until(p.graph));
   return p;
 }
 

@@ -32,9 +32,10 @@ struct Engine::Impl {
 struct ShapedPlan {
   Graph graph;
   MemoryPlan memory;
-  ChannelViews views;  // slices and in-place concat inputs (CPU backend)
-  Graph one;           // the graph at batch 1, for nodes that run image by image over strided views
-  cpu::CpuLayout layout() const { return {&views, &one}; }
+  ChannelViews views;        // slices and in-place concat inputs (CPU backend)
+  Graph one;                 // the graph at batch 1, for nodes that run image by image over strided views
+  cpu::PrologueAdds adds;    // adds that run inside the conv reading them (CPU backend)
+  cpu::CpuLayout layout() const { return {&views, &one, &adds}; }
 };
 ShapedPlan plan_for_batch(const Graph& g, int64_t batch);
 

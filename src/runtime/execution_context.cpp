@@ -101,7 +101,8 @@ std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<T
   std::vector<double> ms;
   for (int r = 0; r < rounds; ++r)
     c.engine->impl().cpu->run_profiled(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), &ms, plan.layout());
-  for (size_t i = 0; i < plan.graph.nodes.size(); ++i) out.push_back({plan.graph.nodes[i].name, ms[i] / rounds});
+  for (size_t i = 0; i < plan.graph.nodes.size(); ++i)
+    if (!plan.adds.fused[i]) out.push_back({plan.graph.nodes[i].name, ms[i] / rounds});  // fused adds time inside their conv
   return out;
 }
 
@@ -109,7 +110,10 @@ size_t kernels_per_call(ExecutionContext& ctx) {
 #ifdef KILN_HAVE_CUDA
   if (ctx.impl().cuda) return ctx.impl().cuda->graph_nodes(ctx.impl().last_batch);
 #endif
-  return ctx.impl().engine->impl().graph.nodes.size();
+  ExecutionContext::Impl& c = ctx.impl();
+  const Graph& g = c.engine->impl().graph;
+  const int64_t batch = c.last_batch >= 0 ? c.last_batch : g.values[g.inputs[0]].shape[0];
+  return g.nodes.size() - static_cast<size_t>(c.plan(batch).adds.count);
 }
 
 MemoryReport ExecutionContext::memory() const {

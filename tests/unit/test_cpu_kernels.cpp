@@ -12,6 +12,7 @@
 
 #include "backends/cpu/kernels.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
 
 namespace kiln::cpu {
 namespace {
@@ -257,6 +258,37 @@ TEST(Conv2d, DepthwiseWithMultiplierUsesGemmPath) {
   c.p.n = 2, c.p.c_in = 6, c.p.c_out = 12, c.p.groups = 6, c.p.h = 9, c.p.w = 8, c.p.kh = 3, c.p.kw = 3;
   c.p.pad_t = c.p.pad_l = 1, c.p.pad_b = c.p.pad_r = 1;
   run_conv_case(c, pool, 5);
+}
+
+// conv2d_of_sum equals conv2d of the separately formed sum, rounded to the
+// sum's storage type, bit for bit: every path (im2col, 1x1 direct,
+// depthwise, grouped), every thread layout, f32 and the f16/bf16 emulation.
+TEST(Conv2d, OfSumEqualsConvOfStoredSum) {
+  int idx = 0;
+  for (int threads : {1, 2})
+    for (DType t : {DType::F32, DType::F16, DType::BF16})
+      for (const ConvCase& cc : conv_matrix()) {
+        if (++idx % 7 != 0) continue;  // a spread of the matrix keeps this quick
+        ThreadPool pool(threads);
+        const Conv2dParams& p = cc.p;
+        const size_t nx = size_t(p.n) * p.c_in * p.h * p.w, ny = size_t(p.n) * p.c_out * p.out_h() * p.out_w();
+        const auto a = random_vec(nx, idx), b = random_vec(nx, idx + 1);
+        const auto w = random_vec(size_t(p.c_out) * (p.c_in / p.groups) * p.kh * p.kw, idx + 2);
+        const auto bias = random_vec(p.c_out, idx + 3), res = random_vec(ny, idx + 4);
+        std::vector<float> sum(nx);
+        for (size_t i = 0; i < nx; ++i) sum[i] = round_to_storage(t, a[i] + b[i]);
+        const float* bp = cc.bias ? bias.data() : nullptr;
+        const float* rp = cc.residual ? res.data() : nullptr;
+        std::vector<float> want(ny), got(ny, std::nanf(""));
+        conv2d(p, sum.data(), w.data(), bp, rp, cc.act, want.data(), pool);
+        conv2d_of_sum(p, a.data(), b.data(), t, w.data(), bp, rp, cc.act, got.data(), pool);
+        ASSERT_EQ(got, want) << describe(cc) << " " << dtype_name(t) << " threads=" << threads;
+      }
+  ThreadPool pool(1);
+  Conv2dParams p;
+  std::vector<float> x(1), y(1);
+  EXPECT_THROW(conv2d_of_sum(p, x.data(), nullptr, DType::F32, x.data(), nullptr, nullptr, Activation::None, y.data(), pool),
+               Error);
 }
 
 TEST(Conv2d, OutputDims) {

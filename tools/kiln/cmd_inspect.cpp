@@ -14,10 +14,12 @@ namespace kiln::cli {
 
 namespace {
 
-std::string fused(const Graph& g, const Node& n, const ChannelViews& cv) {
+std::string fused(const Graph& g, const Node& n, const ChannelViews& cv, const cpu::PrologueAdds& adds, size_t index) {
   std::string s;
   const int out = n.outputs[0];
   if (n.op == Op::Slice && cv.is_view(out)) return "view (no copy)";
+  if (adds.fused[index]) return "in next conv (no store)";
+  if (adds.add_for(g, index)) s += "+input add";
   if (n.op == Op::Concat) {
     int in_place = 0;
     for (int in : n.inputs) in_place += cv.parent[in] == out;
@@ -63,7 +65,19 @@ void add_inspect(CLI::App& app) {
       for (const auto& [name, v] : t["layers"].items())
         if (v.is_object() && v.contains("tactic") && v["tactic"].is_string()) tactic_of[name] = v["tactic"].get<std::string>();
     }
-    const ChannelViews views = plan_channel_views(e.graph);
+    // Views and input adds are the CPU backend's plan (the default here); the
+    // CUDA backend (--backend cuda) decides its own, so none are shown for it.
+    ChannelViews views;
+    cpu::PrologueAdds adds;
+    if (e.backend == "cpu") {
+      views = plan_channel_views(e.graph);
+      adds = cpu::plan_prologue_adds(e.graph);
+    } else {
+      views.parent.assign(e.graph.values.size(), -1);
+      views.channel_offset.assign(e.graph.values.size(), 0);
+      adds.add_of.assign(e.graph.nodes.size(), -1);
+      adds.fused.assign(e.graph.nodes.size(), 0);
+    }
     std::map<std::string, int> ops;
     for (const auto& n : e.graph.nodes) ++ops[op_name(n.op)];
     size_t weight_bytes = 0;
@@ -71,9 +85,10 @@ void add_inspect(CLI::App& app) {
       if (v.constant) weight_bytes += v.constant->nbytes();
     if (o->json) {
       nlohmann::json layers = nlohmann::json::array();
-      for (const auto& n : e.graph.nodes) {
+      for (size_t i = 0; i < e.graph.nodes.size(); ++i) {
+        const Node& n = e.graph.nodes[i];
         const Value& out = e.graph.values[n.outputs[0]];
-        layers.push_back({{"name", n.name}, {"op", op_name(n.op)}, {"fused", fused(e.graph, n, views)},
+        layers.push_back({{"name", n.name}, {"op", op_name(n.op)}, {"fused", fused(e.graph, n, views, adds, i)},
                           {"dtype", dtype_name(out.dtype)}, {"shape", out.shape}});
         if (tactic_of.count(n.name)) layers.back()["tactic"] = tactic_of[n.name];
       }
@@ -87,7 +102,8 @@ void add_inspect(CLI::App& app) {
                           {"weight_bytes", weight_bytes},
                           {"views", {{"slices_as_views", views.slices_as_views},
                                      {"concat_inputs_in_place", views.concat_inputs_in_place},
-                                     {"concat_inputs_copied", views.concat_inputs_copied}}},
+                                     {"concat_inputs_copied", views.concat_inputs_copied},
+                                     {"adds_in_conv_prologue", adds.count}}},
                           {"memory", {{"arena_bytes", mem.arena_bytes}, {"naive_bytes", mem.naive_bytes}}},
                           {"layers", layers},
                           {"runtime", nlohmann::json::parse(e.runtime_text)},
@@ -111,10 +127,11 @@ void add_inspect(CLI::App& app) {
     std::cout << "  " << e.graph.nodes.size() << " layers:";
     for (const auto& [op, n] : ops) std::cout << " " << op << "=" << n;
     std::cout << "\n";
-    for (const auto& n : e.graph.nodes) {
+    for (size_t i = 0; i < e.graph.nodes.size(); ++i) {
+      const Node& n = e.graph.nodes[i];
       const Value& out = e.graph.values[n.outputs[0]];
-      std::cout << "    " << std::left << std::setw(28) << n.name << std::setw(16) << op_name(n.op) << std::setw(26)
-                << fused(e.graph, n, views) << std::setw(26) << (dtype_name(out.dtype) + shape_str(out.shape)) << std::right
+      std::cout << "    " << std::left << std::setw(28) << n.name << std::setw(16) << op_name(n.op) << std::setw(36)
+                << fused(e.graph, n, views, adds, i) << std::setw(26) << (dtype_name(out.dtype) + shape_str(out.shape)) << std::right
                 << (tactic_of.count(n.name) ? "  " + tactic_of[n.name] : "") << "\n";
     }
     if (o->graph) std::cout << print_graph(e.graph);

@@ -19,6 +19,7 @@
 #include "families/family.hpp"
 #include "kiln/kiln.hpp"
 #include "passes/pass.hpp"
+#include "runtime/engine_impl.hpp"
 
 namespace kiln {
 namespace {
@@ -117,6 +118,39 @@ TEST(TimmRes2netPadChannels, EveryFixtureKeepsItsLogits) {
     const Shape& ws = g.values[c0->inputs[1]].shape;
     const bool grouped = c0->attr_int("groups", 1) != 1;
     if (!grouped) EXPECT_EQ(ws[0] % 8, 0) << name << ": chunk width " << ws[0] << " was not padded";
+  }
+}
+
+// The chain adds run inside the 3x3 conv that reads them (CPU backend): no
+// node of their own in the engine call, and the same numbers as with
+// KILN_FUSE_ADD=0, bit for bit (the conv gathers the same columns), in fp32
+// and fp16, at batch 2 (so over strided channel windows, image by image).
+TEST(TimmRes2netChainAdd, FusedIntoTheNextConv) {
+  const HostTensor x = read_npy(kFixtures / "s4_26w" / "input.npy");
+  ASSERT_GT(x.shape[0], 1);
+  for (DType dt : {DType::F32, DType::F16}) {
+    const fs::path dir = testing::temp_dir("chain_add");
+    BuildOptions o;
+    o.model = (kFixtures / "s4_26w").string();
+    o.precision = dt;
+    build_bundle(o, dir / "m.bundle");
+    auto e = Engine::load((dir / "m.bundle").string());
+    const Graph& g = e->impl().graph;
+    const size_t chain_adds = static_cast<size_t>(g.count_ops(Op::Add));
+    ASSERT_EQ(chain_adds, 4u);  // layer1.0 and layer2.1: chain.1 and chain.2 each
+    auto fused_ctx = e->create_context();
+    const auto fused = fused_ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+    EXPECT_EQ(kernels_per_call(*fused_ctx), g.nodes.size() - chain_adds);
+    for (const LayerTime& l : profile_layers(*fused_ctx, {{"pixel_values", x.shape, x.to_f32()}}, 1))
+      EXPECT_EQ(l.name.find(".chain."), std::string::npos) << l.name << " still runs as a node";
+    ::setenv("KILN_FUSE_ADD", "0", 1);
+    auto plain_ctx = e->create_context();
+    const auto plain = plain_ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+    const size_t plain_kernels = kernels_per_call(*plain_ctx);
+    ::unsetenv("KILN_FUSE_ADD");
+    EXPECT_EQ(plain_kernels, g.nodes.size());
+    EXPECT_EQ(fused, plain) << dtype_name(dt);
+    fs::remove_all(dir);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/kernels.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
 
 namespace kiln::cpu {
 
@@ -49,9 +50,23 @@ inline void epilogue_row(float* y, int64_t len, float bias, const float* residua
   if (act != Activation::None) activation(len, y, act, y);
 }
 
+// The second input of a conv of a sum (conv2d_of_sum): x_add (same layout as
+// x, offset like x) and the storage type the sum is rounded to.
+struct SumInput {
+  const float* x_add = nullptr;
+  DType dtype = DType::F32;
+};
+
+// dst[o] = round(a[o * step] + b[o * step]) for o in [lo, hi).
+inline void sum_copy(const float* a, const float* b, int64_t step, int64_t lo, int64_t hi, DType t, float* dst) {
+  for (int64_t o = lo; o < hi; ++o) dst[o] = round_to_storage(t, a[o * step] + b[o * step]);
+}
+
 // Rows [r_begin, r_end) of the [cg*kh*kw, oh*ow] column matrix for the cg
-// channels starting at x. Row r is (channel, kernel row, kernel column).
-void im2col_rows(const Conv2dParams& p, const float* x, int64_t r_begin, int64_t r_end, float* col) {
+// channels starting at x (plus sum.x_add at the same offsets, when set).
+// Row r is (channel, kernel row, kernel column).
+void im2col_rows(const Conv2dParams& p, const float* x, int64_t r_begin, int64_t r_end, float* col,
+                 const SumInput& sum = {}, int64_t x_add_offset = 0) {
   const int oh = p.out_h(), ow = p.out_w();
   const int64_t hw = int64_t(p.h) * p.w, n_cols = int64_t(oh) * ow;
   for (int64_t r = r_begin; r < r_end; ++r) {
@@ -59,6 +74,7 @@ void im2col_rows(const Conv2dParams& p, const float* x, int64_t r_begin, int64_t
     const int i = int(r / p.kw % p.kh);
     const int j = int(r % p.kw);
     const float* xc = x + c * hw;
+    const float* ac = sum.x_add ? sum.x_add + x_add_offset + c * hw : nullptr;
     float* dst = col + r * n_cols;
     int lo, hi;
     valid_range(ow, p.stride_w, j * p.dil_w - p.pad_l, p.w, lo, hi);
@@ -68,9 +84,12 @@ void im2col_rows(const Conv2dParams& p, const float* x, int64_t r_begin, int64_t
         std::fill(dst, dst + ow, 0.f);
         continue;
       }
-      const float* src = xc + int64_t(ih) * p.w + j * p.dil_w - p.pad_l;
+      const int64_t at = int64_t(ih) * p.w + j * p.dil_w - p.pad_l;
+      const float* src = xc + at;
       std::fill(dst, dst + lo, 0.f);
-      if (p.stride_w == 1) {
+      if (ac) {
+        sum_copy(src, ac + at, p.stride_w, lo, hi, sum.dtype, dst);
+      } else if (p.stride_w == 1) {
         std::copy(src + lo, src + hi, dst + lo);
       } else {
         for (int o = lo; o < hi; ++o) dst[o] = src[int64_t(o) * p.stride_w];
@@ -128,11 +147,21 @@ void conv2d_depthwise(const Conv2dParams& p, const float* x, const float* w, con
 
 }  // namespace
 
-void conv2d(const Conv2dParams& p, const float* x, const float* w, const float* bias, const float* residual,
-            Activation act, float* y, ThreadPool& pool) {
+namespace {
+
+void conv2d_impl(const Conv2dParams& p, const float* x, const SumInput& sum, const float* w, const float* bias,
+                 const float* residual, Activation act, float* y, ThreadPool& pool) {
   check_params(p);
   if (p.groups == p.c_in && p.groups == p.c_out && p.groups > 1) {
-    conv2d_depthwise(p, x, w, bias, residual, act, y, pool);
+    if (!sum.x_add) {
+      conv2d_depthwise(p, x, w, bias, residual, act, y, pool);
+      return;
+    }
+    // Depthwise has no gather step to fold the sum into: form it once.
+    const int64_t count = int64_t(p.n) * p.c_in * p.h * p.w;
+    std::vector<float> summed(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) summed[i] = round_to_storage(sum.dtype, x[i] + sum.x_add[i]);
+    conv2d_depthwise(p, summed.data(), w, bias, residual, act, y, pool);
     return;
   }
   const int cg_in = p.c_in / p.groups, m = p.c_out / p.groups;
@@ -152,13 +181,19 @@ void conv2d(const Conv2dParams& p, const float* x, const float* w, const float* 
     const float* wg = w + g * m * k;
     float* yg = y + (b * p.c_out + g * m) * n_cols;
     const float* src = xg;
-    if (!direct) {
+    const int64_t x_off = (b * p.c_in + g * cg_in) * hw;  // of xg inside x, and of its partner in x_add
+    if (direct && sum.x_add) {
+      // A 1x1 conv reads x as its matrix: the summed matrix takes its place.
+      col.resize(size_t(k * n_cols));
+      sum_copy(xg, sum.x_add + x_off, 1, 0, k * n_cols, sum.dtype, col.data());
+      src = col.data();
+    } else if (!direct) {
       col.resize(size_t(k * n_cols));
       if (inner) {
-        inner->parallel_for(k, [&](int64_t r0, int64_t r1) { im2col_rows(p, xg, r0, r1, col.data()); },
+        inner->parallel_for(k, [&](int64_t r0, int64_t r1) { im2col_rows(p, xg, r0, r1, col.data(), sum, x_off); },
                             std::max<int64_t>(1, 16384 / n_cols));
       } else {
-        im2col_rows(p, xg, 0, k, col.data());
+        im2col_rows(p, xg, 0, k, col.data(), sum, x_off);
       }
       src = col.data();
     }
@@ -194,6 +229,19 @@ void conv2d(const Conv2dParams& p, const float* x, const float* w, const float* 
     std::vector<float> col;
     for (int64_t it = 0; it < items; ++it) run_item(it, col, &pool);
   }
+}
+
+}  // namespace
+
+void conv2d(const Conv2dParams& p, const float* x, const float* w, const float* bias, const float* residual,
+            Activation act, float* y, ThreadPool& pool) {
+  conv2d_impl(p, x, {}, w, bias, residual, act, y, pool);
+}
+
+void conv2d_of_sum(const Conv2dParams& p, const float* x, const float* x_add, DType sum_dtype, const float* w,
+                   const float* bias, const float* residual, Activation act, float* y, ThreadPool& pool) {
+  if (!x_add) fail_runtime("conv2d_of_sum: no second input");
+  conv2d_impl(p, x, SumInput{x_add, sum_dtype}, w, bias, residual, act, y, pool);
 }
 
 }  // namespace kiln::cpu

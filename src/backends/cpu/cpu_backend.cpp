@@ -1,7 +1,10 @@
 #include "backends/cpu/cpu_backend.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backends/cpu/kernels.hpp"
 #include "core/error.hpp"
@@ -34,18 +37,50 @@ CpuProgram::CpuProgram(const Graph& g) : constants_(g.values.size(), nullptr) {
 namespace {
 
 void round_storage(DType t, float* p, int64_t n) {
-  if (t == DType::F16)
-    for (int64_t i = 0; i < n; ++i) p[i] = round_f16(p[i]);
-  else if (t == DType::BF16)
-    for (int64_t i = 0; i < n; ++i) p[i] = round_bf16(p[i]);
+  if (t == DType::F16 || t == DType::BF16)
+    for (int64_t i = 0; i < n; ++i) p[i] = round_to_storage(t, p[i]);
 }
 
 int as_int(int64_t v) { return static_cast<int>(v); }
 
 }  // namespace
 
+PrologueAdds plan_prologue_adds(const Graph& g) {
+  PrologueAdds a;
+  a.add_of.assign(g.nodes.size(), -1);
+  a.fused.assign(g.nodes.size(), 0);
+  const char* env = std::getenv("KILN_FUSE_ADD");
+  if (env && std::string(env) == "0") return a;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& add = g.nodes[i];
+    if (add.op != Op::Add || add.activation() != Activation::None) continue;
+    const int out = add.outputs[0];
+    const auto readers = g.consumers(out);
+    if (readers.size() != 1 || g.is_graph_output(out)) continue;
+    const Node& conv = g.nodes[readers[0]];
+    if (conv.op != Op::Conv2d || conv.inputs[0] != out || a.add_of[readers[0]] >= 0) continue;
+    bool only_input = true;  // not also the conv's residual
+    for (size_t k = 1; k < conv.inputs.size(); ++k) only_input &= conv.inputs[k] != out;
+    const Shape& s0 = g.values[add.inputs[0]].shape;
+    if (!only_input || s0 != g.values[add.inputs[1]].shape || s0 != g.values[out].shape) continue;
+    if (g.is_constant(add.inputs[0]) || g.is_constant(add.inputs[1])) continue;
+    a.add_of[readers[0]] = static_cast<int>(i);
+    a.fused[i] = 1;
+    ++a.count;
+  }
+  return a;
+}
+
+std::map<int, int> PrologueAdds::live_until(const Graph& g) const {
+  std::map<int, int> until;
+  for (size_t c = 0; c < add_of.size(); ++c)
+    if (add_of[c] >= 0)
+      for (int v : g.nodes[add_of[c]].inputs) until[v] = std::max(until.count(v) ? until[v] : 0, static_cast<int>(c));
+  return until;
+}
+
 void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float*>& ptr, ThreadPool& pool,
-                          const ChannelViews* views) const {
+                          const ChannelViews* views, const Node* prologue_add) const {
   auto in = [&](size_t i) -> const float* {
     int v = n.inputs[i];
     return constants_[v] ? constants_[v] : ptr[v];
@@ -63,8 +98,14 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       cp.c_out = as_int(ws[0]), cp.kh = as_int(ws[2]), cp.kw = as_int(ws[3]);
       cp.stride_h = a.stride_h, cp.stride_w = a.stride_w, cp.dil_h = a.dil_h, cp.dil_w = a.dil_w, cp.groups = a.groups;
       cp.pad_t = a.pad_t, cp.pad_l = a.pad_l, cp.pad_b = a.pad_b, cp.pad_r = a.pad_r;
-      conv2d(cp, in(0), in(1), n.inputs.size() > 2 ? in(2) : nullptr, n.inputs.size() > 3 ? in(3) : nullptr,
-             n.activation(), out, pool);
+      const float* bias = n.inputs.size() > 2 ? in(2) : nullptr;
+      const float* residual = n.inputs.size() > 3 ? in(3) : nullptr;
+      if (prologue_add) {
+        conv2d_of_sum(cp, ptr[prologue_add->inputs[0]], ptr[prologue_add->inputs[1]],
+                      g.values[prologue_add->outputs[0]].dtype, in(1), bias, residual, n.activation(), out, pool);
+      } else {
+        conv2d(cp, in(0), in(1), bias, residual, n.activation(), out, pool);
+      }
       break;
     }
     case Op::BatchNorm: {
@@ -155,15 +196,19 @@ void for_each_node(const Graph& g, const MemoryPlan& plan, float* arena, const C
   const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape[0];
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
+    if (layout.adds && layout.adds->fused[i]) continue;  // runs inside the conv that reads it
+    const Node* add = layout.adds ? layout.adds->add_for(g, i) : nullptr;
+    std::vector<int> reads = n.inputs;
+    if (add) reads.insert(reads.end(), add->inputs.begin(), add->inputs.end());
     bool strided = false;
     if (layout.views && batch > 1) {
-      for (int v : n.inputs) strided |= layout.views->is_view(v);
+      for (int v : reads) strided |= layout.views->is_view(v);
       strided |= layout.views->is_view(n.outputs[0]);
     }
     if (strided && !layout.one) fail_runtime(n.name, ": strided views need the batch-1 graph");
     const int64_t items = strided ? batch : 1;
     for (int64_t b = 0; b < items; ++b) {
-      for (int v : n.inputs) ptr[v] = value_ptr(g, plan, layout.views, arena, v, b);
+      for (int v : reads) ptr[v] = value_ptr(g, plan, layout.views, arena, v, b);
       ptr[n.outputs[0]] = value_ptr(g, plan, layout.views, arena, n.outputs[0], b);
       fn(i, strided ? *layout.one : g, ptr);
     }
@@ -174,7 +219,7 @@ void for_each_node(const Graph& g, const MemoryPlan& plan, float* arena, const C
 
 void CpuProgram::run(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool, const CpuLayout& layout) const {
   for_each_node(g, plan, arena, layout, [&](size_t i, const Graph& shapes, const std::vector<float*>& ptr) {
-    run_node(shapes, shapes.nodes[i], ptr, pool, layout.views);
+    run_node(shapes, shapes.nodes[i], ptr, pool, layout.views, layout.adds ? layout.adds->add_for(shapes, i) : nullptr);
   });
 }
 
@@ -183,7 +228,7 @@ void CpuProgram::run_profiled(const Graph& g, const MemoryPlan& plan, float* are
   node_ms->resize(g.nodes.size(), 0.0);
   for_each_node(g, plan, arena, layout, [&](size_t i, const Graph& shapes, const std::vector<float*>& ptr) {
     const auto t0 = std::chrono::steady_clock::now();
-    run_node(shapes, shapes.nodes[i], ptr, pool, layout.views);
+    run_node(shapes, shapes.nodes[i], ptr, pool, layout.views, layout.adds ? layout.adds->add_for(shapes, i) : nullptr);
     (*node_ms)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   });
 }

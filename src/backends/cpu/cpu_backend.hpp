@@ -3,6 +3,7 @@
 // rounding each node's output to its storage type (RNE) and by using the
 // narrow weights converted back to f32.
 #pragma once
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -15,12 +16,31 @@ namespace kiln::cpu {
 
 bool supports(const Graph& g, const Node& n);
 
+// Adds fused into the conv that reads them (Res2Net's chain adds): the conv
+// gathers its im2col columns from both operands and the sum is never stored.
+// An add qualifies when it has no activation, its output is read only by the
+// conv (as the conv's input, not its residual) and is not a graph output.
+struct PrologueAdds {
+  std::vector<int> add_of;  // per node: for a conv, the index of the add it reads through, else -1
+  std::vector<char> fused;  // per node: an add that runs inside its conv
+  int count = 0;
+  const Node* add_for(const Graph& g, size_t node) const {
+    return node < add_of.size() && add_of[node] >= 0 ? &g.nodes[add_of[node]] : nullptr;
+  }
+  // Keeps the add's operands alive through the conv's step (memory planner's live_until).
+  std::map<int, int> live_until(const Graph& g) const;
+};
+// KILN_FUSE_ADD=0 turns the fusion off (every add runs as its own node).
+PrologueAdds plan_prologue_adds(const Graph& g);
+
 // Where activations live beyond the memory plan: channel views (slices,
 // concat inputs written in place) and, for batches > 1, the same graph at
-// batch 1 so nodes touching strided views run image by image.
+// batch 1 so nodes touching strided views run image by image; and the adds
+// that run inside their conv.
 struct CpuLayout {
   const ChannelViews* views = nullptr;
   const Graph* one = nullptr;  // batch-1 shapes, same value ids
+  const PrologueAdds* adds = nullptr;
 };
 
 class CpuProgram {
@@ -35,8 +55,9 @@ class CpuProgram {
                     std::vector<double>* node_ms, const CpuLayout& layout = {}) const;
   // Runs one node on dense (or per-image) pointers; a slice that is a view
   // and concat inputs already in place copy nothing.
+  // `prologue_add`: the add a conv reads through (its operands' pointers are in value_ptrs).
   void run_node(const Graph& shaped, const Node& n, const std::vector<float*>& value_ptrs, ThreadPool& pool,
-                const ChannelViews* views = nullptr) const;
+                const ChannelViews* views = nullptr, const Node* prologue_add = nullptr) const;
   const float* constant(int value_id) const { return constants_[value_id]; }
 
  private:

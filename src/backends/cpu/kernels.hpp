@@ -10,6 +10,7 @@
 
 #include "backends/cpu/thread_pool.hpp"
 #include "core/activation.hpp"
+#include "core/dtype.hpp"
 #include "core/window.hpp"
 
 namespace kiln::cpu {
@@ -31,6 +32,12 @@ struct Conv2dParams {
 // alias x, w or residual (the GEMM writes y before the epilogue reads residual).
 void conv2d(const Conv2dParams& p, const float* x, const float* w, const float* bias, const float* residual,
             Activation act, float* y, ThreadPool& pool);
+// The same convolution of (x + x_add), the sum rounded to `sum_dtype`'s
+// storage (as a separate add node would store it) and formed while the
+// im2col columns are gathered, so the sum is never written out (Res2Net's
+// chain add fused into the 3x3 conv that reads it). x_add like x.
+void conv2d_of_sum(const Conv2dParams& p, const float* x, const float* x_add, DType sum_dtype, const float* w,
+                   const float* bias, const float* residual, Activation act, float* y, ThreadPool& pool);
 
 // y[n, out] = act(x[n, in] · w[out, in]^T + bias); bias [out] or nullptr.
 void linear(int n, int in, int out, const float* x, const float* w, const float* bias, Activation act, float* y,
