@@ -29,19 +29,10 @@ kiln=$work/bin/kiln
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
 $kiln version | tee -a "$out/gpu.txt"
 status=0
-imgs=$(ls tests/fixtures/images/images/*.png | head -6)
 
 # check_model NAME: fp32 and fp16 CUDA engines of $work/full/NAME against PyTorch.
 check_model() {
-  local m=$1 d=$work/full/$1
-  python3 tools/reference/reference_logits.py --model-dir $d --images $imgs --out-dir $d 2>>"$out/fixtures.log" || { status=1; return; }
-  for p in fp32 fp16; do
-    $kiln build $d -o $work/$m.$p.bundle --backend cuda --precision $p --opt-level 1 > "$out/build_$m.$p.log" 2>&1 || { status=1; echo "{\"label\": \"$m $p\", \"pass\": false, \"error\": \"build failed\"}" | tee -a "$out/full_size.jsonl"; continue; }
-    $kiln run $work/$m.$p.bundle --input pixel_values=$d/input.npy --output-dir $work/o1 >/dev/null || status=1
-    python3 tools/gpu/compare.py --kind $p --label "$m $p random input" --got $work/o1/logits.npy --want $d/logits.npy | tee -a "$out/full_size.jsonl" || status=1
-    $kiln run $work/$m.$p.bundle --input pixel_values=$d/images_input.npy --output-dir $work/o2 >/dev/null || status=1
-    python3 tools/gpu/compare.py --kind $p --label "$m $p sample photos" --got $work/o2/logits.npy --want $d/images_logits.npy | tee -a "$out/full_size.jsonl" || status=1
-  done
+  bash tools/check_full_size.sh $kiln cuda "$out/full_size.jsonl" "$out" $work/full/$1 || status=1
 }
 
 # bench_model NAME: kiln fp16 (opt level 3) at batch 1 and 32, then the same bundles with each
