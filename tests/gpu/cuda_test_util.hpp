@@ -39,7 +39,7 @@ inline double elementwise_tol(DType dt) {
 }
 
 inline float round_to(float v, DType dt) {
-  return dt == DType::F16 ? round_f16(v) : dt == DType::BF16 ? round_bf16(v) : v;
+  return round_to_storage(dt, v);
 }
 inline std::vector<float> round_all(std::vector<float> v, DType dt) {
   for (float& f : v) f = round_to(f, dt);

@@ -18,15 +18,11 @@
 #include "backends/cuda/conv.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "core/half.hpp"
+#include "cuda_test_util.hpp"
 
 namespace kiln::cuda {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                         \
-    int n_dev_ = 0;                                                            \
-    if (cudaGetDeviceCount(&n_dev_) != cudaSuccess || n_dev_ == 0) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
 
 cudnnHandle_t handle() {
   static cudnnHandle_t h = [] {
@@ -42,83 +38,21 @@ cpu::ThreadPool& pool() {
   return p;
 }
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) {
-    if (bytes) KILN_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
+using test::DevBuf;
+using test::nchw_to_nhwc;
+using test::nhwc_to_nchw;
 
-float round_to(DType t, float v) {
-  return t == DType::F16 ? round_f16(v) : t == DType::BF16 ? round_bf16(v) : v;
+void upload(const DevBuf& d, const std::vector<float>& v, DType t) {
+  const auto raw = test::encode(v, t);
+  KILN_CUDA_CHECK(cudaMemcpy(d.ptr(), raw.data(), raw.size(), cudaMemcpyHostToDevice));
 }
 
-std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
-  std::vector<uint8_t> out(v.size() * dtype_size(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::F32) {
-      std::memcpy(&out[i * 4], &v[i], 4);
-    } else {
-      uint16_t b = t == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
-      std::memcpy(&out[i * 2], &b, 2);
-    }
-  }
-  return out;
-}
-
-std::vector<float> decode(const std::vector<uint8_t>& raw, DType t) {
-  const size_t es = dtype_size(t);
-  std::vector<float> out(raw.size() / es);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (t == DType::F32) {
-      std::memcpy(&out[i], &raw[i * 4], 4);
-    } else {
-      uint16_t b;
-      std::memcpy(&b, &raw[i * 2], 2);
-      out[i] = t == DType::F16 ? f16_to_f32(b) : bf16_to_f32(b);
-    }
-  }
-  return out;
-}
-
-void upload(DevBuf& d, const std::vector<float>& v, DType t) {
-  auto raw = encode(v, t);
-  KILN_CUDA_CHECK(cudaMemcpy(d.p, raw.data(), raw.size(), cudaMemcpyHostToDevice));
-}
-
-std::vector<float> download(const DevBuf& d, size_t count, DType t) {
-  std::vector<uint8_t> raw(count * dtype_size(t));
-  KILN_CUDA_CHECK(cudaMemcpy(raw.data(), d.p, raw.size(), cudaMemcpyDeviceToHost));
-  return decode(raw, t);
-}
-
-std::vector<float> nchw_to_nhwc(const std::vector<float>& v, int n, int c, int h, int w) {
-  std::vector<float> out(v.size());
-  for (int a = 0; a < n; ++a)
-    for (int ch = 0; ch < c; ++ch)
-      for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x)
-          out[((static_cast<size_t>(a) * h + y) * w + x) * c + ch] = v[((static_cast<size_t>(a) * c + ch) * h + y) * w + x];
-  return out;
-}
-
-std::vector<float> nhwc_to_nchw(const std::vector<float>& v, int n, int c, int h, int w) {
-  std::vector<float> out(v.size());
-  for (int a = 0; a < n; ++a)
-    for (int ch = 0; ch < c; ++ch)
-      for (int y = 0; y < h; ++y)
-        for (int x = 0; x < w; ++x)
-          out[((static_cast<size_t>(a) * c + ch) * h + y) * w + x] = v[((static_cast<size_t>(a) * h + y) * w + x) * c + ch];
-  return out;
-}
+std::vector<float> download(const DevBuf& d, size_t count, DType t) { return test::download(d.ptr(), count, t); }
 
 std::vector<float> random_vec(size_t n, float scale, std::mt19937& rng, DType t) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::vector<float> v(n);
-  for (auto& x : v) x = round_to(t, u(rng) * scale);  // the reference sees exactly what the GPU sees
+  for (auto& x : v) x = test::round_to(u(rng) * scale, t);  // the reference sees exactly what the GPU sees
   return v;
 }
 
@@ -183,7 +117,7 @@ std::vector<Param> params() {
 class ConvTactics : public testing::TestWithParam<Param> {};
 
 TEST_P(ConvTactics, EveryTacticMatchesCpuReference) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   const DType t = GetParam().t;
   ConvDesc d = GetParam().c.d;
   d.dtype = t;
@@ -222,8 +156,8 @@ TEST_P(ConvTactics, EveryTacticMatchesCpuReference) {
     if (!op.try_select(i)) continue;
     ++built;
     DevBuf ws(op.workspace_bytes());
-    KILN_CUDA_CHECK(cudaMemset(dy.p, 0xff, ny * es));  // NaN pattern: unwritten outputs fail
-    op.run(handle(), dx.p, dw.p, d.has_bias ? db.p : nullptr, d.has_residual ? dr.p : nullptr, dy.p, ws.p, nullptr);
+    KILN_CUDA_CHECK(cudaMemset(dy.ptr(), 0xff, ny * es));  // NaN pattern: unwritten outputs fail
+    op.run(handle(), dx.ptr(), dw.ptr(), d.has_bias ? db.ptr() : nullptr, d.has_residual ? dr.ptr() : nullptr, dy.ptr(), ws.ptr(), nullptr);
     KILN_CUDA_CHECK(cudaDeviceSynchronize());
     auto y = nhwc_to_nchw(download(dy, ny, t), d.n, d.k, oh, ow);
     if (!op.epilogue_fused()) {
@@ -271,7 +205,7 @@ TEST(CudaConv, KcrsToKrsc) {
 }
 
 TEST(CudaConv, CapturedGraphMatchesDirectRun) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   ConvDesc d = make(3, 64, 17, 13, 64, 3, 1, 1, 1, true, true, Activation::Relu);
   d.dtype = DType::F16;
   std::mt19937 rng(7);
@@ -285,15 +219,15 @@ TEST(CudaConv, CapturedGraphMatchesDirectRun) {
   DevBuf ws(op.workspace_bytes());
   cudaStream_t s;
   KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  op.run(handle(), dx.p, dw.p, db.p, dr.p, dy.p, ws.p, s);
+  op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), dr.ptr(), dy.ptr(), ws.ptr(), s);
   KILN_CUDA_CHECK(cudaStreamSynchronize(s));
   auto direct = download(dy, ny, d.dtype);
-  KILN_CUDA_CHECK(cudaMemset(dy.p, 0, ny * 2));
+  KILN_CUDA_CHECK(cudaMemset(dy.ptr(), 0, ny * 2));
 
   cudaGraph_t g;
   cudaGraphExec_t ge;
   KILN_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  op.run(handle(), dx.p, dw.p, db.p, dr.p, dy.p, ws.p, s);
+  op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), dr.ptr(), dy.ptr(), ws.ptr(), s);
   KILN_CUDA_CHECK(cudaStreamEndCapture(s, &g));
   KILN_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
   KILN_CUDA_CHECK(cudaGraphLaunch(ge, s));
@@ -310,7 +244,7 @@ TEST(CudaConv, CapturedGraphMatchesDirectRun) {
 // Every tactic that builds for the strided form must match the CPU reference
 // on the window and leave the other channels of y's buffer untouched.
 TEST(CudaConv, StridedWindowsEveryTactic) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   struct W {
     int c, xw, xo, k, yw, yo, stride;
   };
@@ -355,8 +289,8 @@ TEST(CudaConv, StridedWindowsEveryTactic) {
         ++built;
         DevBuf ws(op.workspace_bytes());
         upload(dy, yinit, t);
-        op.run(handle(), static_cast<char*>(dx.p) + win.xo * es, dw.p, db.p, nullptr,
-               static_cast<char*>(dy.p) + win.yo * es, ws.p, nullptr);
+        op.run(handle(), static_cast<char*>(dx.ptr()) + win.xo * es, dw.ptr(), db.ptr(), nullptr,
+               static_cast<char*>(dy.ptr()) + win.yo * es, ws.ptr(), nullptr);
         KILN_CUDA_CHECK(cudaDeviceSynchronize());
         const auto y = download(dy, yinit.size(), t);
         float err = 0.f;
@@ -401,7 +335,7 @@ float time_selected(ConvOp& op, void* x, void* w, void* b, void* r, void* y, voi
 }
 
 TEST(CudaConvPerf, ResNet50AndEfficientNetShapes) {
-  SKIP_WITHOUT_GPU();
+  KILN_REQUIRE_GPU();
   struct Shape {
     const char* name;
     ConvDesc d;
@@ -444,15 +378,15 @@ TEST(CudaConvPerf, ResNet50AndEfficientNetShapes) {
       auto t0 = std::chrono::steady_clock::now();
       ConvOp op(handle(), d);
       auto t1 = std::chrono::steady_clock::now();
-      void* r = d.has_residual ? dr.p : nullptr;
+      void* r = d.has_residual ? dr.ptr() : nullptr;
       int def = op.selected();
-      float def_us = time_selected(op, dx.p, dw.p, db.p, r, dy.p, ws.p, s);
+      float def_us = time_selected(op, dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), s);
       std::string def_name = op.tactic_name(def);
       auto t2 = std::chrono::steady_clock::now();
-      int best = op.autotune(handle(), dx.p, dw.p, db.p, r, dy.p, ws.p, kWsCap, s, 64);
+      int best = op.autotune(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), kWsCap, s, 64);
       auto t3 = std::chrono::steady_clock::now();
       auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-      float best_us = time_selected(op, dx.p, dw.p, db.p, r, dy.p, ws.p, s);
+      float best_us = time_selected(op, dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), s);
       std::printf("[perf] %-36s %-4s %5d %5d %3d %8.0f %8.0f %10.1f %-28s %10.1f %-28s\n", sh.name, dtype_name(d.dtype),
                   batch, op.tactic_count(), op.epilogue_fused() ? 1 : 0, ms(t0, t1), ms(t2, t3), def_us,
                   def_name.c_str(), best_us, op.tactic_name(best).c_str());

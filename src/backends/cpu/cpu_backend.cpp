@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "backends/cpu/kernels.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "ir/attrs.hpp"
@@ -49,8 +49,7 @@ PrologueAdds plan_prologue_adds(const Graph& g) {
   PrologueAdds a;
   a.add_of.assign(g.nodes.size(), -1);
   a.fused.assign(g.nodes.size(), 0);
-  const char* env = std::getenv("KILN_FUSE_ADD");
-  if (env && std::string(env) == "0") return a;
+  if (!env_switch("KILN_FUSE_ADD").value_or(true)) return a;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& add = g.nodes[i];
     if (add.op != Op::Add || add.activation() != Activation::None) continue;
@@ -198,17 +197,20 @@ void for_each_node(const Graph& g, const MemoryPlan& plan, float* arena, const C
     const Node& n = g.nodes[i];
     if (layout.adds && layout.adds->fused[i]) continue;  // runs inside the conv that reads it
     const Node* add = layout.adds ? layout.adds->add_for(g, i) : nullptr;
-    std::vector<int> reads = n.inputs;
-    if (add) reads.insert(reads.end(), add->inputs.begin(), add->inputs.end());
+    auto for_reads = [&](auto&& f) {  // the node's inputs and those of the add it reads through
+      for (int v : n.inputs) f(v);
+      if (add)
+        for (int v : add->inputs) f(v);
+    };
     bool strided = false;
     if (layout.views && batch > 1) {
-      for (int v : reads) strided |= layout.views->is_view(v);
+      for_reads([&](int v) { strided |= layout.views->is_view(v); });
       strided |= layout.views->is_view(n.outputs[0]);
     }
     if (strided && !layout.one) fail_runtime(n.name, ": strided views need the batch-1 graph");
     const int64_t items = strided ? batch : 1;
     for (int64_t b = 0; b < items; ++b) {
-      for (int v : reads) ptr[v] = value_ptr(g, plan, layout.views, arena, v, b);
+      for_reads([&](int v) { ptr[v] = value_ptr(g, plan, layout.views, arena, v, b); });
       ptr[n.outputs[0]] = value_ptr(g, plan, layout.views, arena, n.outputs[0], b);
       fn(i, strided ? *layout.one : g, ptr);
     }

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -30,8 +31,7 @@ int as_int(int64_t v) { return static_cast<int>(v); }
 // library versions. A missing or damaged file is ignored (it is only a
 // cache); KILN_TACTIC_CACHE=0 disables it.
 std::filesystem::path tactic_cache_path() {
-  const char* off = std::getenv("KILN_TACTIC_CACHE");
-  if (off && std::string(off) == "0") return {};
+  if (!env_switch("KILN_TACTIC_CACHE").value_or(true)) return {};
   if (const char* d = std::getenv("KILN_CACHE_DIR")) return std::filesystem::path(d) / "tactics.json";
   if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(x) / "kiln" / "tactics.json";
   if (const char* h = std::getenv("HOME")) return std::filesystem::path(h) / ".cache" / "kiln" / "tactics.json";

@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
 #include "runtime/views.hpp"
@@ -92,14 +93,12 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   std::vector<char> fused_away(g.nodes.size(), 0);
   std::map<size_t, size_t> se_first_conv;  // second conv's index -> first conv's index
   std::map<int, int> live_until;
-  const char* se_env = std::getenv("KILN_FUSE_SE");
-  const bool fuse_se = !(se_env && std::string(se_env) == "0");
+  const bool fuse_se = env_switch("KILN_FUSE_SE").value_or(true);
   // Off unless KILN_FUSE_SE_MUL=1: on the H200 (efficientnet_b0 fp16) it saved
   // 16 launches but no time at batch 1 (0.407 vs 0.405 ms) and cost time at
   // batch 32 (1.19 vs 1.08 ms): its gate-times-pixels loop moves 2-byte
   // elements, where mul_channel_nhwc moves 16-byte vectors.
-  const char* se_mul_env = std::getenv("KILN_FUSE_SE_MUL");
-  const bool fuse_se_mul = se_mul_env && std::string(se_mul_env) == "1";
+  const bool fuse_se_mul = env_switch("KILN_FUSE_SE_MUL").value_or(false);
   std::map<size_t, size_t> se_scale_at;  // mul's index -> first conv's index (MLP + gate in the mul's step)
   for (size_t ia = 0; fuse_se && ia + 1 < g.nodes.size(); ++ia) {
     const Node& a = g.nodes[ia];
@@ -137,8 +136,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // engine took 0.859 ms with views (250 kernels) against 0.801 ms with a copy
   // per chunk and 0.736 ms with one split launch per block (150 kernels);
   // see families/timm_res2net/README.md.
-  const char* views_env = std::getenv("KILN_CUDA_VIEWS");
-  bool use_views = views_env && std::string(views_env) == "1";
+  bool use_views = env_switch("KILN_CUDA_VIEWS").value_or(false);
   ChannelViews cv = plan_channel_views(g);
   if (cv.slices_as_views + cv.concat_inputs_in_place == 0) use_views = false;
   auto pixel_stride = [&](int v) { return as_int(g.values[cv.root(v)].shape[1]); };
@@ -227,9 +225,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // when the run moves at most kSplitFuseBytes (all of batch 1's Res2Net
   // splits, none of batch 32's); KILN_FUSE_SPLIT=0 never, =1 always.
   constexpr size_t kSplitFuseBytes = size_t(1) << 20;
-  const char* split_env = std::getenv("KILN_FUSE_SPLIT");
-  const int fuse_split_mode = !split_env ? -1 : std::string(split_env) == "0" ? 0 : std::string(split_env) == "1" ? 1 : -1;
-  const bool fuse_split = fuse_split_mode != 0;
+  const std::optional<bool> split_switch = env_switch("KILN_FUSE_SPLIT");
+  const bool fuse_split = split_switch.value_or(true), split_always = split_switch.value_or(false);
   std::vector<char> split_done(g.nodes.size(), 0);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
@@ -528,7 +525,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
         }
         size_t run_bytes = 0;
         for (size_t nj : run) run_bytes += value_bytes(g.values[g.nodes[nj].outputs[0]]);
-        if (run.size() > 1 && (fuse_split_mode == 1 || run_bytes <= kSplitFuseBytes)) {
+        if (run.size() > 1 && (split_always || run_bytes <= kSplitFuseBytes)) {
           std::vector<int> outs, begins, cs;
           for (size_t nj : run) {
             const Node& m = g.nodes[nj];
