@@ -10,6 +10,7 @@
 # Environment: KILN_RES2NET_MODELS / KILN_EFFNET_MODELS choose the full-size models --family4
 # makes (timm names), KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
 # KILN_CHECK_MODELS=none skips the checks), KILN_PEERS=none skips the PyTorch peers,
+# KILN_THRESHOLD_BATCHES runs bench/window_conv_threshold.sh on the first Res2Net model,
 # KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON,
 # KILN_GPU_TEST_FILTER narrows the GPU tests (a --gtest_filter pattern), KILN_AB adds kiln-only
 # benches of the same bundles with switches set (e.g. "KILN_FUSE_SPLIT=0 KILN_CUDA_VIEWS=1").
@@ -93,6 +94,12 @@ case "$mode" in
       --models ${KILN_EFFNET_MODELS:-efficientnet_b0 tf_efficientnet_b0} >> "$out/fixtures.log" 2>&1 || status=1
     checks=${KILN_CHECK_MODELS:-$(ls $work/full)}
     [ "$checks" = none ] || for m in $checks; do check_model "$m"; done
+    # KILN_THRESHOLD_BATCHES="1 2 4 ...": kiln's window convs on/off per batch size (the
+    # measurement behind kWindowConvMaxRows) on the first Res2Net model made.
+    if [ -n "${KILN_THRESHOLD_BATCHES:-}" ]; then
+      m=$(set -- ${KILN_RES2NET_MODELS:-res2net50_26w_4s}; echo $1)
+      bash bench/window_conv_threshold.sh $kiln $work/full/$m "$out/threshold" "$KILN_THRESHOLD_BATCHES" || status=1
+    fi
     bench_models=${KILN_BENCH_MODELS:-res2net50_26w_4s efficientnet_b0}
     [ "$bench_models" = none ] || for m in $bench_models; do bench_model "$m"; done
     ;;

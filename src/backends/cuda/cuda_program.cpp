@@ -2,9 +2,11 @@
 // with tactics chosen from the bundle, by heuristics or by timing.
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/window_plan.hpp"
 #include "core/env.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
@@ -15,6 +17,11 @@ namespace kiln::cuda {
 namespace {
 
 constexpr const char* kDepthwiseTactic = "kiln depthwise";
+constexpr const char* kWindowConvTactic = "kiln window conv";
+// The largest conv (output pixels, n*out_h*out_w) the window-conv path is
+// chosen for by default. Measured on the H200 (res2net50_26w_4s fp16):
+// TODO(measure) batch 1 (largest 3136 pixels) ... ms with window convs vs ... ms with cuDNN and copies.
+constexpr int64_t kWindowConvMaxRows = 8192;
 
 int max_candidates(int opt_level) { return opt_level <= 2 ? 1 : opt_level == 3 ? 4 : opt_level == 4 ? 8 : 1 << 20; }
 int as_int(int64_t v) { return static_cast<int>(v); }
@@ -136,14 +143,48 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // engine took 0.859 ms with views (250 kernels) against 0.801 ms with a copy
   // per chunk and 0.736 ms with one split launch per block (150 kernels);
   // see families/timm_res2net/README.md.
-  bool use_views = env_switch("KILN_CUDA_VIEWS").value_or(false);
+  //
+  // With kiln's window conv (window_conv.cu) the views cost no extra kernels:
+  // the chunk convs read and write windows and fuse the chain adds into their
+  // loads, so a Res2Net block runs as its convs. Used where every view-touching
+  // conv is one that kernel takes (f16/bf16, no grouped convs) and the largest
+  // of them has at most kWindowConvMaxRows output pixels: the kernel is built
+  // for latency and loses to cuDNN on big problems (see the constant's note).
+  // KILN_WINDOW_CONV=0 never, =1 whenever the graph allows.
   ChannelViews cv = plan_channel_views(g);
-  if (cv.slices_as_views + cv.concat_inputs_in_place == 0) use_views = false;
+  const bool any_views = cv.slices_as_views + cv.concat_inputs_in_place > 0;
+  WindowPlan wp = any_views ? plan_window_convs(g, cv) : WindowPlan{};
+  const bool window_mode = any_views && wp.why_not.empty() &&
+                           env_switch("KILN_WINDOW_CONV").value_or(wp.max_rows <= kWindowConvMaxRows);
+  if (!window_mode) wp = WindowPlan{};
+  for (const auto& [conv, add] : wp.convs) {
+    if (add == kNoAdd) continue;
+    fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
+    for (int in : g.nodes[add].inputs) live_until[in] = std::max(live_until[in], static_cast<int>(conv));
+  }
+  bool use_views = window_mode || (any_views && env_switch("KILN_CUDA_VIEWS").value_or(false));
+  if (record && window_mode) {
+    // What `kiln inspect` shows in its tactic column for the nodes that launch nothing.
+    for (const auto& [conv, add] : wp.convs)
+      if (add != kNoAdd) chosen[g.nodes[add].name] = cat("in ", g.nodes[conv].name, "'s load (no store)");
+    for (const Node& n : g.nodes)
+      if (n.op == Op::Slice && cv.is_view(n.outputs[0])) chosen[n.name] = "view (no copy)";
+    for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+      const Node& n = g.nodes[ci];
+      if (n.op != Op::Concat) continue;
+      int in_place = 0, by_conv = 0;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        in_place += cv.parent[n.inputs[k]] == n.outputs[0];
+        by_conv += static_cast<int>(wp.copied_inputs.count({ci, k}));
+      }
+      chosen[n.name] = cat(in_place, "/", n.inputs.size(), " written in place", by_conv ? cat(", ", by_conv, " copied by a conv") : "");
+    }
+  }
   auto pixel_stride = [&](int v) { return as_int(g.values[cv.root(v)].shape[1]); };
   auto strided = [&](int v) { return use_views && cv.is_view(v); };
   auto stride_or_0 = [&](int v) { return strided(v) ? pixel_stride(v) : 0; };
   std::map<size_t, std::unique_ptr<ConvOp>> view_convs;  // conv node -> its strided op, built once
-  for (size_t ni = 0; use_views && ni < g.nodes.size(); ++ni) {
+  for (size_t ni = 0; use_views && !window_mode && ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     bool touches = cv.is_view(n.outputs[0]);
     for (int in : n.inputs) touches |= cv.is_view(in);
@@ -180,8 +221,10 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     for (size_t v = 0; v < g.values.size(); ++v)
       if (cv.is_view(static_cast<int>(v)))
         p->view_bytes[v] = cv.root_offset(static_cast<int>(v)) * static_cast<int64_t>(dtype_size(g.values[v].dtype));
+  std::set<int> unstored;  // outputs of adds fused into a window conv's load
+  for (size_t add : wp.fused_adds) unstored.insert(g.nodes[add].outputs[0]);
   p->memory = plan_memory_with_views(
-      g, value_bytes, [&](int v) { return alias[v] >= 0 ? alias[v] : (use_views && cv.is_view(v) ? cv.parent[v] : -1); }, 64,
+      g, [&](const Value& v) { return unstored.count(static_cast<int>(&v - g.values.data())) ? size_t(0) : value_bytes(v); }, [&](int v) { return alias[v] >= 0 ? alias[v] : (use_views && cv.is_view(v) ? cv.parent[v] : -1); }, 64,
       live_until);
   p->views_used = use_views ? cv.slices_as_views + cv.concat_inputs_in_place : 0;
 
@@ -280,6 +323,31 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     } name_steps{p.get(), n.name};
     switch (n.op) {
       case Op::Conv2d: {
+        if (wp.convs.count(ni)) {
+          const size_t add = wp.convs.at(ni);
+          const int xv = add == kNoAdd ? in0 : g.nodes[add].inputs[0], xa = add == kNoAdd ? -1 : g.nodes[add].inputs[1];
+          const WindowConvShape ws = window_conv_shape(g, cv, n, xv, xa);
+          const void* w = wptr(n.inputs[1]);
+          const void* b = n.inputs.size() > 2 ? wptr(n.inputs[2]) : nullptr;
+          const Activation act = n.activation();
+          const auto pc = wp.copies.find(ni);
+          const WindowPlan::PassCopy cp = pc == wp.copies.end() ? WindowPlan::PassCopy{-1, -1, 0} : pc->second;
+          const int copy_c = cp.src >= 0 ? as_int(g.values[cp.src].shape[1]) : 0;
+          const int copy_src_stride = cp.src >= 0 ? pixel_stride(cp.src) : 0;
+          const int copy_dst_stride = cp.src >= 0 ? pixel_stride(cp.concat) : 0;
+          const size_t copy_at = size_t(cp.at) * dtype_size(dt);
+          p->steps.push_back([=](const Exec& x) {
+            WindowCopy wc;
+            if (copy_c) {
+              wc.src = ptr(x, cp.src), wc.dst = static_cast<char*>(ptr(x, cp.concat)) + copy_at;
+              wc.src_stride = copy_src_stride, wc.dst_stride = copy_dst_stride, wc.c = copy_c;
+            }
+            window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wc);
+          });
+          if (record)
+            chosen[n.name] = cat(kWindowConvTactic, add == kNoAdd ? "" : cat(" +", g.nodes[add].name), copy_c ? " +pass-through copy" : "");
+          break;
+        }
         const ConvDesc d = conv_desc(g, n, opts.allow_tf32, stride_or_0(in0), stride_or_0(out));
         std::unique_ptr<ConvOp> op =
             view_convs.count(ni) ? std::move(view_convs.at(ni)) : std::make_unique<ConvOp>(cudnn.h, d);
@@ -493,7 +561,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
           for (size_t k = 0; k < ins.size(); ++k) {
             const int in = ins[k], ck = cs[k], xc = strided(in) ? pixel_stride(in) : ck, at = begin;
             begin += ck;
-            if (cv.parent[in] == out) continue;
+            if (cv.parent[in] == out || wp.copied_inputs.count({ni, k})) continue;  // in place, or copied by a window conv
             p->steps.push_back([=](const Exec& x) {
               copy_channels_nhwc(ptr(x, in), xc, 0, ptr(x, out), yc, at, ck, rows, dt, x.stream);
             });

@@ -12,9 +12,9 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <vector>
-
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/activation.hpp"
 #include "core/dtype.hpp"
@@ -76,6 +76,31 @@ struct DepthwiseShape {
 std::vector<float> depthwise_weights_tap_major(const float* w, int c, int kh, int kw);
 void depthwise_conv_nhwc(const void* x, const void* w_tap_major, const void* bias, const void* residual, void* y, DType dt,
                          const DepthwiseShape& s, Activation act, cudaStream_t stream);
+
+// kiln's tensor-core conv for channel windows (window_conv.cu): y = act(conv(x
+// [+ x_add], w) + bias) with x, x_add and y each a channel window of a wider
+// NHWC buffer (pointer at the window's first channel + pixel stride), so
+// Res2Net's chunk convs read the 1x1 output in place, add the previous
+// chunk's result while loading (rounded to dt as a stored add would be) and
+// write into the concat. f16/bf16, any kernel size/stride/pad/dilation,
+// groups 1; c and k multiples of 8; filter KRSC, bias [k] (or null) in dt.
+struct WindowConvShape {
+  int n, h, w, c, k, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
+  int x_stride, x_add_stride, y_stride;  // pixel strides in elements (>= c, c, k)
+};
+// Optionally the same launch also copies c channels of every output pixel
+// from src to dst (each a window with its pixel stride; c even): Res2Net's
+// pass-through chunk into the concat, which would otherwise be a copy kernel.
+struct WindowCopy {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int src_stride = 0, dst_stride = 0, c = 0;
+};
+// Empty when window_conv_nhwc takes this shape (and copy), else why not.
+std::string window_conv_unsupported(DType dt, const WindowConvShape& s, int copy_c = 0, int copy_src_stride = 0,
+                                    int copy_dst_stride = 0);
+void window_conv_nhwc(const void* x, const void* x_add, const void* w_krsc, const void* bias, void* y, DType dt,
+                      const WindowConvShape& s, Activation act, cudaStream_t stream, const WindowCopy& copy = {});
 
 // Squeeze-excitation MLP: s[n, :] = act2(W2 · act1(W1 · g[n, :] + b1) + b2),
 // g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; two launches, the
