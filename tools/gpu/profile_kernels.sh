@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Per-kernel GPU times of one engine call, on the GPU machine (after tools/gpu/pack.sh here, .gpu
+# carried): builds a seeded full-size model at the given batch and runs `kiln bench` under Nsight
+# Systems with CUDA-graph node tracing, then sums kernel time by kernel name and lists the
+# kernels of one replay in order. Falls back to `kiln bench --profile` (layers timed one by one)
+# where nsys is missing. Switches such as KILN_WINDOW_CONV=0 pass through the environment.
+#   tools/gpu/profile_kernels.sh OUTDIR [MODEL] [BATCH]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?OUTDIR}; model=${2:-res2net50_26w_4s}; batch=${3:-1}
+mkdir -p "$out"
+work=/tmp/kiln_prof; mkdir -p $work/full
+[ -x $work/bin/kiln ] || tar -C $work -xJf .gpu/payload.tar.xz
+export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+kiln=$work/bin/kiln
+if [ ! -d $work/full/$model ]; then
+  case $model in
+    res2ne*) python3 tools/reference/make_fixtures_res2net.py --full-size $work/full --models $model ;;
+    *efficientnet*) python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full --models $model ;;
+    *) python3 tools/reference/make_fixtures.py --full-size $work/full ;;
+  esac > "$out/fixtures.log" 2>&1 || exit 1
+fi
+bundle=$work/$model.b$batch.bundle
+[ -f $bundle ] || $kiln build $work/full/$model -o $bundle --backend cuda --precision fp16 --batch $batch > "$out/build.log" 2>&1 || exit 1
+tag=${KILN_PROFILE_TAG:-default}
+nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+if [ -z "$nsys" ]; then
+  echo "nsys not found: layers timed one by one instead" | tee "$out/kernels_$tag.txt"
+  $kiln bench $bundle --batch $batch --iterations 50 --profile 20 | tee -a "$out/kernels_$tag.txt"
+  exit 0
+fi
+$nsys profile -q --cuda-graph-trace=node -t cuda -o $work/prof_$tag -f true $kiln bench $bundle --batch $batch --iterations 50 \
+  > "$out/bench_$tag.txt" 2>&1 || exit 1
+$nsys export -q --type sqlite -o $work/prof_$tag.sqlite -f true $work/prof_$tag.nsys-rep || exit 1
+python3 - $work/prof_$tag.sqlite "$out/kernels_$tag.txt" <<'PY'
+import sqlite3, sys, collections
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("""select k.start, k.end, s.value, k.graphNodeId from CUPTI_ACTIVITY_KIND_KERNEL k
+                     join StringIds s on s.id = k.shortName order by k.start""").fetchall()
+# The last replay: kernels after the last gap longer than 20 us... simpler: the last N kernels,
+# N = kernels of one replay = distinct graph nodes.
+nodes = len({r[3] for r in rows if r[3]})
+last = rows[-nodes:] if nodes else rows[-200:]
+with open(sys.argv[2], "w") as f:
+    span = (last[-1][1] - last[0][0]) / 1e3
+    busy = sum(r[1] - r[0] for r in last) / 1e3
+    f.write(f"one replay: {len(last)} kernels, {span:.1f} us first start to last end, {busy:.1f} us in kernels\n")
+    by = collections.defaultdict(lambda: [0, 0.0])
+    for r in last:
+        by[r[2]][0] += 1; by[r[2]][1] += (r[1] - r[0]) / 1e3
+    for name, (n, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        f.write(f"{us:9.1f} us {n:4d}x  {name[:110]}\n")
+    f.write("\norder (us, gap before):\n")
+    prev = None
+    for r in last:
+        gap = (r[0] - prev) / 1e3 if prev else 0.0
+        f.write(f"{(r[1]-r[0])/1e3:7.2f} {gap:6.2f}  {r[2][:90]}\n")
+        prev = r[1]
+print(open(sys.argv[2]).read()[:4000])
+PY
