@@ -32,15 +32,14 @@ fi
 $nsys profile -q --cuda-graph-trace=node -t cuda -o $work/prof_$tag -f true $kiln bench $bundle --batch $batch --iterations 50 \
   > "$out/bench_$tag.txt" 2>&1 || exit 1
 $nsys export -q --type sqlite -o $work/prof_$tag.sqlite -f true $work/prof_$tag.nsys-rep || exit 1
-python3 - $work/prof_$tag.sqlite "$out/kernels_$tag.txt" <<'PY'
+per_call=$(grep -o '[0-9]* kernels/call' "$out/bench_$tag.txt" | head -1 | cut -d' ' -f1)
+python3 - $work/prof_$tag.sqlite "$out/kernels_$tag.txt" "${per_call:-0}" <<'PY'
 import sqlite3, sys, collections
 db = sqlite3.connect(sys.argv[1])
-rows = db.execute("""select k.start, k.end, s.value, k.graphNodeId from CUPTI_ACTIVITY_KIND_KERNEL k
+rows = db.execute("""select k.start, k.end, s.value from CUPTI_ACTIVITY_KIND_KERNEL k
                      join StringIds s on s.id = k.shortName order by k.start""").fetchall()
-# The last replay: kernels after the last gap longer than 20 us... simpler: the last N kernels,
-# N = kernels of one replay = distinct graph nodes.
-nodes = len({r[3] for r in rows if r[3]})
-last = rows[-nodes:] if nodes else rows[-200:]
+n = int(sys.argv[3]) or 100
+last = rows[-n:]  # the last replay of the timed loop
 with open(sys.argv[2], "w") as f:
     span = (last[-1][1] - last[0][0]) / 1e3
     busy = sum(r[1] - r[0] for r in last) / 1e3
@@ -48,13 +47,13 @@ with open(sys.argv[2], "w") as f:
     by = collections.defaultdict(lambda: [0, 0.0])
     for r in last:
         by[r[2]][0] += 1; by[r[2]][1] += (r[1] - r[0]) / 1e3
-    for name, (n, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        f.write(f"{us:9.1f} us {n:4d}x  {name[:110]}\n")
+    for name, (k, us) in sorted(by.items(), key=lambda kv: -kv[1][1]):
+        f.write(f"{us:9.1f} us {k:4d}x  {name[:110]}\n")
     f.write("\norder (us, gap before):\n")
     prev = None
     for r in last:
         gap = (r[0] - prev) / 1e3 if prev else 0.0
         f.write(f"{(r[1]-r[0])/1e3:7.2f} {gap:6.2f}  {r[2][:90]}\n")
         prev = r[1]
-print(open(sys.argv[2]).read()[:4000])
+print(open(sys.argv[2]).read()[:3000])
 PY
