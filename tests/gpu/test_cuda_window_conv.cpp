@@ -157,6 +157,73 @@ TEST(CudaWindowConv, MatchesCpuReferenceOnWindows) {
     }
 }
 
+// Grouped launches (a first Res2Net block's chunk convs side by side) and
+// side jobs (the pass-through chunk pooled or copied into the concat) give
+// exactly what separate launches and the pool/copy kernels give; every
+// launch override stays within the tolerance of the reference.
+TEST(CudaWindowConv, GroupsSideJobsAndLaunchShapes) {
+  KILN_REQUIRE_GPU();
+  for (DType dt : {DType::F16, DType::BF16})
+    for (int stride : {1, 2}) {
+      // conv1's output: 4 chunks of 24 channels in a 96-wide buffer; the concat likewise.
+      const int n = 2, h = 11, w = 9, c = 24, chunks = 4, wide = c * chunks;
+      Case k{n, h, w, c, c, 3, stride, 1, 1, wide, 0, 0, 0, wide, 0, Activation::Relu};
+      WindowConvShape s = shape_of(k);
+      const int64_t in_px = int64_t(n) * h * w, out_px = int64_t(n) * s.out_h * s.out_w;
+      const std::string what = describe(k, dt);
+      const auto x = round_all(random_values(size_t(in_px) * wide, 21), dt);
+      const float ws = 1.f / std::sqrt(float(c * 9));
+      const auto wts = round_all(random_values(size_t(3) * c * 9 * c, 22, -ws, ws), dt);  // 3 filters side by side
+      const auto bias = round_all(random_values(size_t(3) * c, 23, -0.5f, 0.5f), dt);
+      const auto y0 = round_all(random_values(size_t(out_px) * wide, 24), dt);
+      const size_t es = dtype_size(dt), wsz = size_t(c) * 9 * c;
+      const auto dx = upload(x, dt), dw = upload(wts, dt), db = upload(bias, dt);
+      const auto grouped = upload(y0, dt), separate = upload(y0, dt);
+      auto at = [&](const std::unique_ptr<test::DevBuf>& b, size_t elems) {
+        return static_cast<void*>(static_cast<char*>(b->ptr()) + elems * es);
+      };
+      // Separate: three convs, then the pool (or copy) of chunk 3 into the concat's last window.
+      WindowConvShape sg = s;
+      sg.groups = 3, sg.x_group_step = c, sg.y_group_step = c;
+      const WindowLaunch same = window_conv_launch(sg);  // same split-K order, so the same bits
+      for (int j = 0; j < 3; ++j)
+        window_conv_nhwc(at(dx, j * c), nullptr, at(dw, j * wsz), at(db, j * c), at(separate, j * c), dt, s, k.act, nullptr,
+                         {}, same);
+      PoolShape ps{n, h, w, c, s.out_h, s.out_w, 3, 3, stride, stride, 1, 1, true, 1, 1};
+      if (stride == 1) ps = PoolShape{n, h, w, c, h, w, 1, 1, 1, 1, 0, 0, true, 0, 0};  // the chained block's copy
+      ps.x_stride = wide, ps.y_stride = wide;
+      if (stride == 1) copy_channels_nhwc(at(dx, 3 * c), wide, 0, at(separate, 3 * c), wide, 0, c, in_px, dt, nullptr);
+      else avg_pool_nhwc(at(dx, 3 * c), at(separate, 3 * c), dt, ps, nullptr);
+      // Grouped: one launch does all of it.
+      WindowSide side;
+      side.src = at(dx, 3 * c), side.dst = at(grouped, 3 * c), side.pool = ps;
+      ASSERT_EQ(window_conv_unsupported(dt, sg, &ps), "") << what;
+      window_conv_nhwc(dx->ptr(), nullptr, dw->ptr(), db->ptr(), grouped->ptr(), dt, sg, k.act, nullptr, side);
+      const auto a = download(grouped->ptr(), y0.size(), dt), b = download(separate->ptr(), y0.size(), dt);
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+      EXPECT_EQ(differ, 0u) << what << (stride == 1 ? " +copy" : " +pool") << ": grouped launch differs from separate ones";
+
+      // Launch overrides: every tile width and split-K depth against the default launch.
+      for (int nt : {1, 2, 4})
+        for (int warps : {1, 2, 4, 8, 16}) {
+          const auto yo = upload(y0, dt);
+          window_conv_nhwc(dx->ptr(), nullptr, dw->ptr(), db->ptr(), yo->ptr(), dt, sg, k.act, nullptr, {}, {nt, warps});
+          const auto got = download(yo->ptr(), y0.size(), dt);
+          double worst = 0, ref_max = 0;
+          for (int64_t px = 0; px < out_px; ++px)
+            for (int ch = 0; ch < 3 * c; ++ch) {
+              const size_t i = size_t(px) * wide + ch;
+              worst = std::max(worst, std::fabs(double(got[i]) - double(a[i])));
+              ref_max = std::max(ref_max, std::fabs(double(a[i])));
+            }
+          // Only the f32 summation order differs: two roundings of the output apart at most.
+          EXPECT_LE(worst, (dt == DType::F16 ? 2e-3 : 1.6e-2) * std::max(1.0, ref_max))
+              << what << " nt " << nt << " warps " << warps;
+        }
+    }
+}
+
 // Needs no GPU: the shape check runs before any launch.
 TEST(CudaWindowConv, RefusesWhatItCannotRun) {
   WindowConvShape s = shape_of(kCases[0]);
@@ -169,6 +236,11 @@ TEST(CudaWindowConv, RefusesWhatItCannotRun) {
   EXPECT_NE(window_conv_unsupported(DType::F16, narrow).find("pixel strides"), std::string::npos);
   EXPECT_THROW(window_conv_nhwc(nullptr, nullptr, nullptr, nullptr, nullptr, DType::F32, s, Activation::Relu, nullptr),
                Error);
+  PoolShape side{s.n, s.h, s.w, 32, s.out_h + 1, s.out_w, 1, 1, 1, 1, 0, 0, true, 0, 0};
+  side.x_stride = side.y_stride = 128;
+  EXPECT_NE(window_conv_unsupported(DType::F16, s, &side).find("side job over"), std::string::npos);
+  side.out_h = s.out_h, side.c = 31;
+  EXPECT_NE(window_conv_unsupported(DType::F16, s, &side).find("side job of 31"), std::string::npos);
 }
 
 }  // namespace

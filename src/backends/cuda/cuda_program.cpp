@@ -158,15 +158,21 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                            env_switch("KILN_WINDOW_CONV").value_or(wp.max_rows <= kWindowConvMaxRows);
   if (!window_mode) wp = WindowPlan{};
   for (const auto& [conv, add] : wp.convs) {
-    if (add == kNoAdd) continue;
+    if (add == kNoNode) continue;
     fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
     for (int in : g.nodes[add].inputs) live_until[in] = std::max(live_until[in], static_cast<int>(conv));
   }
+  for (size_t c : wp.grouped) fused_away[c] = 1;     // run by their group's first conv
+  for (size_t pn : wp.side_pools) fused_away[pn] = 1;  // run inside a conv's launch
   bool use_views = window_mode || (any_views && env_switch("KILN_CUDA_VIEWS").value_or(false));
   if (record && window_mode) {
     // What `kiln inspect` shows in its tactic column for the nodes that launch nothing.
     for (const auto& [conv, add] : wp.convs)
-      if (add != kNoAdd) chosen[g.nodes[add].name] = cat("in ", g.nodes[conv].name, "'s load (no store)");
+      if (add != kNoNode) chosen[g.nodes[add].name] = cat("in ", g.nodes[conv].name, "'s load (no store)");
+    for (const auto& [lead, run] : wp.launches)
+      for (size_t k = 1; k < run.size(); ++k) chosen[g.nodes[run[k]].name] = cat("in ", g.nodes[lead].name, "'s launch");
+    for (const auto& [lead, side] : wp.sides)
+      if (side.pool_node != kNoNode) chosen[g.nodes[side.pool_node].name] = cat("in ", g.nodes[lead].name, "'s launch");
     for (const Node& n : g.nodes)
       if (n.op == Op::Slice && cv.is_view(n.outputs[0])) chosen[n.name] = "view (no copy)";
     for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
@@ -270,6 +276,58 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   constexpr size_t kSplitFuseBytes = size_t(1) << 20;
   const std::optional<bool> split_switch = env_switch("KILN_FUSE_SPLIT");
   const bool fuse_split = split_switch.value_or(true), split_always = split_switch.value_or(false);
+  // One launch of kiln's window conv: the group led by conv `lead` (its
+  // filters and biases side by side in one buffer when several), the chain
+  // add fused into its load, and its side job (pass-through pool or copy).
+  auto add_window_conv_step = [&](size_t lead) {
+    const Node& n = g.nodes[lead];
+    const std::vector<size_t>& run = wp.launches.at(lead);
+    const size_t add = wp.convs.at(lead);
+    const int xv = add == kNoNode ? n.inputs[0] : g.nodes[add].inputs[0], xa = add == kNoNode ? -1 : g.nodes[add].inputs[1];
+    const int out = n.outputs[0];
+    const DType dt = g.values[out].dtype;
+    WindowConvShape ws = window_conv_shape(g, cv, n, xv, xa);
+    const bool has_bias = n.inputs.size() > 2;
+    const void* w = wptr(n.inputs[1]);
+    const void* b = has_bias ? wptr(n.inputs[2]) : nullptr;
+    if (run.size() > 1) {
+      ws.groups = as_int(static_cast<int64_t>(run.size()));
+      ws.x_group_step = cv.root_offset(g.nodes[run[1]].inputs[0]) - cv.root_offset(n.inputs[0]);
+      ws.y_group_step = cv.root_offset(g.nodes[run[1]].outputs[0]) - cv.root_offset(out);
+      auto side_by_side = [&](int input, const char* tag) -> const void* {
+        const std::string key = n.name + tag;
+        if (!extra.count(key)) {
+          const size_t one = weights.at(g.nodes[lead].inputs[input]).size();
+          DeviceBuffer buf(one * run.size());
+          for (size_t k = 0; k < run.size(); ++k)
+            KILN_CUDA_CHECK(cudaMemcpy(static_cast<char*>(buf.get()) + k * one, weights.at(g.nodes[run[k]].inputs[input]).get(),
+                                       one, cudaMemcpyDeviceToDevice));
+          extra.emplace(key, std::move(buf));
+        }
+        return extra.at(key).get();
+      };
+      w = side_by_side(1, "#window_group_w");
+      if (has_bias) b = side_by_side(2, "#window_group_b");
+    }
+    const auto sd = wp.sides.find(lead);
+    const bool has_side = sd != wp.sides.end();
+    const WindowPlan::Side side = has_side ? sd->second : WindowPlan::Side{};
+    const PoolShape ps = has_side ? window_side_shape(g, cv, side) : PoolShape{};
+    const size_t dst_at = size_t(side.dst_at) * dtype_size(dt);
+    const Activation act = n.activation();
+    p->steps.push_back([=](const Exec& x) {
+      WindowSide wsd;
+      if (has_side) wsd.src = ptr(x, side.src), wsd.dst = static_cast<char*>(ptr(x, side.dst)) + dst_at, wsd.pool = ps;
+      window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wsd);
+    });
+    if (record) {
+      const WindowLaunch l = window_conv_launch(ws);
+      chosen[n.name] = cat(kWindowConvTactic, run.size() > 1 ? cat(" x", run.size()) : "",
+                           add == kNoNode ? "" : cat(" +", g.nodes[add].name),
+                           !has_side ? "" : side.pool_node != kNoNode ? " +pass-through pool" : " +pass-through copy", " (nt ",
+                           l.nt, ", ", l.warps, " warps)");
+    }
+  };
   std::vector<char> split_done(g.nodes.size(), 0);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
@@ -323,29 +381,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     } name_steps{p.get(), n.name};
     switch (n.op) {
       case Op::Conv2d: {
-        if (wp.convs.count(ni)) {
-          const size_t add = wp.convs.at(ni);
-          const int xv = add == kNoAdd ? in0 : g.nodes[add].inputs[0], xa = add == kNoAdd ? -1 : g.nodes[add].inputs[1];
-          const WindowConvShape ws = window_conv_shape(g, cv, n, xv, xa);
-          const void* w = wptr(n.inputs[1]);
-          const void* b = n.inputs.size() > 2 ? wptr(n.inputs[2]) : nullptr;
-          const Activation act = n.activation();
-          const auto pc = wp.copies.find(ni);
-          const WindowPlan::PassCopy cp = pc == wp.copies.end() ? WindowPlan::PassCopy{-1, -1, 0} : pc->second;
-          const int copy_c = cp.src >= 0 ? as_int(g.values[cp.src].shape[1]) : 0;
-          const int copy_src_stride = cp.src >= 0 ? pixel_stride(cp.src) : 0;
-          const int copy_dst_stride = cp.src >= 0 ? pixel_stride(cp.concat) : 0;
-          const size_t copy_at = size_t(cp.at) * dtype_size(dt);
-          p->steps.push_back([=](const Exec& x) {
-            WindowCopy wc;
-            if (copy_c) {
-              wc.src = ptr(x, cp.src), wc.dst = static_cast<char*>(ptr(x, cp.concat)) + copy_at;
-              wc.src_stride = copy_src_stride, wc.dst_stride = copy_dst_stride, wc.c = copy_c;
-            }
-            window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wc);
-          });
-          if (record)
-            chosen[n.name] = cat(kWindowConvTactic, add == kNoAdd ? "" : cat(" +", g.nodes[add].name), copy_c ? " +pass-through copy" : "");
+        if (wp.launches.count(ni)) {
+          add_window_conv_step(ni);
           break;
         }
         const ConvDesc d = conv_desc(g, n, opts.allow_tf32, stride_or_0(in0), stride_or_0(out));

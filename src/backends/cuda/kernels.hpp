@@ -82,25 +82,40 @@ void depthwise_conv_nhwc(const void* x, const void* w_tap_major, const void* bia
 // NHWC buffer (pointer at the window's first channel + pixel stride), so
 // Res2Net's chunk convs read the 1x1 output in place, add the previous
 // chunk's result while loading (rounded to dt as a stored add would be) and
-// write into the concat. f16/bf16, any kernel size/stride/pad/dilation,
-// groups 1; c and k multiples of 8; filter KRSC, bias [k] (or null) in dt.
+// write into the concat. f16/bf16, any kernel size/stride/pad/dilation; c and
+// k multiples of 8; filter KRSC, bias [k] (or null) in dt.
+// `groups` > 1 runs that many convs of this shape in one launch: conv j reads
+// x + j * x_group_step and writes y + j * y_group_step (elements), with filter
+// j at w + j * k*r*s*c and bias j at bias + j * k (a first Res2Net block's
+// independent chunk convs; no x_add then).
 struct WindowConvShape {
   int n, h, w, c, k, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
   int x_stride, x_add_stride, y_stride;  // pixel strides in elements (>= c, c, k)
+  int groups = 1;
+  int64_t x_group_step = 0, y_group_step = 0;
 };
-// Optionally the same launch also copies c channels of every output pixel
-// from src to dst (each a window with its pixel stride; c even): Res2Net's
-// pass-through chunk into the concat, which would otherwise be a copy kernel.
-struct WindowCopy {
+// A side job of the same launch: an average pool of another window over the
+// conv's output pixels (pool.n/out_h/out_w equal the conv's; strides in
+// pool.x_stride/y_stride), or an exact copy when the pool is 1x1, stride 1,
+// unpadded. Res2Net's pass-through chunk (pooled in first blocks, copied in
+// chained ones) then costs no kernel of its own. pool.c even.
+struct WindowSide {
   const void* src = nullptr;
   void* dst = nullptr;
-  int src_stride = 0, dst_stride = 0, c = 0;
+  PoolShape pool{};
 };
-// Empty when window_conv_nhwc takes this shape (and copy), else why not.
-std::string window_conv_unsupported(DType dt, const WindowConvShape& s, int copy_c = 0, int copy_src_stride = 0,
-                                    int copy_dst_stride = 0);
+// Launch shape override for tuning and tests: n tile width 8*nt (1, 2, 4) and
+// warps splitting K (1..16, a power of two); 0 = chosen from the shape.
+struct WindowLaunch {
+  int nt = 0, warps = 0;
+};
+// Empty when window_conv_nhwc takes this shape (and side job), else why not.
+std::string window_conv_unsupported(DType dt, const WindowConvShape& s, const PoolShape* side = nullptr);
 void window_conv_nhwc(const void* x, const void* x_add, const void* w_krsc, const void* bias, void* y, DType dt,
-                      const WindowConvShape& s, Activation act, cudaStream_t stream, const WindowCopy& copy = {});
+                      const WindowConvShape& s, Activation act, cudaStream_t stream, const WindowSide& side = {},
+                      WindowLaunch launch = {});
+// The launch shape window_conv_nhwc picks for s (for reports and tests).
+WindowLaunch window_conv_launch(const WindowConvShape& s);
 
 // Squeeze-excitation MLP: s[n, :] = act2(W2 · act1(W1 · g[n, :] + b1) + b2),
 // g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; two launches, the

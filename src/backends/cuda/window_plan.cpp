@@ -24,6 +24,97 @@ std::string conv_refusal(const Graph& g, const ChannelViews& cv, const Node& n, 
   return why.empty() ? "" : cat(n.name, ": ", why);
 }
 
+// Same conv apart from where its windows sit.
+bool same_conv(const WindowConvShape& a, const WindowConvShape& b) {
+  return a.n == b.n && a.h == b.h && a.w == b.w && a.c == b.c && a.k == b.k && a.r == b.r && a.s == b.s &&
+         a.out_h == b.out_h && a.out_w == b.out_w && a.stride_h == b.stride_h && a.stride_w == b.stride_w &&
+         a.pad_t == b.pad_t && a.pad_l == b.pad_l && a.dil_h == b.dil_h && a.dil_w == b.dil_w &&
+         a.x_stride == b.x_stride && a.y_stride == b.y_stride;
+}
+
+// Groups runs of consecutive, independent, same-shape convs (no fused add)
+// whose inputs and outputs are evenly spaced windows of one buffer each.
+void group_launches(const Graph& g, const ChannelViews& cv, WindowPlan& p) {
+  std::vector<size_t> order;
+  for (const auto& [conv, add] : p.convs) order.push_back(conv);
+  for (size_t i = 0; i < order.size();) {
+    const size_t lead = order[i];
+    std::vector<size_t> run = {lead};
+    const Node& a = g.nodes[lead];
+    const int ax = a.inputs[0], ay = a.outputs[0];
+    const bool groupable = p.convs.at(lead) == kNoNode && cv.is_view(ax) && cv.is_view(ay);
+    const WindowConvShape sa = window_conv_shape(g, cv, a, ax, -1);
+    int64_t dx = 0, dy = 0;
+    for (size_t j = i + 1; groupable && j < order.size(); ++j) {
+      const size_t ni = order[j];
+      const Node& b = g.nodes[ni];
+      const int bx = b.inputs[0], by = b.outputs[0];
+      if (ni != run.back() + 1 || p.convs.at(ni) != kNoNode || !cv.is_view(bx) || !cv.is_view(by) ||
+          cv.root(bx) != cv.root(ax) || cv.root(by) != cv.root(ay) || b.activation() != a.activation() ||
+          b.inputs.size() != a.inputs.size() || !same_conv(sa, window_conv_shape(g, cv, b, bx, -1)))
+        break;
+      // Independent: b must not read what the run writes.
+      if (cv.root(bx) == cv.root(ay)) break;
+      const int64_t sx = cv.root_offset(bx) - cv.root_offset(g.nodes[run.back()].inputs[0]);
+      const int64_t sy = cv.root_offset(by) - cv.root_offset(g.nodes[run.back()].outputs[0]);
+      if (run.size() == 1) dx = sx, dy = sy;
+      if (sx != dx || sy != dy || sx <= 0 || sy <= 0) break;
+      run.push_back(ni);
+    }
+    for (size_t k = 1; k < run.size(); ++k) p.grouped.insert(run[k]);
+    p.launches[lead] = run;
+    i += run.size();
+  }
+}
+
+// The launch leader before node `before` whose launch writes into `concat`'s
+// buffer over `rows_like`'s pixel grid and has no side job yet; kNoNode if none.
+size_t side_host(const Graph& g, const ChannelViews& cv, const WindowPlan& p, size_t before, int concat, int rows_like,
+                 int src) {
+  const Shape& rs = g.values[rows_like].shape;
+  const int src_producer = g.values[cv.is_view(src) ? cv.root(src) : src].producer;
+  size_t best = kNoNode;
+  for (const auto& [lead, run] : p.launches) {
+    if (lead >= before || p.sides.count(lead) || static_cast<int>(lead) <= src_producer) continue;
+    const Shape& ys = g.values[g.nodes[lead].outputs[0]].shape;
+    if (cv.root(g.nodes[lead].outputs[0]) != concat || ys[0] != rs[0] || ys[2] != rs[2] || ys[3] != rs[3]) continue;
+    best = lead;
+  }
+  return best;
+}
+
+void plan_sides(const Graph& g, const ChannelViews& cv, WindowPlan& p) {
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    const Node& cn = g.nodes[ci];
+    if (cn.op != Op::Concat) continue;
+    const int out = cn.outputs[0];
+    int at = 0;
+    for (size_t k = 0; k < cn.inputs.size(); ++k) {
+      const int in = cn.inputs[k];
+      const int here = at;
+      at += as_int(g.values[in].shape[1]);
+      WindowPlan::Side side;
+      if (cv.parent[in] == out) {
+        const int prod = g.values[in].producer;
+        if (prod < 0 || g.nodes[prod].op != Op::AvgPool2d || !cv.is_view(g.nodes[prod].inputs[0])) continue;
+        side = {g.nodes[prod].inputs[0], in, 0, static_cast<size_t>(prod)};
+      } else if (cv.is_view(in)) {
+        side = {in, out, here, kNoNode};
+      } else {
+        continue;
+      }
+      const size_t host = side_host(g, cv, p, ci, cv.root(out), in, side.src);
+      if (host == kNoNode) continue;
+      const PoolShape ps = window_side_shape(g, cv, side);
+      const WindowConvShape s = window_conv_shape(g, cv, g.nodes[host], g.nodes[host].inputs[0], -1);
+      if (!window_conv_unsupported(g.values[out].dtype, s, &ps).empty()) continue;
+      p.sides[host] = side;
+      if (side.pool_node != kNoNode) p.side_pools.insert(side.pool_node);
+      else p.copied_inputs.insert({ci, k});
+    }
+  }
+}
+
 }  // namespace
 
 int pixel_stride(const Graph& g, const ChannelViews& cv, int v) {
@@ -49,10 +140,29 @@ WindowConvShape window_conv_shape(const Graph& g, const ChannelViews& cv, const 
   return s;
 }
 
+PoolShape window_side_shape(const Graph& g, const ChannelViews& cv, const WindowPlan::Side& side) {
+  const Shape& xs = g.values[side.src].shape;
+  PoolShape s{};
+  s.n = as_int(xs[0]), s.c = as_int(xs[1]), s.h = as_int(xs[2]), s.w = as_int(xs[3]);
+  s.out_h = s.h, s.out_w = s.w, s.kh = s.kw = 1, s.stride_h = s.stride_w = 1, s.count_include_pad = true;
+  if (side.pool_node != kNoNode) {
+    const Node& pn = g.nodes[side.pool_node];
+    const PoolAttrs a = pool_attrs(pn);
+    const Shape& ys = g.values[pn.outputs[0]].shape;
+    s.out_h = as_int(ys[2]), s.out_w = as_int(ys[3]);
+    s.kh = a.kh, s.kw = a.kw, s.stride_h = a.stride_h, s.stride_w = a.stride_w;
+    s.pad_t = a.pad_t, s.pad_l = a.pad_l, s.pad_b = a.pad_b, s.pad_r = a.pad_r;
+    s.count_include_pad = a.count_include_pad;
+  }
+  s.x_stride = pixel_stride(g, cv, side.src);
+  s.y_stride = pixel_stride(g, cv, side.dst);
+  return s;
+}
+
 WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv) {
   WindowPlan p;
   auto refuse = [&](std::string why) {
-    p.convs.clear(), p.fused_adds.clear();
+    p = WindowPlan{};
     p.why_not = why.empty() ? "no view-touching conv" : std::move(why);
     return p;
   };
@@ -85,13 +195,13 @@ WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv) {
           return refuse(cat(n.name, ": broadcasting add on a view"));
         break;
       case Op::Conv2d: {
-        const size_t add = fed == add_feeding.end() ? kNoAdd : fed->second;
-        const int x = add == kNoAdd ? n.inputs[0] : g.nodes[add].inputs[0];
-        const int x_add = add == kNoAdd ? -1 : g.nodes[add].inputs[1];
+        const size_t add = fed == add_feeding.end() ? kNoNode : fed->second;
+        const int x = add == kNoNode ? n.inputs[0] : g.nodes[add].inputs[0];
+        const int x_add = add == kNoNode ? -1 : g.nodes[add].inputs[1];
         std::string why = conv_refusal(g, cv, n, x, x_add);
         if (!why.empty()) return refuse(why);
         p.convs[ni] = add;
-        if (add != kNoAdd) p.fused_adds.insert(add);
+        if (add != kNoNode) p.fused_adds.insert(add);
         const Shape& ys = g.values[n.outputs[0]].shape;
         p.max_rows = std::max(p.max_rows, ys[0] * ys[2] * ys[3]);
         break;
@@ -101,29 +211,8 @@ WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv) {
     }
   }
   if (p.convs.empty()) return refuse("");
-  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
-    const Node& cat_node = g.nodes[ci];
-    if (cat_node.op != Op::Concat) continue;
-    const int out = cat_node.outputs[0];
-    int at = 0;
-    for (size_t k = 0; k < cat_node.inputs.size(); ++k) {
-      const int in = cat_node.inputs[k];
-      const int c = static_cast<int>(g.values[in].shape[1]);
-      const int here = at;
-      at += c;
-      if (cv.parent[in] == out || !cv.is_view(in) || c % 2 || pixel_stride(g, cv, in) % 2 || pixel_stride(g, cv, out) % 2)
-        continue;
-      // The last window conv before the concat that writes into it, with no copy yet.
-      size_t best = kNoAdd;
-      for (const auto& [conv, add] : p.convs)
-        if (conv < ci && cv.parent[g.nodes[conv].outputs[0]] == out && !p.copies.count(conv) &&
-            g.values[g.nodes[conv].outputs[0]].shape[0] == g.values[in].shape[0])
-          best = conv;
-      if (best == kNoAdd) continue;
-      p.copies[best] = {in, out, here};
-      p.copied_inputs.insert({ci, k});
-    }
-  }
+  group_launches(g, cv, p);
+  plan_sides(g, cv, p);
   return p;
 }
 

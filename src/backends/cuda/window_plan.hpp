@@ -1,14 +1,17 @@
 // Internal to the CUDA backend: which nodes of a shaped graph run through
 // kiln's window conv (window_conv_nhwc) over channel views, so a Res2Net
 // block runs as its convs: slices are views of the 1x1 output, the chunk
-// convs write into the concat, and each chain add happens inside the load of
-// the conv that reads it.
+// convs write into the concat, each chain add happens inside the load of the
+// conv that reads it, a first block's independent chunk convs share one
+// launch, and the pass-through chunk (pool or copy) rides along in a conv's
+// launch.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/kernels.hpp"
 #include "ir/graph.hpp"
@@ -16,22 +19,26 @@
 
 namespace kiln::cuda {
 
-inline constexpr size_t kNoAdd = static_cast<size_t>(-1);
+inline constexpr size_t kNoNode = static_cast<size_t>(-1);
 
 struct WindowPlan {
-  std::map<size_t, size_t> convs;  // conv node -> the add node fused into its load (kNoAdd: none)
-  std::set<size_t> fused_adds;     // those add nodes: no step, no buffer
-  // Concat inputs that are views of other buffers (a chained Res2Net
-  // block's pass-through chunk) are copied by the launch of the last window
-  // conv writing into the same concat: conv node -> what it copies.
-  struct PassCopy {
-    int src, concat;  // value copied, concat output it goes into
-    int at;           // first channel of src inside the concat
+  std::map<size_t, size_t> convs;  // every window conv node -> the add node fused into its load (kNoNode: none)
+  // Launch leaders: conv node -> the convs of its launch (itself first; more
+  // when independent same-shape convs over evenly spaced windows are grouped).
+  std::map<size_t, std::vector<size_t>> launches;
+  std::set<size_t> grouped;  // convs launched by another conv's launch
+  // Side jobs: leader -> the pass-through chunk its launch writes into the concat.
+  struct Side {
+    int src = -1, dst = -1;       // values: read window, written window (dst: the concat for copies)
+    int dst_at = 0;               // copies: first channel of the chunk inside dst
+    size_t pool_node = kNoNode;   // an AvgPool2d node run this way, or kNoNode for a copy
   };
-  std::map<size_t, PassCopy> copies;
-  std::set<std::pair<size_t, size_t>> copied_inputs;  // (concat node, input index) done that way
-  int64_t max_rows = 0;            // largest n*out_h*out_w among the convs
-  std::string why_not;             // non-empty: this graph cannot run this way, and why
+  std::map<size_t, Side> sides;
+  std::set<size_t> side_pools;                         // pool nodes run as side jobs
+  std::set<std::pair<size_t, size_t>> copied_inputs;   // (concat node, input index) copied as side jobs
+  std::set<size_t> fused_adds;                         // add nodes: no step, no buffer
+  int64_t max_rows = 0;                                // largest n*out_h*out_w among the convs
+  std::string why_not;                                 // non-empty: this graph cannot run this way, and why
 };
 
 // Every node that touches a view must be a slice, concat, pool, add or a conv
@@ -44,5 +51,8 @@ int pixel_stride(const Graph& g, const ChannelViews& cv, int v);
 
 // The window_conv_nhwc shape of conv node n reading x (+ x_add, -1: none).
 WindowConvShape window_conv_shape(const Graph& g, const ChannelViews& cv, const Node& n, int x, int x_add);
+
+// The PoolShape of a side job: pool node `pool` (AvgPool2d), or a copy of src when pool == kNoNode.
+PoolShape window_side_shape(const Graph& g, const ChannelViews& cv, const WindowPlan::Side& side);
 
 }  // namespace kiln::cuda
