@@ -131,12 +131,15 @@ TEST_P(CudaFixture, Res2NetSplitsCopiesAndViewsAgree) {
     const Run forced = run_with({{"KILN_WINDOW_CONV", "0"}, {"KILN_FUSE_SPLIT", "1"}});  // one launch whatever the size
     const Run views = run_with({{"KILN_WINDOW_CONV", "0"}, {"KILN_CUDA_VIEWS", "1"}});
     const Run windows = run_with({{"KILN_WINDOW_CONV", "1"}});
-    EXPECT_LE(testing::max_abs_diff(forced.out, copies.out), 1e-5f * testing::max_abs(want)) << what;
+    // Same bytes moved, same tactics: equal up to a rounding where the arena
+    // layout (hence alignment) differs between the split modes (f16: a few
+    // ulps of a logit seen on the H200 for s8_14w).
+    const float same = (dt == DType::F32 ? 1e-5f : 1e-3f) * testing::max_abs(want);
+    EXPECT_LE(testing::max_abs_diff(forced.out, copies.out), same) << what;
     EXPECT_EQ(fused.mem.views, 0) << what;
     EXPECT_GT(views.mem.views, 0) << what << ": KILN_CUDA_VIEWS=1 used no channel views";
     EXPECT_LE(views.mem.arena_bytes, fused.mem.arena_bytes) << what;
-    // Same bytes moved, same tactics: equal up to address-dependent vector paths.
-    EXPECT_LE(testing::max_abs_diff(fused.out, copies.out), 1e-5f * testing::max_abs(want)) << what;
+    EXPECT_LE(testing::max_abs_diff(fused.out, copies.out), same) << what;
     EXPECT_LE(testing::max_abs_diff(views.out, fused.out), 2e-3f * testing::max_abs(want)) << what;
     EXPECT_GE(testing::cosine(fused.out, want), dt == DType::F32 ? 0.99999 : 0.999) << what;
     if (dt == DType::F32 || grouped) {
@@ -147,8 +150,9 @@ TEST_P(CudaFixture, Res2NetSplitsCopiesAndViewsAgree) {
     }
     // f16 at fixture size: the window-conv path is the default. Every chunk
     // conv reads its window in place and writes into the concat, and the
-    // chain adds run inside the convs: no split, add or concat kernels left
-    // but the pass-through copies of chained blocks.
+    // chain adds run inside the convs, a first block's chunk convs share a
+    // launch and the pass-through chunk rides in a conv's launch: no split,
+    // add, pool or concat kernels left.
     EXPECT_EQ(def.kernels, windows.kernels) << what << ": the window-conv path is not the default";
     EXPECT_GT(windows.mem.views, 0) << what;
     EXPECT_LT(windows.kernels, fused.kernels) << what << ": window convs launched no fewer kernels";

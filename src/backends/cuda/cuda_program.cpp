@@ -1,6 +1,7 @@
 // Builds the per-batch program: one step (a few launches at most) per node,
 // with tactics chosen from the bundle, by heuristics or by timing.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 
@@ -51,6 +52,17 @@ float time_us(cudaStream_t s, const std::function<void()>& fn) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The launch shape of a window-conv tactic name ("kiln window conv nt2 w16 ...").
+bool parse_window_tactic(const std::string& name, WindowLaunch& l) {
+  const std::string head = std::string(kWindowConvTactic) + " nt";
+  if (name.rfind(head, 0) != 0) return false;
+  int nt = 0, warps = 0;
+  if (std::sscanf(name.c_str() + head.size(), "%d w%d", &nt, &warps) != 2) return false;
+  if ((nt != 1 && nt != 2 && nt != 4) || warps < 1 || warps > 16 || (warps & (warps - 1))) return false;
+  l = {nt, warps};
+  return true;
 }
 
 // A 1x1, stride-1, unpadded, ungrouped conv with a bias and no residual.
@@ -315,18 +327,48 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     const PoolShape ps = has_side ? window_side_shape(g, cv, side) : PoolShape{};
     const size_t dst_at = size_t(side.dst_at) * dtype_size(dt);
     const Activation act = n.activation();
+    // Launch shape: the bundle's (recorded on this GPU), one timed for the
+    // same signature already, timed now (opt level >= 3: every tile width and
+    // split-K depth, on scratch buffers), or the shape heuristic.
+    const std::string sig = cat("wconv ", dtype_name(dt), " n", ws.n, " ", ws.h, "x", ws.w, " c", ws.c, " k", ws.k, " ", ws.r, "x",
+                                ws.s, " s", ws.stride_h, ",", ws.stride_w, " p", ws.pad_t, ",", ws.pad_l, " d", ws.dil_h, ",",
+                                ws.dil_w, " g", ws.groups, " add", xa >= 0, " px", ws.x_stride, ",", ws.y_stride, " a",
+                                activation_name(act));
+    WindowLaunch l{};
+    bool known = parse_window_tactic(bundle_tactic(*this, n.name), l);
+    if (!known && tuned.count(sig)) known = parse_window_tactic(tuned[sig].first, l);
+    if (known && record && tuned.count(sig)) chosen_us[n.name] = tuned[sig].second;
+    if (!known && opts.opt_level >= 3) {
+      const int64_t in_px = int64_t(ws.n) * ws.h * ws.w, out_px = int64_t(ws.n) * ws.out_h * ws.out_w;
+      const size_t es = dtype_size(dt);
+      DeviceBuffer xb((in_px * ws.x_stride + (ws.groups - 1) * ws.x_group_step + ws.c) * es);
+      DeviceBuffer ab(xa >= 0 ? (in_px * ws.x_add_stride + ws.c) * es : 0);
+      DeviceBuffer yb((out_px * ws.y_stride + (ws.groups - 1) * ws.y_group_step + ws.k) * es);
+      KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
+      KILN_CUDA_CHECK(cudaMemsetAsync(ab.get(), 0, ab.size(), tune_stream.s));
+      float best = 1e30f;
+      for (int nt : {1, 2, 4})
+        for (int warps : {1, 2, 4, 8, 16}) {
+          const float us = time_us(tune_stream.s, [&] {
+            window_conv_nhwc(xb.get(), xa >= 0 ? ab.get() : nullptr, w, b, yb.get(), dt, ws, act, tune_stream.s, {},
+                             {nt, warps});
+          });
+          if (us < best) best = us, l = {nt, warps};
+        }
+      tuned[sig] = {cat(kWindowConvTactic, " nt", l.nt, " w", l.warps), best};
+      if (record) chosen_us[n.name] = best;
+      known = true;
+    }
+    if (!known) l = window_conv_launch(ws);
     p->steps.push_back([=](const Exec& x) {
       WindowSide wsd;
       if (has_side) wsd.src = ptr(x, side.src), wsd.dst = static_cast<char*>(ptr(x, side.dst)) + dst_at, wsd.pool = ps;
-      window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wsd);
+      window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wsd, l);
     });
-    if (record) {
-      const WindowLaunch l = window_conv_launch(ws);
-      chosen[n.name] = cat(kWindowConvTactic, run.size() > 1 ? cat(" x", run.size()) : "",
+    if (record)
+      chosen[n.name] = cat(kWindowConvTactic, " nt", l.nt, " w", l.warps, run.size() > 1 ? cat(" x", run.size()) : "",
                            add == kNoNode ? "" : cat(" +", g.nodes[add].name),
-                           !has_side ? "" : side.pool_node != kNoNode ? " +pass-through pool" : " +pass-through copy", " (nt ",
-                           l.nt, ", ", l.warps, " warps)");
-    }
+                           !has_side ? "" : side.pool_node != kNoNode ? " +pass-through pool" : " +pass-through copy");
   };
   std::vector<char> split_done(g.nodes.size(), 0);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
