@@ -13,11 +13,14 @@
 #include <vector>
 
 #include "bundle/builder.hpp"
+#include "checkpoint/safetensors.hpp"
 #include "graph_test_util.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/npy.hpp"
+#include "families/family.hpp"
 #include "kiln/kiln.hpp"
+#include "passes/pass.hpp"
 
 namespace kiln::testing {
 
@@ -63,6 +66,29 @@ inline FixtureRun build_and_run(const fs::path& root, const std::string& name, D
   FixtureRun r{out.at(0).data, want.to_f32(), ctx->memory()};
   fs::remove_all(dir);
   return r;
+}
+
+// The graph a family builds for fixture directory `dir`, after the default
+// pipeline at `precision` (channel_align > 1: with pad_channels, as CUDA
+// builds run it); `family` is the family expected to claim it.
+inline Graph fixture_graph(const fs::path& dir, DType precision, int64_t channel_align, const std::string& family) {
+  ModelSource src;
+  src.dir = dir;
+  src.config_path = dir / "config.json";
+  src.config = nlohmann::json::parse(std::ifstream(src.config_path));
+  Checkpoint ckpt = Checkpoint::open(dir);
+  src.checkpoint = &ckpt;
+  const Family& f = family_registry().select(src);
+  EXPECT_EQ(f.name(), family) << dir;
+  BuildRequest req;
+  req.source = &src;
+  Graph g = f.build(req).graph;
+  PipelineOptions po;
+  po.verify = true;
+  po.precision = precision;
+  po.channel_align = channel_align;
+  run_pipeline(g, po);
+  return g;
 }
 
 // A copy of a fixture that a test may damage.

@@ -34,22 +34,7 @@ KILN_FAMILY_FIXTURE_TESTS(Res2netFixture, kFixtures);
 // The family's graph for a fixture, after the default f32 pipeline
 // (channel_align > 1: with pad_channels, as CUDA builds run it).
 Graph optimized_graph(const std::string& name, int64_t channel_align = 0) {
-  ModelSource src;
-  src.dir = kFixtures / name;
-  src.config_path = src.dir / "config.json";
-  src.config = nlohmann::json::parse(std::ifstream(src.config_path));
-  Checkpoint ckpt = Checkpoint::open(src.dir);
-  src.checkpoint = &ckpt;
-  const Family& family = family_registry().select(src);
-  EXPECT_EQ(family.name(), "timm_res2net");
-  BuildRequest req;
-  req.source = &src;
-  Graph g = family.build(req).graph;
-  PipelineOptions po;
-  po.verify = true;
-  po.channel_align = channel_align;
-  run_pipeline(g, po);
-  return g;
+  return testing::fixture_graph(kFixtures / name, DType::F32, channel_align, "timm_res2net");
 }
 
 struct Expected {

@@ -1,0 +1,90 @@
+// The window-conv plan (src/backends/cuda/window_plan.cpp) on every Res2Net
+// fixture, as CUDA f16 builds shape the graph (pad_channels to 8 channels):
+// which nodes the window conv covers, which adds it fuses, which convs share
+// a launch and which pass-through chunks ride along, and the refusals
+// (f32, grouped 3x3s). Needs no GPU: planning reads only the graph.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../unit/family_test_util.hpp"
+#include "backends/cuda/window_plan.hpp"
+#include "runtime/views.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kRes2net = fs::path(KILN_FIXTURES_DIR) / "res2net";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+class WindowPlanFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WindowPlanFixture, Res2NetBlocksRunAsTheirConvs) {
+  const std::string name = GetParam();
+  Graph g = testing::fixture_graph(kRes2net / name, DType::F16, 8, "timm_res2net");
+  const ChannelViews cv = plan_channel_views(g);
+  const WindowPlan p = plan_window_convs(g, cv);
+  if (name == "res2next") {
+    EXPECT_NE(p.why_not.find("grouped"), std::string::npos) << p.why_not;
+    EXPECT_TRUE(p.convs.empty());
+    return;
+  }
+  ASSERT_EQ(p.why_not, "") << name;
+  int chunk_convs = 0, adds = 0, first_blocks = 0, chained_blocks = 0, launches_expected = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op == Op::Conv2d && n.name.find(".convs.") != std::string::npos) {
+      ++chunk_convs;
+      EXPECT_TRUE(p.convs.count(i)) << n.name << ": not a window conv";
+    }
+    if (n.op == Op::Add) {
+      ++adds;
+      EXPECT_TRUE(p.fused_adds.count(i)) << n.name << ": chain add not fused into the next conv's load";
+    }
+    if (n.op == Op::Slice) EXPECT_TRUE(cv.is_view(n.outputs[0])) << n.name << ": slice is not a view";
+    if (n.op != Op::Concat) continue;
+    // A block: its pass-through chunk is pooled (first block) or copied (chained), in a conv's launch.
+    const int last = n.inputs.back();
+    const int prod = g.values[last].producer;
+    const bool first = prod >= 0 && g.nodes[prod].op == Op::AvgPool2d;
+    const int convs_here = static_cast<int>(n.inputs.size()) - 1;
+    if (first) {
+      ++first_blocks;
+      EXPECT_TRUE(p.side_pools.count(static_cast<size_t>(prod))) << g.nodes[prod].name << ": pool not in a conv's launch";
+      launches_expected += 1;  // the independent chunk convs share one launch
+    } else {
+      ++chained_blocks;
+      EXPECT_TRUE(p.copied_inputs.count({i, n.inputs.size() - 1})) << n.name << ": pass-through chunk not copied by a conv";
+      launches_expected += convs_here;  // each needs the previous one's output
+    }
+    for (int in : n.inputs)
+      if (in != last || first) EXPECT_EQ(cv.parent[in], n.outputs[0]) << n.name << ": input not written in place";
+  }
+  EXPECT_EQ(static_cast<int>(p.convs.size()), chunk_convs) << name;
+  EXPECT_EQ(static_cast<int>(p.fused_adds.size()), adds) << name;
+  EXPECT_EQ(static_cast<int>(p.launches.size()), launches_expected) << name;
+  EXPECT_EQ(static_cast<int>(p.sides.size()), first_blocks + chained_blocks) << name << ": one side job per block";
+  EXPECT_GT(first_blocks, 0) << name;
+  for (const auto& [lead, run] : p.launches) {
+    EXPECT_TRUE(ends_with(g.nodes[lead].name, ".convs.0") || run.size() == 1) << g.nodes[lead].name;
+    for (size_t k = 1; k < run.size(); ++k) EXPECT_TRUE(p.grouped.count(run[k]));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, WindowPlanFixture,
+                         ::testing::ValuesIn(testing::fixture_cases(kRes2net)),
+                         [](const auto& info) { return info.param; });
+
+TEST(WindowPlan, F32GraphsStayOnCudnn) {
+  Graph g = testing::fixture_graph(kRes2net / "s4_26w", DType::F32, 4, "timm_res2net");
+  const WindowPlan p = plan_window_convs(g, plan_channel_views(g));
+  EXPECT_NE(p.why_not.find("f16/bf16"), std::string::npos) << p.why_not;
+  EXPECT_TRUE(p.convs.empty() && p.launches.empty() && p.fused_adds.empty());
+}
+
+}  // namespace
+}  // namespace kiln::cuda
