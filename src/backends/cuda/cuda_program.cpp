@@ -1,12 +1,12 @@
 // Builds the per-batch program: one step (a few launches at most) per node,
 // with tactics chosen from the bundle, by heuristics or by timing.
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <set>
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/window_plan.hpp"
 #include "core/env.hpp"
 #include "core/error.hpp"
@@ -18,7 +18,6 @@ namespace kiln::cuda {
 namespace {
 
 constexpr const char* kDepthwiseTactic = "kiln depthwise";
-constexpr const char* kWindowConvTactic = "kiln window conv";
 // The largest conv (output pixels, n*out_h*out_w) the window-conv path is
 // chosen for by default. Measured on the H200 (res2net50_26w_4s fp16, engine
 // time with window convs vs cuDNN convs + split/add/concat kernels,
@@ -58,25 +57,6 @@ float time_us(cudaStream_t s, const std::function<void()>& fn) {
   return t[t.size() / 2];
 }
 
-// The launch shape of a window-conv tactic name ("kiln window conv nt2 w16 ...").
-bool parse_window_tactic(const std::string& name, WindowLaunch& l) {
-  const std::string head = std::string(kWindowConvTactic) + " nt";
-  if (name.rfind(head, 0) != 0) return false;
-  int nt = 0, warps = 0;
-  if (std::sscanf(name.c_str() + head.size(), "%d w%d", &nt, &warps) != 2) return false;
-  if ((nt != 1 && nt != 2 && nt != 4) || warps < 1 || warps > 16 || (warps & (warps - 1))) return false;
-  l = {nt, warps};
-  return true;
-}
-
-// A 1x1, stride-1, unpadded, ungrouped conv with a bias and no residual.
-bool is_pointwise_with_bias(const Graph& g, const Node& n) {
-  const Shape& ws = g.values[n.inputs[1]].shape;
-  const ConvAttrs a = conv_attrs(n);
-  return n.inputs.size() == 3 && ws.size() == 4 && ws[2] == 1 && ws[3] == 1 && a.groups == 1 && a.stride_h == 1 &&
-         a.stride_w == 1 && a.pad_t == 0 && a.pad_l == 0 && a.pad_b == 0 && a.pad_r == 0;
-}
-
 // The cuDNN description of a Conv2d node of `g` (pixel strides 0: dense).
 ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride, int y_stride) {
   const Shape xs = g.values[n.inputs[0]].shape;
@@ -108,46 +88,20 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   std::vector<int> alias(g.values.size(), -1);
   for (const Node& n : g.nodes)
     if (n.op == Op::Flatten) alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
-  // Squeeze-excitation: global pool -> 1x1 conv (+act) -> 1x1 conv + sigmoid
-  // -> mul. The two tiny convs run as one se_mlp step at the second conv's
-  // step, then the mul (KILN_FUSE_SE_MUL=1: convs and mul as one se_mlp_scale
-  // step at the mul; KILN_FUSE_SE=0: all unfused), so the pooled tensor must
-  // stay alive until that step.
+  // Squeeze-excitation as se_mlp steps (se_plan.hpp); KILN_FUSE_SE=0: all unfused.
+  // KILN_FUSE_SE_MUL=1 also applies the gate inside the step. Off by default:
+  // on the H200 (efficientnet_b0 fp16) it saved 16 launches but no time at
+  // batch 1 (0.407 vs 0.405 ms) and cost time at batch 32 (1.19 vs 1.08 ms):
+  // its gate-times-pixels loop moves 2-byte elements, where mul_channel_nhwc
+  // moves 16-byte vectors.
   std::vector<char> fused_away(g.nodes.size(), 0);
-  std::map<size_t, size_t> se_first_conv;  // second conv's index -> first conv's index
-  std::map<int, int> live_until;
-  const bool fuse_se = env_switch("KILN_FUSE_SE").value_or(true);
-  // Off unless KILN_FUSE_SE_MUL=1: on the H200 (efficientnet_b0 fp16) it saved
-  // 16 launches but no time at batch 1 (0.407 vs 0.405 ms) and cost time at
-  // batch 32 (1.19 vs 1.08 ms): its gate-times-pixels loop moves 2-byte
-  // elements, where mul_channel_nhwc moves 16-byte vectors.
-  const bool fuse_se_mul = env_switch("KILN_FUSE_SE_MUL").value_or(false);
-  std::map<size_t, size_t> se_scale_at;  // mul's index -> first conv's index (MLP + gate in the mul's step)
-  for (size_t ia = 0; fuse_se && ia + 1 < g.nodes.size(); ++ia) {
-    const Node& a = g.nodes[ia];
-    const Node& b = g.nodes[ia + 1];
-    if (a.op != Op::Conv2d || b.op != Op::Conv2d || !is_pointwise_with_bias(g, a) || !is_pointwise_with_bias(g, b)) continue;
-    const int pooled = a.inputs[0];
-    const int prod = g.values[pooled].producer;
-    if (prod < 0 || g.nodes[prod].op != Op::GlobalAvgPool || g.consumers(pooled).size() != 1 || g.is_graph_output(pooled)) continue;
-    if (b.inputs[0] != a.outputs[0] || g.consumers(a.outputs[0]).size() != 1 || g.is_graph_output(a.outputs[0])) continue;
-    if (b.activation() != Activation::Sigmoid) continue;
-    const auto readers = g.consumers(b.outputs[0]);
-    if (readers.size() != 1 || g.nodes[readers[0]].op != Op::Mul || g.nodes[readers[0]].inputs[1] != b.outputs[0]) continue;
-    const int64_t cr = g.values[a.outputs[0]].shape[1];
-    if (cr * 4 > 48 * 1024) continue;
-    fused_away[ia] = 1;
-    const size_t mul = static_cast<size_t>(readers[0]);
-    if (fuse_se_mul && g.values[g.nodes[mul].inputs[0]].shape.size() == 4) {
-      // The gate is applied in the same step: the second conv's output is never stored.
-      fused_away[ia + 1] = 1;
-      se_scale_at[mul] = ia;
-      live_until[pooled] = static_cast<int>(mul);
-      continue;
-    }
-    se_first_conv[ia + 1] = ia;
-    live_until[pooled] = static_cast<int>(ia + 1);
-  }
+  SePlan se = env_switch("KILN_FUSE_SE").value_or(true)
+                  ? plan_squeeze_excitation(g, env_switch("KILN_FUSE_SE_MUL").value_or(false))
+                  : SePlan{};
+  for (size_t i : se.fused_away) fused_away[i] = 1;
+  std::map<int, int> live_until = se.live_until;
+  std::map<size_t, size_t>& se_first_conv = se.mlp_at;  // second conv's index -> first conv's index
+  std::map<size_t, size_t>& se_scale_at = se.scale_at;  // mul's index -> first conv's index
   // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
   // offset plus the root buffer's pixel stride, so Res2Net's chunk slices read
   // the 1x1 conv's output in place and its 3x3 convs (and the pass-through
@@ -181,27 +135,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   for (size_t c : wp.grouped) fused_away[c] = 1;     // run by their group's first conv
   for (size_t pn : wp.side_pools) fused_away[pn] = 1;  // run inside a conv's launch
   bool use_views = window_mode || (any_views && env_switch("KILN_CUDA_VIEWS").value_or(false));
-  if (record && window_mode) {
-    // What `kiln inspect` shows in its tactic column for the nodes that launch nothing.
-    for (const auto& [conv, add] : wp.convs)
-      if (add != kNoNode) chosen[g.nodes[add].name] = cat("in ", g.nodes[conv].name, "'s load (no store)");
-    for (const auto& [lead, run] : wp.launches)
-      for (size_t k = 1; k < run.size(); ++k) chosen[g.nodes[run[k]].name] = cat("in ", g.nodes[lead].name, "'s launch");
-    for (const auto& [lead, side] : wp.sides)
-      if (side.pool_node != kNoNode) chosen[g.nodes[side.pool_node].name] = cat("in ", g.nodes[lead].name, "'s launch");
-    for (const Node& n : g.nodes)
-      if (n.op == Op::Slice && cv.is_view(n.outputs[0])) chosen[n.name] = "view (no copy)";
-    for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
-      const Node& n = g.nodes[ci];
-      if (n.op != Op::Concat) continue;
-      int in_place = 0, by_conv = 0;
-      for (size_t k = 0; k < n.inputs.size(); ++k) {
-        in_place += cv.parent[n.inputs[k]] == n.outputs[0];
-        by_conv += static_cast<int>(wp.copied_inputs.count({ci, k}));
-      }
-      chosen[n.name] = cat(in_place, "/", n.inputs.size(), " written in place", by_conv ? cat(", ", by_conv, " copied by a conv") : "");
-    }
-  }
+  if (record && window_mode)
+    for (auto& [node, note] : window_plan_notes(g, cv, wp)) chosen[node] = note;  // what `kiln inspect` shows
   auto pixel_stride = [&](int v) { return as_int(g.values[cv.root(v)].shape[1]); };
   auto strided = [&](int v) { return use_views && cv.is_view(v); };
   auto stride_or_0 = [&](int v) { return strided(v) ? pixel_stride(v) : 0; };
@@ -334,10 +269,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     // Launch shape: the bundle's (recorded on this GPU), one timed for the
     // same signature already, timed now (opt level >= 3: every tile width and
     // split-K depth, on scratch buffers), or the shape heuristic.
-    const std::string sig = cat("wconv ", dtype_name(dt), " n", ws.n, " ", ws.h, "x", ws.w, " c", ws.c, " k", ws.k, " ", ws.r, "x",
-                                ws.s, " s", ws.stride_h, ",", ws.stride_w, " p", ws.pad_t, ",", ws.pad_l, " d", ws.dil_h, ",",
-                                ws.dil_w, " g", ws.groups, " add", xa >= 0, " px", ws.x_stride, ",", ws.y_stride, " a",
-                                activation_name(act));
+    const std::string sig = window_conv_signature(dt, ws, xa >= 0, act);
     WindowLaunch l{};
     bool known = parse_window_tactic(bundle_tactic(*this, n.name), l);
     if (!known && tuned.count(sig)) known = parse_window_tactic(tuned[sig].first, l);
@@ -359,7 +291,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
           });
           if (us < best) best = us, l = {nt, warps};
         }
-      tuned[sig] = {cat(kWindowConvTactic, " nt", l.nt, " w", l.warps), best};
+      tuned[sig] = {window_tactic_name(l), best};
       if (record) chosen_us[n.name] = best;
       known = true;
     }
@@ -370,7 +302,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wsd, l);
     });
     if (record)
-      chosen[n.name] = cat(kWindowConvTactic, " nt", l.nt, " w", l.warps, run.size() > 1 ? cat(" x", run.size()) : "",
+      chosen[n.name] = cat(window_tactic_name(l), run.size() > 1 ? cat(" x", run.size()) : "",
                            add == kNoNode ? "" : cat(" +", g.nodes[add].name),
                            !has_side ? "" : side.pool_node != kNoNode ? " +pass-through pool" : " +pass-through copy");
   };

@@ -1,6 +1,7 @@
 #include "backends/cuda/window_plan.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
@@ -215,6 +216,47 @@ WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv) {
   group_launches(g, cv, p);
   plan_sides(g, cv, p);
   return p;
+}
+
+std::map<std::string, std::string> window_plan_notes(const Graph& g, const ChannelViews& cv, const WindowPlan& p) {
+  std::map<std::string, std::string> notes;
+  for (const auto& [conv, add] : p.convs)
+    if (add != kNoNode) notes[g.nodes[add].name] = cat("in ", g.nodes[conv].name, "'s load (no store)");
+  for (const auto& [lead, run] : p.launches)
+    for (size_t k = 1; k < run.size(); ++k) notes[g.nodes[run[k]].name] = cat("in ", g.nodes[lead].name, "'s launch");
+  for (const auto& [lead, side] : p.sides)
+    if (side.pool_node != kNoNode) notes[g.nodes[side.pool_node].name] = cat("in ", g.nodes[lead].name, "'s launch");
+  for (const Node& n : g.nodes)
+    if (n.op == Op::Slice && cv.is_view(n.outputs[0])) notes[n.name] = "view (no copy)";
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    const Node& n = g.nodes[ci];
+    if (n.op != Op::Concat) continue;
+    int in_place = 0, by_conv = 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      in_place += cv.parent[n.inputs[k]] == n.outputs[0];
+      by_conv += static_cast<int>(p.copied_inputs.count({ci, k}));
+    }
+    notes[n.name] = cat(in_place, "/", n.inputs.size(), " written in place", by_conv ? cat(", ", by_conv, " copied by a conv") : "");
+  }
+  return notes;
+}
+
+std::string window_tactic_name(const WindowLaunch& l) { return cat(kWindowConvTactic, " nt", l.nt, " w", l.warps); }
+
+bool parse_window_tactic(const std::string& name, WindowLaunch& l) {
+  const std::string head = std::string(kWindowConvTactic) + " nt";
+  if (name.rfind(head, 0) != 0) return false;
+  int nt = 0, warps = 0;
+  if (std::sscanf(name.c_str() + head.size(), "%d w%d", &nt, &warps) != 2) return false;
+  if ((nt != 1 && nt != 2 && nt != 4) || warps < 1 || warps > 16 || (warps & (warps - 1))) return false;
+  l = {nt, warps};
+  return true;
+}
+
+std::string window_conv_signature(DType dt, const WindowConvShape& s, bool has_add, Activation act) {
+  return cat("wconv ", dtype_name(dt), " n", s.n, " ", s.h, "x", s.w, " c", s.c, " k", s.k, " ", s.r, "x", s.s, " s", s.stride_h,
+             ",", s.stride_w, " p", s.pad_t, ",", s.pad_l, " d", s.dil_h, ",", s.dil_w, " g", s.groups, " add", has_add, " px",
+             s.x_stride, ",", s.y_stride, " a", activation_name(act));
 }
 
 }  // namespace kiln::cuda

@@ -55,4 +55,18 @@ WindowConvShape window_conv_shape(const Graph& g, const ChannelViews& cv, const 
 // The PoolShape of a side job: pool node `pool` (AvgPool2d), or a copy of src when pool == kNoNode.
 PoolShape window_side_shape(const Graph& g, const ChannelViews& cv, const WindowPlan::Side& side);
 
+// What `kiln inspect` shows for the nodes that launch nothing on this path
+// (node name -> note): fused adds, grouped convs, side-job pools, view slices,
+// concats written in place.
+std::map<std::string, std::string> window_plan_notes(const Graph& g, const ChannelViews& cv, const WindowPlan& p);
+
+// A window conv's tactic: its launch shape as a name ("kiln window conv nt2 w16")
+// and back (false when `name` is no such tactic or names an invalid shape).
+inline constexpr const char* kWindowConvTactic = "kiln window conv";
+std::string window_tactic_name(const WindowLaunch& l);
+bool parse_window_tactic(const std::string& name, WindowLaunch& l);
+
+// The key under which a launch shape is timed once per build and cached.
+std::string window_conv_signature(DType dt, const WindowConvShape& s, bool has_add, Activation act);
+
 }  // namespace kiln::cuda

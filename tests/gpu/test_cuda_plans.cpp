@@ -1,13 +1,16 @@
-// The window-conv plan (src/backends/cuda/window_plan.cpp) on every Res2Net
-// fixture, as CUDA f16 builds shape the graph (pad_channels to 8 channels):
-// which nodes the window conv covers, which adds it fuses, which convs share
-// a launch and which pass-through chunks ride along, and the refusals
-// (f32, grouped 3x3s). Needs no GPU: planning reads only the graph.
+// The CUDA backend's graph plans, which need no GPU (they read only the graph):
+// - the window-conv plan (window_plan.cpp) on every Res2Net fixture, as CUDA
+//   f16 builds shape the graph (pad_channels to 8 channels): which nodes the
+//   window conv covers, which adds it fuses, which convs share a launch, which
+//   pass-through chunks ride along, the notes `kiln inspect` shows, and the
+//   refusals (f32, grouped 3x3s); window tactic names round trip;
+// - the squeeze-excitation plan (se_plan.cpp) on every EfficientNet fixture.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "../unit/family_test_util.hpp"
+#include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/window_plan.hpp"
 #include "runtime/views.hpp"
 
@@ -16,6 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kRes2net = fs::path(KILN_FIXTURES_DIR) / "res2net";
+const fs::path kEffnet = fs::path(KILN_FIXTURES_DIR) / "efficientnet";
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -73,6 +77,16 @@ TEST_P(WindowPlanFixture, Res2NetBlocksRunAsTheirConvs) {
     EXPECT_TRUE(ends_with(g.nodes[lead].name, ".convs.0") || run.size() == 1) << g.nodes[lead].name;
     for (size_t k = 1; k < run.size(); ++k) EXPECT_TRUE(p.grouped.count(run[k]));
   }
+  // What `kiln inspect` shows for the nodes that launch nothing.
+  const auto notes = window_plan_notes(g, cv, p);
+  for (size_t add : p.fused_adds) {
+    ASSERT_TRUE(notes.count(g.nodes[add].name)) << g.nodes[add].name;
+    EXPECT_NE(notes.at(g.nodes[add].name).find("'s load (no store)"), std::string::npos);
+  }
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::Slice) EXPECT_EQ(notes.count(n.name) ? notes.at(n.name) : "", "view (no copy)") << n.name;
+    if (n.op == Op::Concat) EXPECT_NE(notes.at(n.name).find(" written in place"), std::string::npos) << n.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, WindowPlanFixture,
@@ -84,6 +98,53 @@ TEST(WindowPlan, F32GraphsStayOnCudnn) {
   const WindowPlan p = plan_window_convs(g, plan_channel_views(g));
   EXPECT_NE(p.why_not.find("f16/bf16"), std::string::npos) << p.why_not;
   EXPECT_TRUE(p.convs.empty() && p.launches.empty() && p.fused_adds.empty());
+}
+
+TEST(WindowPlan, TacticNamesRoundTrip) {
+  for (int nt : {1, 2, 4})
+    for (int warps : {1, 2, 4, 8, 16}) {
+      WindowLaunch l{};
+      ASSERT_TRUE(parse_window_tactic(window_tactic_name({nt, warps}) + " x3 +layer1.0.chain.1", l));
+      EXPECT_EQ(l.nt, nt);
+      EXPECT_EQ(l.warps, warps);
+    }
+  WindowLaunch l{7, 7};
+  for (const char* bad : {"", "kiln window conv", "kiln window conv nt3 w4", "kiln window conv nt2 w3",
+                          "kiln window conv nt2 w32", "kiln window conv ntx", "eng4_k24=33", "kiln depthwise"})
+    EXPECT_FALSE(parse_window_tactic(bad, l)) << bad;
+  EXPECT_EQ(l.nt, 7) << "a refused name must leave the launch alone";
+}
+
+// Squeeze-excitation: every SE block of the EfficientNet fixtures (none in
+// the Lite ones) becomes one se_mlp step, or one se_mlp_scale step with the
+// gate fused; the pooled tensor lives until that step.
+TEST(SePlan, EveryEfficientNetFixture) {
+  for (const std::string& name : testing::fixture_cases(kEffnet)) {
+    Graph g = testing::fixture_graph(kEffnet / name, DType::F16, 8, "timm_efficientnet");
+    int se_blocks = 0;  // global pools that feed a 1x1 conv (the head's feeds the classifier)
+    for (const Node& n : g.nodes)
+      if (n.op == Op::GlobalAvgPool)
+        for (int r : g.consumers(n.outputs[0])) se_blocks += g.nodes[r].op == Op::Conv2d;
+    const bool lite = name.find("lite") != std::string::npos;
+    EXPECT_EQ(se_blocks == 0, lite) << name;
+    for (bool fuse_mul : {false, true}) {
+      const SePlan p = plan_squeeze_excitation(g, fuse_mul);
+      const std::string what = name + (fuse_mul ? " +gate" : "");
+      EXPECT_EQ(p.fused_away.size(), size_t(se_blocks) * (fuse_mul ? 2 : 1)) << what;
+      EXPECT_EQ(p.mlp_at.size(), fuse_mul ? 0u : size_t(se_blocks)) << what;
+      EXPECT_EQ(p.scale_at.size(), fuse_mul ? size_t(se_blocks) : 0u) << what;
+      EXPECT_EQ(p.live_until.size(), size_t(se_blocks)) << what;
+      for (const auto& [second, first] : p.mlp_at) {
+        EXPECT_EQ(second, first + 1) << what;
+        EXPECT_EQ(g.nodes[second].activation(), Activation::Sigmoid) << g.nodes[second].name;
+        EXPECT_EQ(p.live_until.at(g.nodes[first].inputs[0]), static_cast<int>(second)) << g.nodes[first].name;
+      }
+      for (const auto& [mul, first] : p.scale_at) {
+        EXPECT_EQ(g.nodes[mul].op, Op::Mul) << g.nodes[mul].name;
+        EXPECT_EQ(p.live_until.at(g.nodes[first].inputs[0]), static_cast<int>(mul)) << g.nodes[first].name;
+      }
+    }
+  }
 }
 
 }  // namespace
