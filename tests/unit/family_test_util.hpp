@@ -71,13 +71,20 @@ inline FixtureRun build_and_run(const fs::path& root, const std::string& name, D
 // The graph a family builds for fixture directory `dir`, after the default
 // pipeline at `precision` (channel_align > 1: with pad_channels, as CUDA
 // builds run it); `family` is the family expected to claim it.
-inline Graph fixture_graph(const fs::path& dir, DType precision, int64_t channel_align, const std::string& family) {
+// The ModelSource of model directory `dir` over `ckpt` (opened from dir by
+// the caller, which keeps it alive while the source is used).
+inline ModelSource model_source(const fs::path& dir, const Checkpoint& ckpt) {
   ModelSource src;
   src.dir = dir;
   src.config_path = dir / "config.json";
   src.config = nlohmann::json::parse(std::ifstream(src.config_path));
-  Checkpoint ckpt = Checkpoint::open(dir);
   src.checkpoint = &ckpt;
+  return src;
+}
+
+inline Graph fixture_graph(const fs::path& dir, DType precision, int64_t channel_align, const std::string& family) {
+  Checkpoint ckpt = Checkpoint::open(dir);
+  const ModelSource src = model_source(dir, ckpt);
   const Family& f = family_registry().select(src);
   EXPECT_EQ(f.name(), family) << dir;
   BuildRequest req;

@@ -12,6 +12,7 @@
 
 #include "checkpoint/safetensors.hpp"
 #include "families/family.hpp"
+#include "../../../tests/unit/family_test_util.hpp"
 
 namespace kiln {
 namespace {
@@ -38,12 +39,8 @@ TEST(FamilyClaims, EveryFixtureHasExactlyOneOwner) {
   ASSERT_FALSE(dirs.empty()) << "no checkpoint fixtures under " << KILN_FIXTURES_DIR;
   std::map<std::string, int> seen_sets;
   for (const fs::path& dir : dirs) {
-    ModelSource src;
-    src.dir = dir;
-    src.config_path = dir / "config.json";
-    src.config = nlohmann::json::parse(std::ifstream(src.config_path));
     Checkpoint ckpt = Checkpoint::open(dir);
-    src.checkpoint = &ckpt;
+    const ModelSource src = testing::model_source(dir, ckpt);
     std::vector<std::string> claims;
     for (const auto& f : family_registry().all())
       if (f->describe(src)) claims.push_back(f->name());

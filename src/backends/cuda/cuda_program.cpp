@@ -2,7 +2,6 @@
 // with tactics chosen from the bundle, by heuristics or by timing.
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -100,8 +99,6 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                   : SePlan{};
   for (size_t i : se.fused_away) fused_away[i] = 1;
   std::map<int, int> live_until = se.live_until;
-  std::map<size_t, size_t>& se_first_conv = se.mlp_at;  // second conv's index -> first conv's index
-  std::map<size_t, size_t>& se_scale_at = se.scale_at;  // mul's index -> first conv's index
   // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
   // offset plus the root buffer's pixel stride, so Res2Net's chunk slices read
   // the 1x1 conv's output in place and its 3x3 convs (and the pass-through
@@ -132,6 +129,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
     for (int in : g.nodes[add].inputs) live_until[in] = std::max(live_until[in], static_cast<int>(conv));
   }
+  // A fused add's output is never stored: it shares its first input's bytes.
+  for (size_t add : wp.fused_adds) alias[g.nodes[add].outputs[0]] = g.nodes[add].inputs[0];
   for (size_t c : wp.grouped) fused_away[c] = 1;     // run by their group's first conv
   for (size_t pn : wp.side_pools) fused_away[pn] = 1;  // run inside a conv's launch
   bool use_views = window_mode || (any_views && env_switch("KILN_CUDA_VIEWS").value_or(false));
@@ -146,30 +145,22 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     bool touches = cv.is_view(n.outputs[0]);
     for (int in : n.inputs) touches |= cv.is_view(in);
     if (!touches) continue;
-    switch (n.op) {
-      case Op::Slice:
-      case Op::Concat:
-      case Op::AvgPool2d:
-      case Op::MaxPool2d:
-        break;
-      case Op::Add:
-        use_views = g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape && g.values[n.inputs[0]].shape.size() == 4;
-        break;
-      case Op::Conv2d: {
-        if (n.inputs.size() > 3 && cv.is_view(n.inputs[3])) { use_views = false; break; }
-        const ConvDesc d = conv_desc(g, n, opts.allow_tf32, cv.is_view(n.inputs[0]) ? pixel_stride(n.inputs[0]) : 0,
-                                     cv.is_view(n.outputs[0]) ? pixel_stride(n.outputs[0]) : 0);
-        try {
-          auto op = std::make_unique<ConvOp>(cudnn.h, d);
-          if (!op->epilogue_fused() && (d.has_bias || d.has_residual || d.act != Activation::None)) use_views = false;
-          else view_convs[ni] = std::move(op);
-        } catch (const Error&) {
-          use_views = false;  // cuDNN takes no strided form of this conv: copy instead
-        }
-        break;
-      }
-      default:
-        use_views = false;
+    if (n.op != Op::Conv2d) {
+      use_views = takes_channel_views(g, n);
+      continue;
+    }
+    if (n.inputs.size() > 3 && cv.is_view(n.inputs[3])) {
+      use_views = false;
+      continue;
+    }
+    const ConvDesc d = conv_desc(g, n, opts.allow_tf32, cv.is_view(n.inputs[0]) ? pixel_stride(n.inputs[0]) : 0,
+                                 cv.is_view(n.outputs[0]) ? pixel_stride(n.outputs[0]) : 0);
+    try {
+      auto op = std::make_unique<ConvOp>(cudnn.h, d);
+      if (!op->epilogue_fused() && (d.has_bias || d.has_residual || d.act != Activation::None)) use_views = false;
+      else view_convs[ni] = std::move(op);
+    } catch (const Error&) {
+      use_views = false;  // cuDNN takes no strided form of this conv: copy instead
     }
   }
   if (!use_views) view_convs.clear();
@@ -178,10 +169,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     for (size_t v = 0; v < g.values.size(); ++v)
       if (cv.is_view(static_cast<int>(v)))
         p->view_bytes[v] = cv.root_offset(static_cast<int>(v)) * static_cast<int64_t>(dtype_size(g.values[v].dtype));
-  std::set<int> unstored;  // outputs of adds fused into a window conv's load
-  for (size_t add : wp.fused_adds) unstored.insert(g.nodes[add].outputs[0]);
   p->memory = plan_memory_with_views(
-      g, [&](const Value& v) { return unstored.count(static_cast<int>(&v - g.values.data())) ? size_t(0) : value_bytes(v); }, [&](int v) { return alias[v] >= 0 ? alias[v] : (use_views && cv.is_view(v) ? cv.parent[v] : -1); }, 64,
+      g, value_bytes, [&](int v) { return alias[v] >= 0 ? alias[v] : (use_views && cv.is_view(v) ? cv.parent[v] : -1); }, 64,
       live_until);
   p->views_used = use_views ? cv.slices_as_views + cv.concat_inputs_in_place : 0;
 
@@ -310,9 +299,9 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (folded_cast[ni] || fused_away[ni] || n.op == Op::Flatten) continue;
-    if (se_scale_at.count(ni)) {
-      const Node& a = g.nodes[se_scale_at[ni]];
-      const Node& b = g.nodes[se_scale_at[ni] + 1];
+    if (se.scale_at.count(ni)) {
+      const Node& a = g.nodes[se.scale_at[ni]];
+      const Node& b = g.nodes[se.scale_at[ni] + 1];
       const int pooled = a.inputs[0], xin = n.inputs[0], out = n.outputs[0];
       const void *w1 = wptr(a.inputs[1]), *b1 = wptr(a.inputs[2]), *w2 = wptr(b.inputs[1]), *b2 = wptr(b.inputs[2]);
       const Shape xs4 = g.values[xin].shape;
@@ -329,8 +318,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       if (record) chosen[a.name] = chosen[b.name] = "kiln se_mlp_scale";
       continue;
     }
-    if (se_first_conv.count(ni)) {
-      const Node& a = g.nodes[se_first_conv[ni]];
+    if (se.mlp_at.count(ni)) {
+      const Node& a = g.nodes[se.mlp_at[ni]];
       const int pooled = a.inputs[0], out = n.outputs[0];
       const void *w1 = wptr(a.inputs[1]), *b1 = wptr(a.inputs[2]), *w2 = wptr(n.inputs[1]), *b2 = wptr(n.inputs[2]);
       const DType dt = g.values[out].dtype;

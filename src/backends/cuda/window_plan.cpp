@@ -119,6 +119,20 @@ void plan_sides(const Graph& g, const ChannelViews& cv, WindowPlan& p) {
 
 }  // namespace
 
+bool takes_channel_views(const Graph& g, const Node& n) {
+  switch (n.op) {
+    case Op::Slice:
+    case Op::Concat:
+    case Op::AvgPool2d:
+    case Op::MaxPool2d:
+      return true;
+    case Op::Add:
+      return g.values[n.inputs[0]].shape == g.values[n.inputs[1]].shape && g.values[n.inputs[0]].shape.size() == 4;
+    default:
+      return false;
+  }
+}
+
 int pixel_stride(const Graph& g, const ChannelViews& cv, int v) {
   return as_int(g.values[cv.is_view(v) ? cv.root(v) : v].shape[1]);
 }
@@ -137,8 +151,6 @@ WindowConvShape window_conv_shape(const Graph& g, const ChannelViews& cv, const 
   s.x_stride = pixel_stride(g, cv, x);
   s.x_add_stride = x_add >= 0 ? pixel_stride(g, cv, x_add) : s.c;
   s.y_stride = pixel_stride(g, cv, n.outputs[0]);
-  // Grouped convs are not this kernel's: say so through the channel check.
-  if (a.groups != 1) s.c = -1;
   return s;
 }
 
@@ -186,31 +198,19 @@ WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv) {
     const Node& n = g.nodes[ni];
     const auto fed = add_feeding.find(ni);
     if (!touches_view(cv, n) && fed == add_feeding.end()) continue;
-    switch (n.op) {
-      case Op::Slice:
-      case Op::Concat:
-      case Op::AvgPool2d:
-      case Op::MaxPool2d:
-        break;
-      case Op::Add:
-        if (g.values[n.inputs[0]].shape != g.values[n.inputs[1]].shape || g.values[n.inputs[0]].shape.size() != 4)
-          return refuse(cat(n.name, ": broadcasting add on a view"));
-        break;
-      case Op::Conv2d: {
-        const size_t add = fed == add_feeding.end() ? kNoNode : fed->second;
-        const int x = add == kNoNode ? n.inputs[0] : g.nodes[add].inputs[0];
-        const int x_add = add == kNoNode ? -1 : g.nodes[add].inputs[1];
-        std::string why = conv_refusal(g, cv, n, x, x_add);
-        if (!why.empty()) return refuse(why);
-        p.convs[ni] = add;
-        if (add != kNoNode) p.fused_adds.insert(add);
-        const Shape& ys = g.values[n.outputs[0]].shape;
-        p.max_rows = std::max(p.max_rows, ys[0] * ys[2] * ys[3]);
-        break;
-      }
-      default:
-        return refuse(cat(n.name, ": ", op_name(n.op), " on a channel view"));
+    if (n.op != Op::Conv2d) {
+      if (!takes_channel_views(g, n)) return refuse(cat(n.name, ": ", op_name(n.op), " on a channel view"));
+      continue;
     }
+    const size_t add = fed == add_feeding.end() ? kNoNode : fed->second;
+    const int x = add == kNoNode ? n.inputs[0] : g.nodes[add].inputs[0];
+    const int x_add = add == kNoNode ? -1 : g.nodes[add].inputs[1];
+    std::string why = conv_refusal(g, cv, n, x, x_add);
+    if (!why.empty()) return refuse(why);
+    p.convs[ni] = add;
+    if (add != kNoNode) p.fused_adds.insert(add);
+    const Shape& ys = g.values[n.outputs[0]].shape;
+    p.max_rows = std::max(p.max_rows, ys[0] * ys[2] * ys[3]);
   }
   if (p.convs.empty()) return refuse("");
   group_launches(g, cv, p);

@@ -46,6 +46,10 @@ struct WindowPlan {
 // conv (as its input, no activation) is fused into it.
 WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv);
 
+// Whether kiln's strided kernels run node n (not a conv) on channel views:
+// slices, concats, pools, and adds of equal 4-D shapes.
+bool takes_channel_views(const Graph& g, const Node& n);
+
 // Elements from one pixel to the next of v: its root's channels if v is a view.
 int pixel_stride(const Graph& g, const ChannelViews& cv, int v);
 
