@@ -8,13 +8,14 @@
 #   --bench resnet50 bench only (+ torch.compile max-autotune when KILN_AUTOTUNE_PEER=<batch>)
 #   --family4  full-size checks and benches of the Res2Net and EfficientNet families (issue #4)
 # Environment: KILN_RES2NET_MODELS / KILN_EFFNET_MODELS choose the full-size models --family4
-# makes (timm names), KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
+# makes (timm names; set and empty: none of that family), KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
 # KILN_CHECK_MODELS=none skips the checks), KILN_PEERS=none skips the PyTorch peers,
 # KILN_THRESHOLD_BATCHES runs bench/window_conv_threshold.sh on the first Res2Net model,
 # KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON,
 # KILN_GPU_TEST_FILTER narrows the GPU tests (a --gtest_filter pattern), KILN_AB adds kiln-only
 # benches of the same bundles with switches set (e.g. "KILN_FUSE_SPLIT=0 KILN_CUDA_VIEWS=1").
-# At most 8 files come back from the device tool: tar OUTDIR into one.
+# KILN_GPU_WORK (default /tmp/kiln_gpu) is the scratch folder: give concurrent runs different ones.
+# At most 8 files come back from the device tool: the run ends by packing OUTDIR into OUTDIR.tar.gz.
 # Full-size check: seeded checkpoint (tools/reference/make_fixtures*.py --full-size), kiln fp32
 # engine vs PyTorch fp32 (TF32 off) within 1e-3 * max|logit|, fp16 engine cosine >= 0.9995 and
 # the same top-1 on sample photos (tools/gpu/compare.py). Bench: kiln bench (CUDA-graph replay)
@@ -23,7 +24,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUTDIR}; mode=${2:-all}
 mkdir -p "$out"
-work=/tmp/kiln_gpu; rm -rf $work; mkdir -p $work/full
+trap 'tar -C "$out" -czf "$out.tar.gz" . 2>/dev/null' EXIT
+work=${KILN_GPU_WORK:-/tmp/kiln_gpu}; rm -rf $work; mkdir -p $work/full
 tar -C $work -xJf .gpu/payload.tar.xz || python3 -c "import tarfile; tarfile.open('.gpu/payload.tar.xz').extractall('$work')"
 export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 kiln=$work/bin/kiln
@@ -88,10 +90,13 @@ case "$mode" in
     bench_model resnet50
     ;;
   --family4)
-    python3 tools/reference/make_fixtures_res2net.py --full-size $work/full \
-      --models ${KILN_RES2NET_MODELS:-res2net50_26w_4s res2net50d res2next50} > "$out/fixtures.log" 2>&1 || status=1
-    python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full \
-      --models ${KILN_EFFNET_MODELS:-efficientnet_b0 tf_efficientnet_b0} >> "$out/fixtures.log" 2>&1 || status=1
+    # Set but empty: no models of that family.
+    r2=${KILN_RES2NET_MODELS-res2net50_26w_4s res2net50d res2next50}
+    ef=${KILN_EFFNET_MODELS-efficientnet_b0 tf_efficientnet_b0}
+    [ -z "$r2" ] || python3 tools/reference/make_fixtures_res2net.py --full-size $work/full \
+      --models $r2 >> "$out/fixtures.log" 2>&1 || status=1
+    [ -z "$ef" ] || python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full \
+      --models $ef >> "$out/fixtures.log" 2>&1 || status=1
     checks=${KILN_CHECK_MODELS:-$(ls $work/full)}
     [ "$checks" = none ] || for m in $checks; do check_model "$m"; done
     # KILN_THRESHOLD_BATCHES="1 2 4 ...": kiln's window convs on/off per batch size (the
@@ -113,5 +118,4 @@ if [ -n "${KILN_AUTOTUNE_PEER:-}" ]; then
     --out "$out/peers_${m}_autotune_b$KILN_AUTOTUNE_PEER.json" > /dev/null 2> "$out/peers_autotune.log" || status=1
   python3 -c "import json;r=json.load(open('$out/peers_${m}_autotune_b$KILN_AUTOTUNE_PEER.json'));print({k:(round(v['median_ms'],4),v.get('kernels'),v.get('compile_s')) for k,v in r['peers'].items()})"
 fi
-tar -C $out -czf $out/../logs.tar.gz . 2>/dev/null
 exit $status
