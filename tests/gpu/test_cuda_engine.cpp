@@ -183,6 +183,29 @@ TEST_P(CudaFixture, SqueezeExcitationGateFusionAgrees) {
   }
 }
 
+// kiln's kernels are launched with programmatic dependent launch (each waits
+// for its predecessor at its first instruction, then lets the next one be
+// scheduled early). That may change when blocks start, never what they
+// compute: KILN_PDL=0 gives the same bits, and twenty replays of the captured
+// graph with PDL give the same bits each time (a missing wait would race).
+TEST_P(CudaFixture, ProgrammaticLaunchChangesNoBit) {
+  REQUIRE_GPU();
+  const std::string f = GetParam();
+  HostTensor x = read_npy(kFixtures / f / "input.npy");
+  const std::vector<float> xv = x.to_f32();
+  const fs::path b = build(f, DType::F16);
+  ::setenv("KILN_PDL", "0", 1);
+  auto off_ctx = Engine::load(b.string(), LoadOptions{})->create_context();
+  const auto off = off_ctx->run({{"pixel_values", x.shape, xv}}).at(0).data;
+  ::unsetenv("KILN_PDL");
+  auto ctx = Engine::load(b.string(), LoadOptions{})->create_context();
+  for (int it = 0; it < 20; ++it) {
+    const auto on = ctx->run({{"pixel_values", x.shape, xv}}).at(0).data;
+    ASSERT_EQ(testing::max_abs_diff(on, off), 0.f) << f << " call " << it;
+  }
+  EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << f;
+}
+
 TEST_P(CudaFixture, EveryOptLevelGivesTheSameNumbers) {
   REQUIRE_GPU();
   // Opt level 5 times every candidate of every layer: keep it to the ResNet cases.

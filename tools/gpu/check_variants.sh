@@ -15,6 +15,7 @@ cd "$(dirname "$0")/../.."
 out=${1:?OUTDIR}; streams=${2:?STREAMS}; shift 2
 [ $# -gt 0 ] || { echo "check_variants.sh: no models named" >&2; exit 2; }
 mkdir -p "$out"
+rm -rf "$out"/s[0-9]* "$out/full_size.jsonl"  # results of an earlier run would be counted again
 declare -a r2 ef
 i=0
 for m in "$@"; do

@@ -97,7 +97,7 @@ case "$mode" in
       --models $r2 >> "$out/fixtures.log" 2>&1 || status=1
     [ -z "$ef" ] || python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full \
       --models $ef >> "$out/fixtures.log" 2>&1 || status=1
-    checks=${KILN_CHECK_MODELS:-$(ls $work/full)}
+    checks=${KILN_CHECK_MODELS:-$(find $work/full -mindepth 1 -maxdepth 1 -type d -printf "%f\n" | sort)}
     [ "$checks" = none ] || for m in $checks; do check_model "$m"; done
     # KILN_THRESHOLD_BATCHES="1 2 4 ...": kiln's window convs on/off per batch size (the
     # measurement behind kWindowConvMaxRows) on the first Res2Net model made.

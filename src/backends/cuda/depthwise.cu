@@ -15,6 +15,7 @@ namespace {
 template <typename T, Activation A>
 __global__ void depthwise_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                                  const T* __restrict__ residual, T* __restrict__ y, DepthwiseShape s, int64_t total) {
+  dev::enter_grid();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int ch = int(i % s.c);
     int64_t rest = i / s.c;
@@ -56,12 +57,11 @@ void depthwise_conv_nhwc(const void* x, const void* w_tap_major, const void* bia
   detail::dispatch_float(dt, "depthwise_conv_nhwc", [&](auto t) {
     using T = decltype(t);
     detail::dispatch_act(act, [&](auto a) {
-      depthwise_kernel<T, decltype(a)::value><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(
-          static_cast<const T*>(x), static_cast<const T*>(w_tap_major), static_cast<const T*>(bias),
-          static_cast<const T*>(residual), static_cast<T*>(y), s, total);
+      detail::launch("depthwise_conv_nhwc", depthwise_kernel<T, decltype(a)::value>, detail::grid_for(total),
+                     detail::kThreads, 0, stream, static_cast<const T*>(x), static_cast<const T*>(w_tap_major),
+                     static_cast<const T*>(bias), static_cast<const T*>(residual), static_cast<T*>(y), s, total);
     });
   });
-  detail::check_launch("depthwise_conv_nhwc");
 }
 
 }  // namespace kiln::cuda

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "core/activation.hpp"
 #include "core/dtype.hpp"
+#include "core/env.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda::dev {
@@ -105,6 +107,24 @@ __device__ __forceinline__ bool row_walk(uint32_t cols, RowWalk& w) {
   return w.row < w.step;
 }
 
+
+// ---- programmatic dependent launch (PDL, sm_90) ----------------------------
+// Every kiln kernel begins with enter_grid() and is launched by detail::launch.
+// The wait holds the whole block until the kernel before it in the stream has
+// finished and its writes are visible (a no-op without the launch attribute);
+// only then does the block touch global memory, so reads and writes keep stream
+// order exactly. The trigger after it lets the next kiln kernel's blocks be
+// scheduled while this one runs: they are resident and waiting when it ends,
+// instead of paying the launch gap between two small kernels of a CUDA graph.
+// (cuDNN's and cuBLASLt's kernels do not trigger, so a kiln kernel after one of
+// them starts as usual.)
+__device__ __forceinline__ void enter_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace kiln::cuda::dev
 
 namespace kiln::cuda::detail {
@@ -170,6 +190,47 @@ void dispatch_act(Activation a, F&& f) {
 inline void check_launch(const char* op) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) ::kiln::cuda::throw_cuda(e, op, __FILE__, __LINE__);
+}
+
+// Whether kiln's kernels are launched with the PDL attribute: on unless
+// KILN_PDL=0 (read at each launch, so a test can compare both in one process;
+// a CUDA graph keeps what it captured).
+inline bool pdl_enabled() { return env_switch("KILN_PDL").value_or(true); }
+
+// Launches a kiln kernel (one that begins with dev::enter_grid()) with the PDL
+// attribute, and a thread-block cluster of cluster_z blocks along z when
+// cluster_z > 1. Launch errors are reported at once, naming op.
+template <typename... P, typename... A>
+void launch_clustered(const char* op, unsigned cluster_z, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, A&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2] = {};
+  unsigned na = 0;
+  if (cluster_z > 1) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = 1;
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = cluster_z;
+    ++na;
+  }
+  if (pdl_enabled()) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = na;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+  if (e != cudaSuccess) ::kiln::cuda::throw_cuda(e, op, __FILE__, __LINE__);
+}
+
+template <typename... P, typename... A>
+void launch(const char* op, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A&&... args) {
+  launch_clustered(op, 1, kernel, grid, block, smem, stream, std::forward<A>(args)...);
 }
 
 }  // namespace kiln::cuda::detail

@@ -33,6 +33,7 @@ struct ActOp {
 // hence no __restrict__ and no read-only cache loads.
 template <typename Ti, typename To, int V, bool kBinary, typename Op>
 __global__ void map_kernel(const Ti* a, const Ti* b, To* y, int64_t count, Op op) {
+  dev::enter_grid();
   const int64_t packs = count / V;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -77,11 +78,11 @@ void launch_map(const void* a, const void* b, void* y, int64_t count, Op op, cud
   const auto* tb = static_cast<const Ti*>(b);
   auto* ty = static_cast<To*>(y);
   if (vec) {
-    map_kernel<Ti, To, kV, kBinary><<<detail::grid_for(count / kV / 2 + 1), detail::kThreads, 0, stream>>>(
-        ta, tb, ty, count, op);
+    detail::launch(name, map_kernel<Ti, To, kV, kBinary, Op>, detail::grid_for(count / kV / 2 + 1), detail::kThreads, 0,
+        stream, ta, tb, ty, count, op);
   } else {
-    map_kernel<Ti, To, 1, kBinary><<<detail::grid_for(count / 2 + 1), detail::kThreads, 0, stream>>>(ta, tb, ty,
-                                                                                                      count, op);
+    detail::launch(name, map_kernel<Ti, To, 1, kBinary, Op>, detail::grid_for(count / 2 + 1), detail::kThreads, 0, stream,
+        ta, tb, ty, count, op);
   }
   detail::check_launch(name);
 }
@@ -89,6 +90,7 @@ void launch_map(const void* a, const void* b, void* y, int64_t count, Op op, cud
 // y[r, ch] = act(x[r, ch] * scale[ch] + shift[ch]).
 template <typename T, int V, Activation A>
 __global__ void batch_norm_kernel(const T* x, T* y, int64_t rows, int c, const float* scale, const float* shift) {
+  dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(c / V), w)) return;
   const int ch = int(w.col) * V;
@@ -117,6 +119,7 @@ __global__ void batch_norm_kernel(const T* x, T* y, int64_t rows, int c, const f
 // y[b, p, ch] = x[b, p, ch] * s[b, ch]; rows run over b*hw.
 template <typename T, int V>
 __global__ void mul_channel_kernel(const T* x, const T* s, T* y, int64_t rows, int hw, int c) {
+  dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(c / V), w)) return;
   const int ch = int(w.col) * V;
@@ -161,6 +164,7 @@ namespace {
 template <typename T, int V, Activation A>
 __global__ void add_strided_kernel(const T* __restrict__ a, int as, const T* __restrict__ b, int bs, T* __restrict__ y,
                                    int ys, int64_t rows, int c) {
+  dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(c / V), w)) return;
   const int ch = int(w.col) * V;
@@ -192,9 +196,11 @@ void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, 
       const auto* tb = static_cast<const T*>(b);
       auto* ty = static_cast<T*>(y);
       if (vec)
-        add_strided_kernel<T, kV, A><<<detail::grid_rows(rows, c / kV), detail::kThreads, 0, stream>>>(ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
+        detail::launch("add_strided_nhwc", add_strided_kernel<T, kV, A>, detail::grid_rows(rows, c / kV),
+            detail::kThreads, 0, stream, ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
       else
-        add_strided_kernel<T, 1, A><<<detail::grid_rows(rows, c), detail::kThreads, 0, stream>>>(ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
+        detail::launch("add_strided_nhwc", add_strided_kernel<T, 1, A>, detail::grid_rows(rows, c), detail::kThreads, 0,
+            stream, ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
     });
   });
   detail::check_launch("add_strided_nhwc");
@@ -235,11 +241,11 @@ void batch_norm_nhwc(const void* x, void* y, DType dt, int64_t rows, int c, cons
       constexpr Activation A = decltype(a_c)::value;
       if (vec) {
         const int cols = c / kV;
-        batch_norm_kernel<T, kV, A><<<detail::grid_rows((rows + 1) / 2, cols), detail::kThreads, 0, stream>>>(
-            tx, ty, rows, c, scale, shift);
+        detail::launch("batch_norm_nhwc", batch_norm_kernel<T, kV, A>, detail::grid_rows((rows + 1) / 2, cols),
+            detail::kThreads, 0, stream, tx, ty, rows, c, scale, shift);
       } else {
-        batch_norm_kernel<T, 1, A><<<detail::grid_rows((rows + 1) / 2, c), detail::kThreads, 0, stream>>>(
-            tx, ty, rows, c, scale, shift);
+        detail::launch("batch_norm_nhwc", batch_norm_kernel<T, 1, A>, detail::grid_rows((rows + 1) / 2, c),
+            detail::kThreads, 0, stream, tx, ty, rows, c, scale, shift);
       }
     });
   });
@@ -256,10 +262,11 @@ void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, in
     const auto* ts = static_cast<const T*>(s);
     auto* ty = static_cast<T*>(y);
     if (c % kV == 0 && detail::aligned16(x) && detail::aligned16(s) && detail::aligned16(y)) {
-      mul_channel_kernel<T, kV><<<detail::grid_rows(rows, c / kV), detail::kThreads, 0, stream>>>(tx, ts, ty, rows,
-                                                                                                   hw, c);
+      detail::launch("mul_channel_nhwc", mul_channel_kernel<T, kV>, detail::grid_rows(rows, c / kV), detail::kThreads,
+          0, stream, tx, ts, ty, rows, hw, c);
     } else {
-      mul_channel_kernel<T, 1><<<detail::grid_rows(rows, c), detail::kThreads, 0, stream>>>(tx, ts, ty, rows, hw, c);
+      detail::launch("mul_channel_nhwc", mul_channel_kernel<T, 1>, detail::grid_rows(rows, c), detail::kThreads, 0,
+          stream, tx, ts, ty, rows, hw, c);
     }
   });
   detail::check_launch("mul_channel_nhwc");

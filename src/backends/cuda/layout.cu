@@ -17,6 +17,7 @@ constexpr int kTileRows = 8;  // a 32x8 block moves a 32x32 tile, 4 elements per
 // reads from shared memory hit 32 different banks.
 template <typename T>
 __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, T* __restrict__ y, int c, int hw) {
+  dev::enter_grid();
   __shared__ float tile[kTile][kTile + 1];
   const int p0 = blockIdx.x * kTile, c0 = blockIdx.y * kTile;
   const int64_t img = int64_t(blockIdx.z) * c * hw;
@@ -36,6 +37,7 @@ __global__ void nchw_to_nhwc_kernel(const float* __restrict__ x, T* __restrict__
 template <typename T>
 __global__ void nchw_to_nhwc_small_c_kernel(const float* __restrict__ x, T* __restrict__ y, int c, int hw,
                                             int64_t pixels) {
+  dev::enter_grid();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < pixels; q += stride) {
     const int64_t b = q / hw, p = q % hw;
@@ -48,6 +50,7 @@ __global__ void nchw_to_nhwc_small_c_kernel(const float* __restrict__ x, T* __re
 // Per image: x is [hw, c] (engine type), y is [c, hw] f32.
 template <typename T>
 __global__ void nhwc_to_nchw_kernel(const T* __restrict__ x, float* __restrict__ y, int c, int hw) {
+  dev::enter_grid();
   __shared__ float tile[kTile][kTile + 1];
   const int c0 = blockIdx.x * kTile, p0 = blockIdx.y * kTile;
   const int64_t img = int64_t(blockIdx.z) * c * hw;
@@ -68,6 +71,7 @@ __global__ void nhwc_to_nchw_kernel(const T* __restrict__ x, float* __restrict__
 template <typename Word>
 __global__ void copy_rows_kernel(const Word* __restrict__ x, int64_t x_stride, Word* __restrict__ y,
                                  int64_t y_stride, uint32_t cols, int64_t rows) {
+  dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(cols, w)) return;
   for (int64_t r = w.row; r < rows; r += w.step) y[r * y_stride + w.col] = x[r * x_stride + w.col];
@@ -77,7 +81,7 @@ template <typename Word>
 void launch_copy_rows(const char* x, int64_t x_row_bytes, char* y, int64_t y_row_bytes, int64_t bytes,
                       int64_t rows, cudaStream_t stream) {
   const int64_t cols = bytes / int64_t(sizeof(Word));
-  copy_rows_kernel<Word><<<detail::grid_rows(rows, cols), detail::kThreads, 0, stream>>>(
+  detail::launch("copy_rows_nhwc", copy_rows_kernel<Word>, detail::grid_rows(rows, cols), detail::kThreads, 0, stream,
       reinterpret_cast<const Word*>(x), x_row_bytes / int64_t(sizeof(Word)), reinterpret_cast<Word*>(y),
       y_row_bytes / int64_t(sizeof(Word)), uint32_t(cols), rows);
 }
@@ -93,6 +97,7 @@ struct ConcatArgs {
 // exact); the source input is found by a short scan of the channel offsets.
 template <typename Elem>
 __global__ void concat_kernel(ConcatArgs a, Elem* __restrict__ y, int y_c, int64_t total) {
+  dev::enter_grid();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / y_c;
     const int ch = int(i - r * y_c);
@@ -118,6 +123,7 @@ struct SplitArgs {
 // [rows, sum c] space of all outputs; exact copies of the bit patterns.
 template <typename Elem>
 __global__ void split_kernel(const Elem* __restrict__ x, int x_c, SplitArgs a, int64_t total) {
+  dev::enter_grid();
   const int cols = a.at[a.n];
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols;
@@ -149,9 +155,12 @@ void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, c
   const int64_t total = rows * a.at[a.n];
   if (total <= 0) return;
   switch (dtype_size(dt)) {
-    case 1: split_kernel<uint8_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(static_cast<const uint8_t*>(x), x_c, a, total); break;
-    case 2: split_kernel<uint16_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), x_c, a, total); break;
-    case 4: split_kernel<uint32_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(static_cast<const uint32_t*>(x), x_c, a, total); break;
+    case 1: detail::launch("split_channels_nhwc", split_kernel<uint8_t>, detail::grid_for(total), detail::kThreads, 0,
+                stream, static_cast<const uint8_t*>(x), x_c, a, total); break;
+    case 2: detail::launch("split_channels_nhwc", split_kernel<uint16_t>, detail::grid_for(total), detail::kThreads, 0,
+                stream, static_cast<const uint16_t*>(x), x_c, a, total); break;
+    case 4: detail::launch("split_channels_nhwc", split_kernel<uint32_t>, detail::grid_for(total), detail::kThreads, 0,
+                stream, static_cast<const uint32_t*>(x), x_c, a, total); break;
     default: fail_runtime("cuda split_channels_nhwc: unsupported element size ", dtype_size(dt));
   }
   detail::check_launch("split_channels_nhwc");
@@ -181,9 +190,12 @@ void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<
   }
   const int64_t total = rows * y_c;
   switch (dtype_size(dt)) {
-    case 1: concat_kernel<uint8_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(a, static_cast<uint8_t*>(y), y_c, total); break;
-    case 2: concat_kernel<uint16_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(a, static_cast<uint16_t*>(y), y_c, total); break;
-    case 4: concat_kernel<uint32_t><<<detail::grid_for(total), detail::kThreads, 0, stream>>>(a, static_cast<uint32_t*>(y), y_c, total); break;
+    case 1: detail::launch("concat_channels_nhwc", concat_kernel<uint8_t>, detail::grid_for(total), detail::kThreads, 0,
+                stream, a, static_cast<uint8_t*>(y), y_c, total); break;
+    case 2: detail::launch("concat_channels_nhwc", concat_kernel<uint16_t>, detail::grid_for(total), detail::kThreads,
+                0, stream, a, static_cast<uint16_t*>(y), y_c, total); break;
+    case 4: detail::launch("concat_channels_nhwc", concat_kernel<uint32_t>, detail::grid_for(total), detail::kThreads,
+                0, stream, a, static_cast<uint32_t*>(y), y_c, total); break;
     default: fail_runtime("cuda concat_channels_nhwc: unsupported element size ", dtype_size(dt));
   }
   detail::check_launch("concat_channels_nhwc");
@@ -198,10 +210,11 @@ void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, i
     T* ty = static_cast<T*>(y);
     if (c <= 4) {
       const int64_t pixels = int64_t(n) * hw;
-      nchw_to_nhwc_small_c_kernel<T><<<detail::grid_for(pixels), detail::kThreads, 0, stream>>>(x, ty, c, hw, pixels);
+      detail::launch("nchw_f32_to_nhwc", nchw_to_nhwc_small_c_kernel<T>, detail::grid_for(pixels), detail::kThreads, 0,
+          stream, x, ty, c, hw, pixels);
     } else {
       const dim3 grid((hw + kTile - 1) / kTile, (c + kTile - 1) / kTile, n);
-      nchw_to_nhwc_kernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(x, ty, c, hw);
+      detail::launch("nchw_f32_to_nhwc", nchw_to_nhwc_kernel<T>, grid, dim3(kTile, kTileRows), 0, stream, x, ty, c, hw);
     }
   });
   detail::check_launch("nchw_f32_to_nhwc");
@@ -215,7 +228,8 @@ void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, i
   detail::dispatch_float(xdt, "nhwc_to_nchw_f32", [&](auto t) {
     using T = decltype(t);
     const dim3 grid((c + kTile - 1) / kTile, (hw + kTile - 1) / kTile, n);
-    nhwc_to_nchw_kernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(static_cast<const T*>(x), y, c, hw);
+    detail::launch("nhwc_to_nchw_f32", nhwc_to_nchw_kernel<T>, grid, dim3(kTile, kTileRows), 0, stream,
+        static_cast<const T*>(x), y, c, hw);
   });
   detail::check_launch("nhwc_to_nchw_f32");
 }

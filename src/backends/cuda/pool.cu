@@ -21,6 +21,7 @@ using dev::store_vec;
 // keeps only one in flight). K == 0: any window, loops bounded at run time.
 template <typename T, int V, bool kMax, int K>
 __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShape s) {
+  dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(s.c / V), w)) return;
   const int ch = int(w.col) * V;
@@ -86,7 +87,8 @@ void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t str
                      detail::aligned16(y);
     const auto go = [&](auto v_c, auto k_c) {
       constexpr int V = decltype(v_c)::value, K = decltype(k_c)::value;
-      pool_kernel<T, V, kMax, K><<<detail::grid_rows(outs, s.c / V), detail::kThreads, 0, stream>>>(tx, ty, s);
+      detail::launch(name, pool_kernel<T, V, kMax, K>, detail::grid_rows(outs, s.c / V), detail::kThreads, 0, stream,
+          tx, ty, s);
     };
     using V1 = std::integral_constant<int, 1>;
     using VN = std::integral_constant<int, kV>;
@@ -108,6 +110,7 @@ void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t str
 // memory: no workspace, no atomics, no second launch.
 template <typename T, int V>
 __global__ void global_avg_kernel(const T* __restrict__ x, T* __restrict__ y, int hw, int c) {
+  dev::enter_grid();
   extern __shared__ float red[];
   const int cols = c / V;
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
@@ -184,19 +187,8 @@ void launch_global_avg(const T* x, T* y, int n, int hw, int c, cudaStream_t stre
   const int64_t want = (2 * int64_t(detail::sm_count()) + blocks - 1) / blocks;
   const int64_t by_rows = (hw + 2 * by - 1) / (2 * by);
   const int splits = int(std::max<int64_t>(1, std::min<int64_t>({want, by_rows, 8})));
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(tiles, n, splits);
-  cfg.blockDim = dim3(bx, by);
-  cfg.dynamicSmemBytes = size_t(detail::kThreads) * V * sizeof(float);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = unsigned(splits);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  KILN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, global_avg_kernel<T, V>, x, y, hw, c));
+  detail::launch_clustered("global_avg_pool_nhwc", unsigned(splits), global_avg_kernel<T, V>, dim3(tiles, n, splits),
+                           dim3(bx, by), size_t(detail::kThreads) * V * sizeof(float), stream, x, y, hw, c);
 }
 
 }  // namespace

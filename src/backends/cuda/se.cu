@@ -25,6 +25,7 @@ constexpr int kExpandThreads = 128;
 template <typename T, Activation A1>
 __global__ void se_reduce_kernel(const T* __restrict__ g, const T* __restrict__ w1, const T* __restrict__ b1,
                                  float* __restrict__ hidden, int c, int cr) {
+  dev::enter_grid();
   __shared__ float part[kReduceThreads / 32];
   const int r = blockIdx.x, n = blockIdx.y;
   const T* gr = g + int64_t(n) * c;
@@ -79,6 +80,7 @@ __device__ __forceinline__ void load_hidden(float* hs, const float* __restrict__
 template <typename T, Activation A2>
 __global__ void se_expand_kernel(const float* __restrict__ hidden, const T* __restrict__ w2, const T* __restrict__ b2,
                                  T* __restrict__ s, int c, int cr) {
+  dev::enter_grid();
   extern __shared__ float hs[];  // [cr]
   const int n = blockIdx.y;
   load_hidden(hs, hidden, n, cr);
@@ -95,6 +97,7 @@ template <typename T, Activation A2>
 __global__ void se_expand_scale_kernel(const float* __restrict__ hidden, const T* __restrict__ w2,
                                        const T* __restrict__ b2, const T* x, T* y, int c,
                                        int cr, int hw, int ppb) {
+  dev::enter_grid();
   extern __shared__ float hs[];  // [cr]
   const int n = blockIdx.z;
   load_hidden(hs, hidden, n, cr);
@@ -134,7 +137,7 @@ void se_launch(const void* g, const void* w1, const void* b1, DType dt, int n, i
   detail::dispatch_float(dt, name, [&](auto t) {
     using T = decltype(t);
     detail::dispatch_act(act1, [&](auto a1) {
-      se_reduce_kernel<T, decltype(a1)::value><<<dim3(cr, n), kReduceThreads, 0, stream>>>(
+      detail::launch(name, se_reduce_kernel<T, decltype(a1)::value>, dim3(cr, n), kReduceThreads, 0, stream,
           static_cast<const T*>(g), static_cast<const T*>(w1), static_cast<const T*>(b1), hidden, c, cr);
     });
     detail::check_launch(name);
@@ -151,8 +154,8 @@ void se_mlp(const void* g, const void* w1, const void* b1, const void* w2, const
   se_launch(g, w1, b1, dt, n, c, cr, act1, workspace, workspace_bytes, stream, "se_mlp", [&](auto t, float* hidden) {
     using T = decltype(t);
     detail::dispatch_act(act2, [&](auto a2) {
-      se_expand_kernel<T, decltype(a2)::value><<<dim3((c + kExpandThreads - 1) / kExpandThreads, n), kExpandThreads,
-                                                  size_t(cr) * sizeof(float), stream>>>(
+      detail::launch("se_mlp", se_expand_kernel<T, decltype(a2)::value>,
+          dim3((c + kExpandThreads - 1) / kExpandThreads, n), kExpandThreads, size_t(cr) * sizeof(float), stream,
           hidden, static_cast<const T*>(w2), static_cast<const T*>(b2), static_cast<T*>(s), c, cr);
     });
   });
@@ -171,10 +174,9 @@ void se_mlp_scale(const void* g, const void* w1, const void* b1, const void* w2,
   se_launch(g, w1, b1, dt, n, c, cr, act1, workspace, workspace_bytes, stream, "se_mlp_scale", [&](auto t, float* hidden) {
     using T = decltype(t);
     detail::dispatch_act(act2, [&](auto a2) {
-      se_expand_scale_kernel<T, decltype(a2)::value><<<dim3(cblocks, chunks, n), kExpandThreads, size_t(cr) * sizeof(float),
-                                                        stream>>>(hidden, static_cast<const T*>(w2),
-                                                                  static_cast<const T*>(b2), static_cast<const T*>(x),
-                                                                  static_cast<T*>(y), c, cr, hw, ppb);
+      detail::launch("se_mlp_scale", se_expand_scale_kernel<T, decltype(a2)::value>, dim3(cblocks, chunks, n),
+          kExpandThreads, size_t(cr) * sizeof(float), stream, hidden, static_cast<const T*>(w2),
+          static_cast<const T*>(b2), static_cast<const T*>(x), static_cast<T*>(y), c, cr, hw, ppb);
     });
   });
 }

@@ -123,6 +123,7 @@ template <typename T, Activation A, int NT>
 __global__ void window_conv_kernel(const T* __restrict__ x, const T* __restrict__ x_add, const T* __restrict__ w,
                                    const T* __restrict__ bias, T* __restrict__ y, WindowConvShape s, int64_t rows,
                                    WindowSide side) {
+  dev::enter_grid();
   extern __shared__ float partial[];  // [warps - 1][32 lanes][NT * 4]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -246,7 +247,7 @@ void launch(const void* x, const void* x_add, const void* w, const void* bias, v
   const int64_t rows = int64_t(s.n) * s.out_h * s.out_w;
   const dim3 grid(unsigned((rows + 15) / 16), unsigned((s.k + 8 * NT - 1) / (8 * NT)), unsigned(s.groups));
   const size_t smem = size_t(l.warps - 1) * 32 * NT * 4 * sizeof(float);
-  window_conv_kernel<T, A, NT><<<grid, l.warps * 32, smem, stream>>>(
+  detail::launch("window_conv_nhwc", window_conv_kernel<T, A, NT>, grid, l.warps * 32, smem, stream,
       static_cast<const T*>(x), static_cast<const T*>(x_add), static_cast<const T*>(w), static_cast<const T*>(bias),
       static_cast<T*>(y), s, rows, side);
 }
