@@ -197,12 +197,13 @@ TEST_P(CudaFixture, ProgrammaticLaunchChangesNoBit) {
   ::setenv("KILN_PDL", "0", 1);
   auto off_ctx = Engine::load(b.string(), LoadOptions{})->create_context();
   const auto off = off_ctx->run({{"pixel_values", x.shape, xv}}).at(0).data;
-  ::unsetenv("KILN_PDL");
+  ::setenv("KILN_PDL", "1", 1);  // the default at this batch size (2), forced so the test holds if that changes
   auto ctx = Engine::load(b.string(), LoadOptions{})->create_context();
-  for (int it = 0; it < 20; ++it) {
-    const auto on = ctx->run({{"pixel_values", x.shape, xv}}).at(0).data;
-    ASSERT_EQ(testing::max_abs_diff(on, off), 0.f) << f << " call " << it;
-  }
+  int differing = 0;
+  for (int it = 0; it < 20; ++it)
+    differing += testing::max_abs_diff(ctx->run({{"pixel_values", x.shape, xv}}).at(0).data, off) != 0.f;
+  ::unsetenv("KILN_PDL");
+  EXPECT_EQ(differing, 0) << f << ": calls with PDL that differ from KILN_PDL=0 (of 20)";
   EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << f;
 }
 

@@ -4,12 +4,15 @@
 //   window conv covers, which adds it fuses, which convs share a launch, which
 //   pass-through chunks ride along, the notes `kiln inspect` shows, and the
 //   refusals (f32, grouped 3x3s); window tactic names round trip;
-// - the squeeze-excitation plan (se_plan.cpp) on every EfficientNet fixture.
+// - the squeeze-excitation plan (se_plan.cpp) on every EfficientNet fixture;
+// - the per-thread PDL default that engine contexts set per batch size.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 
 #include "../unit/family_test_util.hpp"
+#include "backends/cuda/kernels.hpp"
 #include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/window_plan.hpp"
 #include "runtime/views.hpp"
@@ -145,6 +148,25 @@ TEST(SePlan, EveryEfficientNetFixture) {
       }
     }
   }
+}
+
+// Contexts open a PdlDefault scope per call (on up to batch 4): scopes nest,
+// restore what they replaced, and belong to their thread.
+TEST(PdlDefault, ScopesNestAndStayOnTheirThread) {
+  EXPECT_TRUE(pdl_default());
+  {
+    const PdlDefault off(false);
+    EXPECT_FALSE(pdl_default());
+    bool other = false;
+    std::thread([&] { other = pdl_default(); }).join();
+    EXPECT_TRUE(other) << "a scope leaked to another thread";
+    {
+      const PdlDefault on(true);
+      EXPECT_TRUE(pdl_default());
+    }
+    EXPECT_FALSE(pdl_default());
+  }
+  EXPECT_TRUE(pdl_default());
 }
 
 }  // namespace

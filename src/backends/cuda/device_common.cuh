@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/kernels.hpp"
 #include "core/activation.hpp"
 #include "core/dtype.hpp"
 #include "core/env.hpp"
@@ -192,10 +193,10 @@ inline void check_launch(const char* op) {
   if (e != cudaSuccess) ::kiln::cuda::throw_cuda(e, op, __FILE__, __LINE__);
 }
 
-// Whether kiln's kernels are launched with the PDL attribute: on unless
-// KILN_PDL=0 (read at each launch, so a test can compare both in one process;
-// a CUDA graph keeps what it captured).
-inline bool pdl_enabled() { return env_switch("KILN_PDL").value_or(true); }
+// Whether kiln's kernels are launched with the PDL attribute: KILN_PDL=0/1
+// forces it (read at each launch, so a test can compare both in one process;
+// a CUDA graph keeps what it captured), else the thread's pdl_default().
+inline bool pdl_enabled() { return env_switch("KILN_PDL").value_or(pdl_default()); }
 
 // Launches a kiln kernel (one that begins with dev::enter_grid()) with the PDL
 // attribute, and a thread-block cluster of cluster_z blocks along z when

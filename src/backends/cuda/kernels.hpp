@@ -21,6 +21,22 @@
 
 namespace kiln::cuda {
 
+// Programmatic dependent launch (dev::enter_grid in device_common.cuh): whether
+// the kiln kernels this thread enqueues carry the PDL attribute when KILN_PDL
+// is unset. On unless a PdlDefault scope says otherwise; an engine context
+// opens one per batch size while it runs and captures its steps.
+bool pdl_default();
+class PdlDefault {
+ public:
+  explicit PdlDefault(bool on);
+  ~PdlDefault();
+  PdlDefault(const PdlDefault&) = delete;
+  PdlDefault& operator=(const PdlDefault&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // Engine input: host layout float NCHW (already on the device) to NHWC in
 // the engine storage type, cast fused into the transpose.
 void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, int w, cudaStream_t stream);
