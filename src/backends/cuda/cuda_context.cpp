@@ -14,7 +14,7 @@ thread_local bool t_pdl_default = true;
 // chain of short kernels and the launch gaps are a large part of the time;
 // at large ones the early-scheduled blocks of the next kernel take slots from
 // the running one. H200, fp16, `kiln bench`, PDL on vs KILN_PDL=0 on the same
-// bundle (docs/cuda-backend.md): efficientnet_b0 -9.7 % at batch 1, -5 % at 2,
+// bundle (docs/cuda-backend.md): efficientnet_b0 -9.6 % at batch 1, -5 % at 2,
 // -4.3 % at 4, +1.2 % at 32; res2net50_26w_4s -2.4 % at 1, +0.2 % at 32.
 // Batches 5..31 are not measured; above 4 it stays off.
 constexpr int64_t kPdlMaxBatch = 4;
