@@ -186,13 +186,6 @@ void dispatch_act(Activation a, F&& f) {
   fail_runtime("cuda: unknown activation ", int(a));
 }
 
-// Launch-configuration errors are reported at once; asynchronous faults
-// surface at the next synchronising call as usual.
-inline void check_launch(const char* op) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) ::kiln::cuda::throw_cuda(e, op, __FILE__, __LINE__);
-}
-
 // Whether kiln's kernels are launched with the PDL attribute: KILN_PDL=0/1
 // forces it (read at each launch, so a test can compare both in one process;
 // a CUDA graph keeps what it captured), else the thread's pdl_default().
@@ -200,7 +193,8 @@ inline bool pdl_enabled() { return env_switch("KILN_PDL").value_or(pdl_default()
 
 // Launches a kiln kernel (one that begins with dev::enter_grid()) with the PDL
 // attribute, and a thread-block cluster of cluster_z blocks along z when
-// cluster_z > 1. Launch errors are reported at once, naming op.
+// cluster_z > 1. Launch-configuration errors are reported at once, naming op;
+// asynchronous faults surface at the next synchronising call as usual.
 template <typename... P, typename... A>
 void launch_clustered(const char* op, unsigned cluster_z, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, A&&... args) {

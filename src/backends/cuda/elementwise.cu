@@ -84,7 +84,6 @@ void launch_map(const void* a, const void* b, void* y, int64_t count, Op op, cud
     detail::launch(name, map_kernel<Ti, To, 1, kBinary, Op>, detail::grid_for(count / 2 + 1), detail::kThreads, 0, stream,
         ta, tb, ty, count, op);
   }
-  detail::check_launch(name);
 }
 
 // y[r, ch] = act(x[r, ch] * scale[ch] + shift[ch]).
@@ -203,7 +202,6 @@ void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, 
             stream, ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
     });
   });
-  detail::check_launch("add_strided_nhwc");
 }
 
 void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act_kind, cudaStream_t stream) {
@@ -249,7 +247,6 @@ void batch_norm_nhwc(const void* x, void* y, DType dt, int64_t rows, int c, cons
       }
     });
   });
-  detail::check_launch("batch_norm_nhwc");
 }
 
 void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, int hw, int c, cudaStream_t stream) {
@@ -269,7 +266,6 @@ void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, in
           stream, tx, ts, ty, rows, hw, c);
     }
   });
-  detail::check_launch("mul_channel_nhwc");
 }
 
 }  // namespace kiln::cuda

@@ -5,8 +5,8 @@
 //
 // Every launcher only enqueues on the given stream: no allocation, no
 // synchronisation, no host reads of device memory, so each can be captured
-// into a CUDA graph. Launch errors surface through cudaGetLastError (checked
-// here, so a bad configuration throws kiln::Error at the call site).
+// into a CUDA graph. Launch errors are checked at each launch, so a bad
+// configuration throws kiln::Error at the call site.
 // Pointers need only element alignment; 16-byte aligned buffers whose channel
 // counts are multiples of the vector width take a vectorised path.
 #pragma once

@@ -81,7 +81,7 @@ template <typename Word>
 void launch_copy_rows(const char* x, int64_t x_row_bytes, char* y, int64_t y_row_bytes, int64_t bytes,
                       int64_t rows, cudaStream_t stream) {
   const int64_t cols = bytes / int64_t(sizeof(Word));
-  detail::launch("copy_rows_nhwc", copy_rows_kernel<Word>, detail::grid_rows(rows, cols), detail::kThreads, 0, stream,
+  detail::launch("copy_channels_nhwc", copy_rows_kernel<Word>, detail::grid_rows(rows, cols), detail::kThreads, 0, stream,
       reinterpret_cast<const Word*>(x), x_row_bytes / int64_t(sizeof(Word)), reinterpret_cast<Word*>(y),
       y_row_bytes / int64_t(sizeof(Word)), uint32_t(cols), rows);
 }
@@ -163,7 +163,6 @@ void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, c
                 stream, static_cast<const uint32_t*>(x), x_c, a, total); break;
     default: fail_runtime("cuda split_channels_nhwc: unsupported element size ", dtype_size(dt));
   }
-  detail::check_launch("split_channels_nhwc");
 }
 
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
@@ -198,7 +197,6 @@ void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<
                 0, stream, a, static_cast<uint32_t*>(y), y_c, total); break;
     default: fail_runtime("cuda concat_channels_nhwc: unsupported element size ", dtype_size(dt));
   }
-  detail::check_launch("concat_channels_nhwc");
 }
 
 void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, int w, cudaStream_t stream) {
@@ -217,7 +215,6 @@ void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, i
       detail::launch("nchw_f32_to_nhwc", nchw_to_nhwc_kernel<T>, grid, dim3(kTile, kTileRows), 0, stream, x, ty, c, hw);
     }
   });
-  detail::check_launch("nchw_f32_to_nhwc");
 }
 
 void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, int w, cudaStream_t stream) {
@@ -231,7 +228,6 @@ void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, i
     detail::launch("nhwc_to_nchw_f32", nhwc_to_nchw_kernel<T>, grid, dim3(kTile, kTileRows), 0, stream,
         static_cast<const T*>(x), y, c, hw);
   });
-  detail::check_launch("nhwc_to_nchw_f32");
 }
 
 void copy_channels_nhwc(const void* x, int x_c, int x_c_begin, void* y, int y_c, int y_c_begin, int c_count,
@@ -256,7 +252,6 @@ void copy_channels_nhwc(const void* x, int x_c, int x_c_begin, void* y, int y_c,
   else if (bits % 4 == 0) launch_copy_rows<uint32_t>(xb, x_row, yb, y_row, bytes, rows, stream);
   else if (bits % 2 == 0) launch_copy_rows<uint16_t>(xb, x_row, yb, y_row, bytes, rows, stream);
   else launch_copy_rows<uint8_t>(xb, x_row, yb, y_row, bytes, rows, stream);
-  detail::check_launch("copy_channels_nhwc");
 }
 
 }  // namespace kiln::cuda

@@ -98,7 +98,6 @@ void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t str
     else if (k == 2) vec ? go(VN{}, std::integral_constant<int, 2>{}) : go(V1{}, std::integral_constant<int, 2>{});
     else vec ? go(VN{}, std::integral_constant<int, 0>{}) : go(V1{}, std::integral_constant<int, 0>{});
   });
-  detail::check_launch(name);
 }
 
 // Block (bx, by): x over channel packs, y splits the hw reduction; partial
@@ -215,7 +214,6 @@ void global_avg_pool_nhwc(const void* x, void* y, DType dt, int n, int hw, int c
     else
       launch_global_avg<T, 1>(tx, ty, n, hw, c, stream);
   });
-  detail::check_launch("global_avg_pool_nhwc");
 }
 
 }  // namespace kiln::cuda
