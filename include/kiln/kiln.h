@@ -41,7 +41,11 @@ kiln_status kiln_engine_output(const kiln_engine* engine, int index, const char*
 kiln_status kiln_context_create(const kiln_engine* engine, kiln_context** out);
 void kiln_context_free(kiln_context* context);
 /* Runs an engine with one input (f32, shape[rank]) and copies output 0 into
- * `output` (f32, at most `capacity` values); *count receives its size. */
+ * `output` (f32, at most `capacity` values); *count receives its size. The
+ * shape is checked against the engine (name, rank, dims, batch 1..max) before
+ * `input` is read: KILN_ERROR_INPUT names the input otherwise. When `output`
+ * is NULL or too small, KILN_ERROR_USAGE, *count says how many floats it
+ * needs, and nothing is written to `output`. */
 kiln_status kiln_context_run(kiln_context* context, const char* input_name, const float* input, const int64_t* shape,
                              int rank, float* output, size_t capacity, size_t* count);
 

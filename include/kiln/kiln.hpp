@@ -74,6 +74,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::vector<std::string>& labels() const;
   std::string runtime_json() const;  // the bundle's runtime.json, validated at load
   size_t node_count() const;
+  int64_t max_batch() const;  // largest batch run() accepts (kiln build --max-batch)
   std::unique_ptr<ExecutionContext> create_context() const;
 
   struct Impl;

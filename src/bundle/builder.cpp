@@ -1,6 +1,7 @@
 #include "bundle/builder.hpp"
 
 #include <chrono>
+#include <cstdlib>
 
 #include "backends/cuda/cuda_engine.hpp"
 #include "bundle/bundle.hpp"
@@ -32,9 +33,18 @@ std::map<std::string, int> op_counts(const Graph& g) {
 
 }  // namespace
 
+std::string default_tactic_cache() {
+  // Environment variables may say where files go (DESIGN §7), never what an engine computes.
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (std::filesystem::path(x) / "kiln" / "tactics.json").string();
+  if (const char* h = std::getenv("HOME"); h && *h) return (std::filesystem::path(h) / ".cache" / "kiln" / "tactics.json").string();
+  return "";
+}
+
 BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& out) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.batch < 1 || o.batch > 4096) fail_usage("--batch must be in 1..4096");
+  if (o.max_batch < o.batch || o.max_batch > 4096)
+    fail_usage("--max-batch must be in ", o.batch, "..4096 (at least --batch), got ", o.max_batch);
   if (o.opt_level < 0 || o.opt_level > 5) fail_usage("--opt-level must be in 0..5");
   if (o.backend != "cpu" && o.backend != "cuda") fail_usage("unknown backend '", o.backend, "' (cpu, cuda)");
 #ifndef KILN_HAVE_CUDA
@@ -83,6 +93,8 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
     cuda::CudaOptions co;
     co.opt_level = o.opt_level;
     co.allow_tf32 = o.allow_tf32;
+    co.switches = o.switches;
+    co.tactic_cache = o.tactic_cache;
     co.log = o.log;
     cuda::CudaEngine probe(fb.graph, co);
     tactics = probe.tactics_json();
@@ -95,7 +107,8 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
       {"checkpoint", {{"source", model.hf_id.empty() ? model.dir.string() : model.hf_id},
                       {"revision", model.revision},
                       {"files", ckpt.file_sha256()}}},
-      {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32}}},
+      {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32},
+                 {"max_batch", o.max_batch}, {"switches", o.switches.to_json()}}},
       {"quantization", nullptr},
   };
   BundleWriter w(BundleInfo{kBundleFormat, KILN_VERSION, family.name(), fb.task, o.backend});

@@ -7,8 +7,12 @@
 #include <string>
 
 #include "core/dtype.hpp"
+#include "core/switches.hpp"
 
 namespace kiln {
+
+// $XDG_CACHE_HOME/kiln/tactics.json, else ~/.cache/kiln/tactics.json, else "" (none).
+std::string default_tactic_cache();
 
 struct BuildOptions {
   std::string model;     // local directory or Hugging Face id in the local HF cache
@@ -18,6 +22,12 @@ struct BuildOptions {
   int batch = 1;
   int opt_level = 3;
   bool allow_tf32 = false;  // CUDA f32 engines: TF32 tensor cores (changes numbers; off by default)
+  // Largest batch the engine accepts at run time (recorded in the bundle;
+  // larger inputs are refused naming it). At least `batch`.
+  int max_batch = 4096;
+  EngineSwitches switches;  // fusion/launch choices (core/switches.hpp), recorded in the bundle
+  // CUDA tactic cache file used while building ("" = none); default_tactic_cache() by default.
+  std::string tactic_cache = default_tactic_cache();
   bool verify = false;          // IR verifier after every pass
   std::ostream* log = nullptr;  // progress lines
 };

@@ -171,7 +171,9 @@ void BundleWriter::write(const std::filesystem::path& path) const {
 Bundle Bundle::open(const std::filesystem::path& path) {
   Bundle b;
   b.path_ = path;
-  b.map_ = map_file(path);
+  // Copied, not mapped: a bundle rewritten or truncated while an engine uses
+  // it must not turn into SIGBUS (the CPU backend reads weights in place).
+  b.map_ = read_file_blob(path);
   const std::string where = path.string();
   const uint8_t* p = b.map_.data;
   const uint64_t size = b.map_.size;

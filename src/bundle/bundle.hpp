@@ -61,7 +61,7 @@ class BundleWriter {
 };
 
 // Read side; immutable after open, safe to share between threads. Copies
-// share the mapping.
+// share the bytes, which open() reads into memory (the file may change later).
 class Bundle {
  public:
   // Validates everything before returning; every problem is an Error(Input)
@@ -71,7 +71,7 @@ class Bundle {
   const BundleInfo& info() const { return info_; }
   const nlohmann::json& header() const { return header_; }
   bool has_section(const std::string& name) const { return sections_.count(name) != 0; }
-  // Zero-copy view into the mapping (the Blob keeps it alive). Error(Input)
+  // Zero-copy view into the bundle's bytes (the Blob keeps them alive). Error(Input)
   // naming the bundle and the section if absent.
   Blob section(const std::string& name) const;
   std::string section_text(const std::string& name) const;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -48,6 +49,37 @@ Blob map_file(const std::filesystem::path& path) {
   b.data = static_cast<const uint8_t*>(m->addr);
   b.size = m->size;
   b.owner = m;
+  return b;
+}
+
+Blob read_file_blob(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_input(path.string(), ": cannot open: ", std::strerror(errno));
+  struct Fd {
+    int fd;
+    ~Fd() { ::close(fd); }
+  } guard{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail_input(path.string(), ": not a regular file");
+  const size_t size = static_cast<size_t>(st.st_size);
+  // 64-byte alignment keeps the bundle's 64-byte aligned sections aligned in memory too.
+  void* raw = size ? std::aligned_alloc(64, (size + 63) / 64 * 64) : nullptr;
+  if (size && !raw) fail_runtime(path.string(), ": out of memory reading ", size, " bytes");
+  std::shared_ptr<void> owner(raw, [](void* q) { std::free(q); });
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::read(fd, static_cast<uint8_t*>(raw) + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_input(path.string(), ": read failed: ", std::strerror(errno));
+    if (n == 0) fail_input(path.string(), ": file shrank while being read (", done, " of ", size, " bytes)");
+    done += static_cast<size_t>(n);
+  }
+  char extra = 0;
+  if (::read(fd, &extra, 1) > 0) fail_input(path.string(), ": file grew while being read (expected ", size, " bytes)");
+  Blob b;
+  b.data = static_cast<const uint8_t*>(raw);
+  b.size = size;
+  b.owner = owner;
   return b;
 }
 

@@ -16,6 +16,11 @@ namespace kiln {
 // Maps the whole file; the returned Blob keeps the mapping alive. Empty files
 // give an empty Blob. Throws Error(Input) naming the path when it cannot be read.
 Blob map_file(const std::filesystem::path& path);
+// Reads the whole file into memory it owns (64-byte aligned). Unlike a
+// mapping, the Blob is immune to the file being truncated or rewritten later
+// (a mapped page of a truncated file raises SIGBUS when touched). A file that
+// changes size while it is read is refused with Error(Input).
+Blob read_file_blob(const std::filesystem::path& path);
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);
 
 std::array<uint8_t, 32> sha256(const void* data, size_t size);

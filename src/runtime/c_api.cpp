@@ -1,5 +1,6 @@
 // The C ABI (include/kiln/kiln.h) over the C++ API: exceptions never cross it;
 // each failure becomes a status plus a per-thread message.
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -18,6 +19,8 @@ struct kiln_engine {
 };
 struct kiln_context {
   std::unique_ptr<kiln::ExecutionContext> ctx;
+  std::vector<kiln::TensorInfo> inputs;  // to check a caller's shape before reading its buffer
+  int64_t max_batch = 0;
 };
 
 namespace {
@@ -89,7 +92,7 @@ kiln_status kiln_engine_output(const kiln_engine* e, int index, const char** nam
 kiln_status kiln_context_create(const kiln_engine* e, kiln_context** out) {
   if (!e || !out) return usage("kiln_context_create: engine and out must not be NULL");
   *out = nullptr;
-  return guarded([&] { *out = new kiln_context{e->engine->create_context()}; });
+  return guarded([&] { *out = new kiln_context{e->engine->create_context(), e->inputs, e->engine->max_batch()}; });
 }
 
 void kiln_context_free(kiln_context* c) { delete c; }
@@ -100,11 +103,22 @@ kiln_status kiln_context_run(kiln_context* c, const char* input_name, const floa
     return usage("kiln_context_run: NULL argument or rank outside 1..8");
   return guarded([&] {
     kiln::Tensor t{input_name, std::vector<int64_t>(shape, shape + rank), {}};
-    int64_t n = 1;
-    for (int64_t d : t.shape) {
-      if (d <= 0 || d > (int64_t{1} << 31)) throw kiln::Error(kiln::ErrorKind::Input, "input '" + t.name + "' has a bad dimension");
-      n *= d;
+    // The shape says how many floats to read from the caller's buffer: check it
+    // against the engine before reading a byte (a hostile shape must not make
+    // us read past the buffer or overflow the element count).
+    auto it = std::find_if(c->inputs.begin(), c->inputs.end(), [&](const kiln::TensorInfo& i) { return i.name == t.name; });
+    if (it == c->inputs.end()) throw kiln::Error(kiln::ErrorKind::Input, "input '" + t.name + "' is not an input of this engine");
+    bool ok = t.shape.size() == it->shape.size() && t.shape[0] >= 1 && t.shape[0] <= c->max_batch;
+    for (size_t d = 1; ok && d < t.shape.size(); ++d) ok = t.shape[d] == it->shape[d];
+    if (!ok) {
+      std::string want = "[1.." + std::to_string(c->max_batch);
+      for (size_t d = 1; d < it->shape.size(); ++d) want += "," + std::to_string(it->shape[d]);
+      std::string got = "[";
+      for (size_t d = 0; d < t.shape.size(); ++d) got += (d ? "," : "") + std::to_string(t.shape[d]);
+      throw kiln::Error(kiln::ErrorKind::Input, "input '" + t.name + "' has shape " + got + "], expected " + want + "]");
     }
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
     t.data.assign(input, input + n);
     auto outs = c->ctx->run({t});
     const auto& o = outs.at(0);

@@ -28,7 +28,7 @@ TensorInfo info_of(const Graph& g, int v) {
 
 }  // namespace
 
-ShapedPlan plan_for_batch(const Graph& g, int64_t batch) {
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches) {
   auto with_batch = [&g](int64_t b) {
     Graph s = g;
     for (int in : s.inputs) s.values[in].shape[0] = b;
@@ -37,7 +37,7 @@ ShapedPlan plan_for_batch(const Graph& g, int64_t batch) {
   };
   ShapedPlan p{with_batch(batch), {}, {}, {}, {}};
   p.views = plan_channel_views(p.graph);
-  p.adds = cpu::plan_prologue_adds(p.graph);
+  p.adds = cpu::plan_prologue_adds(p.graph, switches.get(Switch::FuseAdd).value_or(true));
   if (batch > 1) p.one = with_batch(1);
   // A fused add's output is never written: it borrows its first operand's bytes instead of its own.
   std::vector<int> add_alias(p.graph.values.size(), -1);
@@ -53,7 +53,8 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
 std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
-  auto impl = std::make_unique<Impl>(Impl{Bundle::open(bundle_path), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
+  auto impl = std::make_unique<Impl>();
+  impl->bundle = Bundle::open(bundle_path);
   const Bundle& b = impl->bundle;
   const std::string src = bundle_path + ": ";
   impl->graph = deserialize_graph(b.section_text("graph.json"), b.section("weights.bin"), src + "graph.json");
@@ -66,16 +67,23 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
   impl->family = b.info().family;
   impl->task = b.info().task;
   impl->backend = options.backend.empty() ? b.info().backend : options.backend;
-  impl->precision = impl->provenance.value("build", nlohmann::json::object()).value("precision", "f32");
+  const auto build = impl->provenance.value("build", nlohmann::json::object());
+  if (!build.is_object()) fail_input(src, "provenance.json: 'build' must be an object");
+  impl->precision = build.value("precision", "f32");
+  impl->switches = EngineSwitches::from_json(build.value("switches", nlohmann::json()), src + "provenance.json: build");
+  const auto max_batch = build.value("max_batch", nlohmann::json(4096));
+  if (!max_batch.is_number_integer() || max_batch.get<int64_t>() < 1 || max_batch.get<int64_t>() > 4096)
+    fail_input(src, "provenance.json: build.max_batch must be an integer in 1..4096, got ", max_batch.dump());
+  impl->max_batch = max_batch.get<int64_t>();
   if (impl->backend == "cuda") {
 #ifdef KILN_HAVE_CUDA
     std::string why;
     if (!cuda::device_available(&why))
       fail_runtime(src, "this is a CUDA bundle and ", why, "; run it on the CPU with --backend cpu (LoadOptions::backend = \"cpu\")");
     cuda::CudaOptions co;
-    const auto build = impl->provenance.value("build", nlohmann::json::object());
     co.opt_level = build.value("opt_level", 3);
     co.allow_tf32 = build.value("allow_tf32", false);
+    co.switches = impl->switches;  // co.tactic_cache stays empty: loading never reads or writes the cache
     co.log = options.log;
     const std::string mine = "tactics." + cuda::gpu_slug(cuda::current_gpu_key().gpu) + ".json";
     for (const auto& name : b.section_names())
@@ -104,6 +112,7 @@ const std::string& Engine::precision() const { return impl_->precision; }
 const std::vector<std::string>& Engine::labels() const { return impl_->labels; }
 std::string Engine::runtime_json() const { return impl_->runtime_text; }
 size_t Engine::node_count() const { return impl_->graph.nodes.size(); }
+int64_t Engine::max_batch() const { return impl_->max_batch; }
 
 std::vector<TensorInfo> Engine::inputs() const {
   std::vector<TensorInfo> r;

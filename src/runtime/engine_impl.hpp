@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cuda/cuda_engine.hpp"  // host-only header
 #include "bundle/bundle.hpp"
+#include "core/switches.hpp"
 #include "ir/graph.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/memory_planner.hpp"
@@ -24,6 +25,8 @@ struct Engine::Impl {
   std::vector<std::string> labels;
   std::string runtime_text;
   nlohmann::json provenance;
+  EngineSwitches switches;  // provenance.build.switches: what the bundle was built to run
+  int64_t max_batch = 4096;  // provenance.build.max_batch: larger inputs are refused
   std::unique_ptr<cpu::CpuProgram> cpu;
   std::shared_ptr<cuda::CudaEngine> cuda;  // set when the engine runs on the GPU
 };
@@ -37,7 +40,7 @@ struct ShapedPlan {
   cpu::PrologueAdds adds;    // adds that run inside the conv reading them (CPU backend)
   cpu::CpuLayout layout() const { return {&views, &one, &adds}; }
 };
-ShapedPlan plan_for_batch(const Graph& g, int64_t batch);
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches = {});
 
 struct ExecutionContext::Impl {
   std::shared_ptr<const Engine> engine;
@@ -45,7 +48,7 @@ struct ExecutionContext::Impl {
   // The CPU plan for `batch`, made on first use.
   const ShapedPlan& plan(int64_t batch) {
     auto it = plans.find(batch);
-    if (it == plans.end()) it = plans.emplace(batch, plan_for_batch(engine->impl().graph, batch)).first;
+    if (it == plans.end()) it = plans.emplace(batch, plan_for_batch(engine->impl().graph, batch, engine->impl().switches)).first;
     return it->second;
   }
   std::vector<float> arena;

@@ -14,7 +14,8 @@ ExecutionContext::~ExecutionContext() = default;
 namespace {
 
 // Checks names, shapes (all but the batch dim) and sizes; returns the batch.
-int64_t check_inputs(const Graph& g, const std::vector<Tensor>& inputs, std::vector<const Tensor*>* by_input) {
+int64_t check_inputs(const Graph& g, int64_t max_batch, const std::vector<Tensor>& inputs,
+                     std::vector<const Tensor*>* by_input) {
   by_input->assign(g.inputs.size(), nullptr);
   int64_t batch = -1;
   for (const Tensor& t : inputs) {
@@ -23,13 +24,16 @@ int64_t check_inputs(const Graph& g, const std::vector<Tensor>& inputs, std::vec
     size_t k = static_cast<size_t>(it - g.inputs.begin());
     if ((*by_input)[k]) fail_input("input '", t.name, "' given twice");
     const Shape& want = g.values[*it].shape;
-    bool ok = t.shape.size() == want.size() && !t.shape.empty() && t.shape[0] >= 1 && t.shape[0] <= 4096;
+    bool ok = t.shape.size() == want.size() && !t.shape.empty() && t.shape[0] >= 1;
     for (size_t d = 1; ok && d < want.size(); ++d) ok = t.shape[d] == want[d];
     if (!ok) {
       std::string expect = "[N";
       for (size_t d = 1; d < want.size(); ++d) expect += "," + std::to_string(want[d]);
       fail_input("input '", t.name, "' has shape ", shape_str(t.shape), ", expected ", expect, "]");
     }
+    if (t.shape[0] > max_batch)
+      fail_input("input '", t.name, "' has batch ", t.shape[0], ", above this engine's largest batch ", max_batch,
+                 " (rebuild with a larger --max-batch)");
     if (static_cast<int64_t>(t.data.size()) != shape_numel(t.shape))
       fail_input("input '", t.name, "' has ", t.data.size(), " values for shape ", shape_str(t.shape));
     if (batch >= 0 && batch != t.shape[0]) fail_input("inputs disagree on the batch size");
@@ -46,7 +50,7 @@ int64_t check_inputs(const Graph& g, const std::vector<Tensor>& inputs, std::vec
 std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
   const Engine::Impl& e = impl_->engine->impl();
   std::vector<const Tensor*> given;
-  const int64_t batch = check_inputs(e.graph, inputs, &given);
+  const int64_t batch = check_inputs(e.graph, e.max_batch, inputs, &given);
   impl_->last_batch = batch;
 #ifdef KILN_HAVE_CUDA
   if (impl_->cuda) return impl_->cuda->run(given, batch);

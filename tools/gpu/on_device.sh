@@ -13,7 +13,7 @@
 # KILN_THRESHOLD_BATCHES runs bench/window_conv_threshold.sh on the first Res2Net model,
 # KILN_PROFILE=N adds kiln's per-layer profile (N rounds) to each bench JSON,
 # KILN_GPU_TEST_FILTER narrows the GPU tests (a --gtest_filter pattern), KILN_AB adds kiln-only
-# benches of the same bundles with switches set (e.g. "KILN_FUSE_SPLIT=0 KILN_CUDA_VIEWS=1").
+# benches of bundles built with engine switches set (e.g. "disable=fuse_split enable=cuda_views").
 # KILN_GPU_WORK (default /tmp/kiln_gpu) is the scratch folder: give concurrent runs different ones.
 # At most 8 files come back from the device tool: the run ends by packing OUTDIR into OUTDIR.tar.gz.
 # Full-size check: seeded checkpoint (tools/reference/make_fixtures*.py --full-size), kiln fp32
@@ -38,9 +38,9 @@ check_model() {
   bash tools/check_full_size.sh $kiln cuda "$out/full_size.jsonl" "$out" $work/full/$1 || status=1
 }
 
-# bench_model NAME: kiln fp16 (opt level 3) at batch 1 and 32, then the same bundles with each
-# variant in KILN_AB (space-separated VAR=VALUE switches, e.g. KILN_FUSE_SPLIT=0), then the
-# PyTorch peers on the same weights.
+# bench_model NAME: kiln fp16 (opt level 3) at batch 1 and 32, then bundles built with each
+# variant in KILN_AB (space-separated enable=SWITCH / disable=SWITCH, e.g. disable=fuse_split),
+# then the PyTorch peers on the same weights.
 bench_model() {
   local m=$1 peers=${KILN_PEERS:-eager,cuda_graph,compile_default} prof=""
   [ -n "${KILN_PROFILE:-}" ] && prof="--profile $KILN_PROFILE"
@@ -52,7 +52,9 @@ bench_model() {
   done
   for v in ${KILN_AB:-}; do
     for b in 1 32; do
-      env "$v" $kiln bench $work/$m.b$b.bundle --batch $b --json > "$out/bench_${m}_b${b}_$v.json" || status=1
+      $kiln build $work/full/$m -o $work/$m.b$b.$v.bundle --backend cuda --precision fp16 --batch $b --opt-level 3 \
+        --${v%%=*} ${v#*=} > /dev/null 2>&1 || status=1
+      $kiln bench $work/$m.b$b.$v.bundle --batch $b --json > "$out/bench_${m}_b${b}_$v.json" || status=1
       python3 -c "import json;r=json.load(open('$out/bench_${m}_b${b}_$v.json'))['results'][0];print('kiln $m b$b $v', r['engine_ms']['median'], r['kernels_per_call'])"
     done
   done

@@ -3,7 +3,7 @@
 # carried): builds a seeded full-size model at the given batch and runs `kiln bench` under Nsight
 # Systems with CUDA-graph node tracing, then sums kernel time by kernel name and lists the
 # kernels of one replay in order. Falls back to `kiln bench --profile` (layers timed one by one)
-# where nsys is missing. Switches such as KILN_WINDOW_CONV=0 pass through the environment.
+# where nsys is missing. KILN_BUILD_FLAGS adds `kiln build` flags (e.g. "--disable window_conv").
 #   tools/gpu/profile_kernels.sh OUTDIR [MODEL] [BATCH]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,7 +21,7 @@ if [ ! -d $work/full/$model ]; then
   esac > "$out/fixtures.log" 2>&1 || exit 1
 fi
 bundle=$work/$model.b$batch.bundle
-[ -f $bundle ] || $kiln build $work/full/$model -o $bundle --backend cuda --precision fp16 --batch $batch > "$out/build.log" 2>&1 || exit 1
+[ -f $bundle ] || $kiln build $work/full/$model -o $bundle --backend cuda --precision fp16 --batch $batch ${KILN_BUILD_FLAGS:-} > "$out/build.log" 2>&1 || exit 1
 tag=${KILN_PROFILE_TAG:-default}
 nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 if [ -z "$nsys" ]; then

@@ -10,7 +10,7 @@ namespace kiln::cli {
 void add_build(CLI::App& app) {
   struct Opts {
     BuildOptions b;
-    std::string out, precision = "fp32";
+    std::string out, precision = "fp32", enable, disable;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -22,12 +22,20 @@ void add_build(CLI::App& app) {
   sub->add_option("--backend", o->b.backend, "cpu, or cuda (tactics are selected on this machine's GPU)")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--batch", o->b.batch, "Batch size the engine is planned for");
   sub->add_option("--opt-level", o->b.opt_level, "0..5 (tactic search effort)");
+  sub->add_option("--max-batch", o->b.max_batch, "Largest batch the engine accepts at run time (default 4096)");
+  sub->add_option("--enable", o->enable, "Engine switches to force on, comma-separated (" + switch_names() + ")");
+  sub->add_option("--disable", o->disable, "Engine switches to force off, comma-separated (recorded in the bundle)");
+  sub->add_option("--tactic-cache", o->b.tactic_cache,
+                  "CUDA tactic cache file read and written while timing, or 'off' (default ~/.cache/kiln/tactics.json)");
   sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");
   sub->add_flag("--tf32", o->b.allow_tf32, "CUDA fp32 engines: allow TF32 tensor cores (off by default: it changes results)");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
   sub->callback([o] {
     o->b.precision = o->precision == "fp16" ? DType::F16 : o->precision == "bf16" ? DType::BF16 : DType::F32;
     o->b.log = &std::cerr;
+    o->b.switches.set_list(o->enable, true);
+    o->b.switches.set_list(o->disable, false);
+    if (o->b.tactic_cache == "off") o->b.tactic_cache.clear();
     BuildSummary s = build_bundle(o->b, o->out);
     if (o->json) {
       nlohmann::json j = {{"bundle", o->out},          {"family", s.family},           {"model_dir", s.model_dir},

@@ -71,7 +71,7 @@ void add_inspect(CLI::App& app) {
     cpu::PrologueAdds adds;
     if (e.backend == "cpu") {
       views = plan_channel_views(e.graph);
-      adds = cpu::plan_prologue_adds(e.graph);
+      adds = cpu::plan_prologue_adds(e.graph, e.switches.get(Switch::FuseAdd).value_or(true));
     } else {
       views.parent.assign(e.graph.values.size(), -1);
       views.channel_offset.assign(e.graph.values.size(), 0);
@@ -123,6 +123,12 @@ void add_inspect(CLI::App& app) {
     std::cout << "  weights " << weight_bytes << " bytes; activation arena " << mem.arena_bytes << " bytes (naive sum "
               << mem.naive_bytes << ", " << std::fixed << std::setprecision(1)
               << (mem.arena_bytes ? static_cast<double>(mem.naive_bytes) / mem.arena_bytes : 0.0) << "x less)\n";
+    std::cout << "  max batch " << e.max_batch << "; engine switches";
+    if (e.switches.all_auto()) std::cout << " all auto";
+    const nlohmann::json switches = e.switches.to_json();  // named: items() of a temporary would dangle
+    for (const auto& [k, v] : switches.items())
+      if (v != "auto") std::cout << " " << k << "=" << v.get<std::string>();
+    std::cout << "\n";
     if (!tactic_gpu.empty()) std::cout << "  tactics selected on " << tactic_gpu << " (last column)\n";
     std::cout << "  " << e.graph.nodes.size() << " layers:";
     for (const auto& [op, n] : ops) std::cout << " " << op << "=" << n;

@@ -108,7 +108,7 @@ TEST(TimmRes2netPadChannels, EveryFixtureKeepsItsLogits) {
 
 // The chain adds run inside the 3x3 conv that reads them (CPU backend): no
 // node of their own in the engine call, and the same numbers as with
-// KILN_FUSE_ADD=0, bit for bit (the conv gathers the same columns), in fp32
+// the fuse_add switch off (`kiln build --disable fuse_add`), bit for bit (the conv gathers the same columns), in fp32
 // and fp16, at batch 2 (so over strided channel windows, image by image).
 TEST(TimmRes2netChainAdd, FusedIntoTheNextConv) {
   const HostTensor x = read_npy(kFixtures / "s4_26w" / "input.npy");
@@ -128,11 +128,12 @@ TEST(TimmRes2netChainAdd, FusedIntoTheNextConv) {
     EXPECT_EQ(kernels_per_call(*fused_ctx), g.nodes.size() - chain_adds);
     for (const LayerTime& l : profile_layers(*fused_ctx, {{"pixel_values", x.shape, x.to_f32()}}, 1))
       EXPECT_EQ(l.name.find(".chain."), std::string::npos) << l.name << " still runs as a node";
-    ::setenv("KILN_FUSE_ADD", "0", 1);
-    auto plain_ctx = e->create_context();
+    o.switches.set(Switch::FuseAdd, false);
+    build_bundle(o, dir / "plain.bundle");
+    auto plain_engine = Engine::load((dir / "plain.bundle").string());
+    auto plain_ctx = plain_engine->create_context();
     const auto plain = plain_ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
     const size_t plain_kernels = kernels_per_call(*plain_ctx);
-    ::unsetenv("KILN_FUSE_ADD");
     EXPECT_EQ(plain_kernels, g.nodes.size());
     EXPECT_EQ(fused, plain) << dtype_name(dt);
     fs::remove_all(dir);

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "backends/cpu/kernels.hpp"
-#include "core/env.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "ir/attrs.hpp"
@@ -45,11 +44,11 @@ int as_int(int64_t v) { return static_cast<int>(v); }
 
 }  // namespace
 
-PrologueAdds plan_prologue_adds(const Graph& g) {
+PrologueAdds plan_prologue_adds(const Graph& g, bool enabled) {
   PrologueAdds a;
   a.add_of.assign(g.nodes.size(), -1);
   a.fused.assign(g.nodes.size(), 0);
-  if (!env_switch("KILN_FUSE_ADD").value_or(true)) return a;
+  if (!enabled) return a;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& add = g.nodes[i];
     if (add.op != Op::Add || add.activation() != Activation::None) continue;

@@ -30,8 +30,8 @@ struct PrologueAdds {
   // Keeps the add's operands alive through the conv's step (memory planner's live_until).
   std::map<int, int> live_until(const Graph& g) const;
 };
-// KILN_FUSE_ADD=0 turns the fusion off (every add runs as its own node).
-PrologueAdds plan_prologue_adds(const Graph& g);
+// enabled = the bundle's fuse_add switch (auto: on); off plans no fused adds.
+PrologueAdds plan_prologue_adds(const Graph& g, bool enabled = true);
 
 // Where activations live beyond the memory plan: channel views (slices,
 // concat inputs written in place) and, for batches > 1, the same graph at

@@ -13,7 +13,7 @@ thread_local bool t_pdl_default = true;
 // Programmatic dependent launch pays at small batches, where a graph is a
 // chain of short kernels and the launch gaps are a large part of the time;
 // at large ones the early-scheduled blocks of the next kernel take slots from
-// the running one. H200, fp16, `kiln bench`, PDL on vs KILN_PDL=0 on the same
+// the running one. H200, fp16, `kiln bench`, PDL on vs off (then KILN_PDL=0) on the same
 // bundle (docs/cuda-backend.md): efficientnet_b0 -9.6 % at batch 1, -5 % at 2,
 // -4.3 % at 4, +1.2 % at 32; res2net50_26w_4s -2.4 % at 1, +0.2 % at 32.
 // Batches 5..31 are not measured; above 4 it stays off.
@@ -44,6 +44,10 @@ struct CudaContext::Impl {
   CudnnHandle cudnn;
   Event start, stop;
   std::map<int64_t, std::unique_ptr<BatchState>> states;
+
+  bool pdl_at(int64_t batch) const {
+    return engine->impl().opts.switches.get(Switch::Pdl).value_or(batch <= kPdlMaxBatch);
+  }
 
   BatchState& state(int64_t batch) {
     auto it = states.find(batch);
@@ -104,7 +108,7 @@ std::vector<Tensor> CudaContext::run(const std::vector<const Tensor*>& inputs, i
   BatchState& st = m.state(batch);
   const auto& p = *st.prog;
   const Exec x = m.exec_for(st);
-  const PdlDefault pdl(batch <= kPdlMaxBatch);
+  const PdlDefault pdl(m.pdl_at(batch));
   for (size_t k = 0; k < inputs.size(); ++k)
     KILN_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(x.staging_in[k]), inputs[k]->data.data(), inputs[k]->data.size() * 4,
                                     cudaMemcpyHostToDevice, m.stream.s));
@@ -148,7 +152,7 @@ std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, 
   const auto& p = *st.prog;
   const Exec x = m.exec_for(st);
   const size_t ns = p.steps.size();
-  const PdlDefault pdl(batch <= kPdlMaxBatch);
+  const PdlDefault pdl(m.pdl_at(batch));
   std::vector<Event> marks(ns + 1);
   std::vector<double> ms(ns, 0.0);
   for (int r = 0; r < rounds; ++r) {

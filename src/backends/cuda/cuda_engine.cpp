@@ -7,7 +7,6 @@
 
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
-#include "core/env.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -25,18 +24,11 @@ DeviceBuffer upload_f32(const std::vector<float>& v) { return upload(v.data(), v
 int as_int(int64_t v) { return static_cast<int>(v); }
 
 
-// The tactic cache: $KILN_CACHE_DIR (default $XDG_CACHE_HOME/kiln or
-// ~/.cache/kiln) / tactics.json = {gpu key: {layer signature: [tactic, us]}}.
+// The tactic cache (CudaOptions::tactic_cache; `kiln build --tactic-cache`,
+// default ~/.cache/kiln/tactics.json) = {gpu key: {layer signature: [tactic, us]}}.
 // Timed choices are reused by later builds on the same GPU, driver and
 // library versions. A missing or damaged file is ignored (it is only a
-// cache); KILN_TACTIC_CACHE=0 disables it.
-std::filesystem::path tactic_cache_path() {
-  if (!env_switch("KILN_TACTIC_CACHE").value_or(true)) return {};
-  if (const char* d = std::getenv("KILN_CACHE_DIR")) return std::filesystem::path(d) / "tactics.json";
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(x) / "kiln" / "tactics.json";
-  if (const char* h = std::getenv("HOME")) return std::filesystem::path(h) / ".cache" / "kiln" / "tactics.json";
-  return {};
-}
+// cache); `--tactic-cache off` disables it.
 
 nlohmann::json read_tactic_cache(const std::filesystem::path& path) {
   std::error_code ec;
@@ -50,8 +42,9 @@ nlohmann::json read_tactic_cache(const std::filesystem::path& path) {
   }
 }
 
-void load_tuned(const GpuKey& key, std::map<std::string, std::pair<std::string, float>>* tuned) {
-  auto j = read_tactic_cache(tactic_cache_path());
+void load_tuned(const std::filesystem::path& path, const GpuKey& key,
+                std::map<std::string, std::pair<std::string, float>>* tuned) {
+  auto j = read_tactic_cache(path);
   auto it = j.find(key.str());
   if (it == j.end() || !it->is_object()) return;
   for (const auto& [sig, v] : it->items())
@@ -59,8 +52,8 @@ void load_tuned(const GpuKey& key, std::map<std::string, std::pair<std::string, 
       (*tuned)[sig] = {v[0].get<std::string>(), v[1].get<float>()};
 }
 
-void save_tuned(const GpuKey& key, const std::map<std::string, std::pair<std::string, float>>& tuned) {
-  auto path = tactic_cache_path();
+void save_tuned(const std::filesystem::path& path, const GpuKey& key,
+                const std::map<std::string, std::pair<std::string, float>>& tuned) {
   if (path.empty() || tuned.empty()) return;
   try {
     std::filesystem::create_directories(path.parent_path());
@@ -162,10 +155,10 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
       m.bn.emplace(n.name, std::make_pair(upload_f32(scale), upload_f32(shift)));
     }
   }
-  if (opts.opt_level >= 3) load_tuned(m.key, &m.tuned);
+  if (opts.opt_level >= 3) load_tuned(opts.tactic_cache, m.key, &m.tuned);
   const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape.at(0);
   m.programs[batch] = m.build_program(batch);
-  if (opts.opt_level >= 3) save_tuned(m.key, m.tuned);
+  if (opts.opt_level >= 3) save_tuned(opts.tactic_cache, m.key, m.tuned);
 }
 
 CudaEngine::~CudaEngine() = default;

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/switches.hpp"
 #include "ir/graph.hpp"
 #include "kiln/kiln.hpp"
 
@@ -40,6 +41,11 @@ struct CudaOptions {
   int opt_level = 3;        // 0-2 heuristics only; 3: time 4 candidates; 4: 8; 5: all
   bool allow_tf32 = false;  // f32 engines: TF32 off unless asked
   nlohmann::json tactics;   // tactics.<gpu>.json of the bundle, or null
+  EngineSwitches switches;  // the bundle's fusion/launch switches (core/switches.hpp)
+  // Tactic cache file read and written when timing ("" = none). Builds pass
+  // BuildOptions::tactic_cache; loading passes none, so what a bundle runs
+  // depends on the bundle and the GPU only.
+  std::string tactic_cache;
   std::ostream* log = nullptr;
 };
 

@@ -7,7 +7,6 @@
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/window_plan.hpp"
-#include "core/env.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
 #include "runtime/views.hpp"
@@ -87,15 +86,16 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   std::vector<int> alias(g.values.size(), -1);
   for (const Node& n : g.nodes)
     if (n.op == Op::Flatten) alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
-  // Squeeze-excitation as se_mlp steps (se_plan.hpp); KILN_FUSE_SE=0: all unfused.
-  // KILN_FUSE_SE_MUL=1 also applies the gate inside the step. Off by default:
+  // Squeeze-excitation as se_mlp steps (se_plan.hpp); switch fuse_se off: all unfused.
+  // fuse_se_mul on also applies the gate inside the step. Off by default:
   // on the H200 (efficientnet_b0 fp16) it saved 16 launches but no time at
   // batch 1 (0.407 vs 0.405 ms) and cost time at batch 32 (1.19 vs 1.08 ms):
   // its gate-times-pixels loop moves 2-byte elements, where mul_channel_nhwc
   // moves 16-byte vectors.
   std::vector<char> fused_away(g.nodes.size(), 0);
-  SePlan se = env_switch("KILN_FUSE_SE").value_or(true)
-                  ? plan_squeeze_excitation(g, env_switch("KILN_FUSE_SE_MUL").value_or(false))
+  const EngineSwitches& sw = opts.switches;
+  SePlan se = sw.get(Switch::FuseSe).value_or(true)
+                  ? plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false))
                   : SePlan{};
   for (size_t i : se.fused_away) fused_away[i] = 1;
   std::map<int, int> live_until = se.live_until;
@@ -105,7 +105,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // pool) write straight into the concat. Used only when every node touching
   // a view can take strides (cuDNN convs with a fused epilogue, adds, pools,
   // slices, concats); otherwise all are copies.
-  // Off unless KILN_CUDA_VIEWS=1: measured on the H200 (res2net50_26w_4s fp16,
+  // Off unless switch cuda_views is on: measured on the H200 (res2net50_26w_4s fp16,
   // batch 1), cuDNN 9.14 runs strided convs with one extra kernel each, and the
   // engine took 0.859 ms with views (250 kernels) against 0.801 ms with a copy
   // per chunk and 0.736 ms with one split launch per block (150 kernels);
@@ -117,12 +117,12 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // conv is one that kernel takes (f16/bf16, no grouped convs) and the largest
   // of them has at most kWindowConvMaxRows output pixels: the kernel is built
   // for latency and loses to cuDNN on big problems (see the constant's note).
-  // KILN_WINDOW_CONV=0 never, =1 whenever the graph allows.
+  // Switch window_conv off: never; on: whenever the graph allows.
   ChannelViews cv = plan_channel_views(g);
   const bool any_views = cv.slices_as_views + cv.concat_inputs_in_place > 0;
   WindowPlan wp = any_views ? plan_window_convs(g, cv) : WindowPlan{};
   const bool window_mode = any_views && wp.why_not.empty() &&
-                           env_switch("KILN_WINDOW_CONV").value_or(wp.max_rows <= kWindowConvMaxRows);
+                           sw.get(Switch::WindowConv).value_or(wp.max_rows <= kWindowConvMaxRows);
   if (!window_mode) wp = WindowPlan{};
   for (const auto& [conv, add] : wp.convs) {
     if (add == kNoNode) continue;
@@ -133,7 +133,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   for (size_t add : wp.fused_adds) alias[g.nodes[add].outputs[0]] = g.nodes[add].inputs[0];
   for (size_t c : wp.grouped) fused_away[c] = 1;     // run by their group's first conv
   for (size_t pn : wp.side_pools) fused_away[pn] = 1;  // run inside a conv's launch
-  bool use_views = window_mode || (any_views && env_switch("KILN_CUDA_VIEWS").value_or(false));
+  bool use_views = window_mode || (any_views && sw.get(Switch::CudaViews).value_or(false));
   if (record && window_mode)
     for (auto& [node, note] : window_plan_notes(g, cv, wp)) chosen[node] = note;  // what `kiln inspect` shows
   auto pixel_stride = [&](int v) { return as_int(g.values[cv.root(v)].shape[1]); };
@@ -212,9 +212,9 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // 32 2.43 vs 2.17 ms the other way round (split_channels_nhwc moves one
   // element per thread, copy_channels_nhwc 16-byte vectors). So: one launch
   // when the run moves at most kSplitFuseBytes (all of batch 1's Res2Net
-  // splits, none of batch 32's); KILN_FUSE_SPLIT=0 never, =1 always.
+  // splits, none of batch 32's); switch fuse_split off: never, on: always.
   constexpr size_t kSplitFuseBytes = size_t(1) << 20;
-  const std::optional<bool> split_switch = env_switch("KILN_FUSE_SPLIT");
+  const std::optional<bool> split_switch = sw.get(Switch::FuseSplit);
   const bool fuse_split = split_switch.value_or(true), split_always = split_switch.value_or(false);
   // One launch of kiln's window conv: the group led by conv `lead` (its
   // filters and biases side by side in one buffer when several), the chain

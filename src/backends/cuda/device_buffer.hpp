@@ -1,6 +1,10 @@
 // RAII device memory and library handles, so an exception half-way through
-// loading an engine frees everything it had taken (tested by loading and
-// freeing an engine 100 times and checking device memory returns).
+// loading an engine frees everything it had taken. Every device allocation
+// kiln makes goes through DeviceBuffer, which keeps a process-wide count of
+// live bytes and buffers: tests check that loads, runs and failed loads give
+// everything back by this count (device-wide free memory is shared with other
+// processes, and cuDNN/cuBLASLt keep caches of their own). A limit on that
+// count (DeviceMemoryLimit) provokes out-of-memory at any point of a load.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -13,26 +17,58 @@
 
 namespace kiln::cuda {
 
+struct DeviceMemoryStats {
+  size_t bytes = 0;    // live bytes allocated through DeviceBuffer
+  size_t buffers = 0;  // live DeviceBuffers holding memory
+  size_t peak = 0;     // largest `bytes` since the process started (or reset_peak)
+};
+DeviceMemoryStats device_memory_stats();
+void reset_device_memory_peak();
+
+// While one lives, an allocation that would take kiln's live bytes above
+// `bytes` fails as out of device memory (for tests of out-of-memory paths).
+class DeviceMemoryLimit {
+ public:
+  explicit DeviceMemoryLimit(size_t bytes);
+  ~DeviceMemoryLimit();
+  DeviceMemoryLimit(const DeviceMemoryLimit&) = delete;
+  DeviceMemoryLimit& operator=(const DeviceMemoryLimit&) = delete;
+
+ private:
+  size_t prev_;
+};
+
+namespace detail {
+// Reserve `bytes` in the count (false: over the limit) / give them back.
+bool count_alloc(size_t bytes);
+void count_free(size_t bytes);
+}  // namespace detail
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
     if (bytes) {
+      if (!detail::count_alloc(bytes)) {
+        bytes_ = 0;
+        fail_runtime("out of device memory: cannot allocate ", bytes, " bytes (kiln's device memory limit reached: ",
+                     device_memory_stats().bytes, " bytes in use)");
+      }
       cudaError_t e = cudaMalloc(&ptr_, bytes);
       if (e != cudaSuccess) {
         cudaGetLastError();
         ptr_ = nullptr;
+        detail::count_free(bytes);
+        bytes_ = 0;
         fail_runtime("out of device memory: cannot allocate ", bytes, " bytes (", cudaGetErrorString(e), ")");
       }
     }
   }
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
-  }
+  ~DeviceBuffer() { release(); }
   DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
-      if (ptr_) cudaFree(ptr_);
+      release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
     }
@@ -44,6 +80,13 @@ class DeviceBuffer {
   size_t size() const { return bytes_; }
 
  private:
+  void release() {
+    if (ptr_) {
+      cudaFree(ptr_);
+      detail::count_free(bytes_);
+      ptr_ = nullptr;
+    }
+  }
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };

@@ -14,7 +14,6 @@
 #include "backends/cuda/kernels.hpp"
 #include "core/activation.hpp"
 #include "core/dtype.hpp"
-#include "core/env.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda::dev {
@@ -186,10 +185,10 @@ void dispatch_act(Activation a, F&& f) {
   fail_runtime("cuda: unknown activation ", int(a));
 }
 
-// Whether kiln's kernels are launched with the PDL attribute: KILN_PDL=0/1
-// forces it (read at each launch, so a test can compare both in one process;
-// a CUDA graph keeps what it captured), else the thread's pdl_default().
-inline bool pdl_enabled() { return env_switch("KILN_PDL").value_or(pdl_default()); }
+// Whether kiln's kernels are launched with the PDL attribute: the thread's
+// pdl_default(), which a context sets from the bundle's `pdl` switch (auto:
+// by batch size) around its launches; a CUDA graph keeps what it captured.
+inline bool pdl_enabled() { return pdl_default(); }
 
 // Launches a kiln kernel (one that begins with dev::enter_grid()) with the PDL
 // attribute, and a thread-block cluster of cluster_z blocks along z when

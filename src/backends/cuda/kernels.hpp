@@ -22,9 +22,9 @@
 namespace kiln::cuda {
 
 // Programmatic dependent launch (dev::enter_grid in device_common.cuh): whether
-// the kiln kernels this thread enqueues carry the PDL attribute when KILN_PDL
-// is unset. On unless a PdlDefault scope says otherwise; an engine context
-// opens one per batch size while it runs and captures its steps.
+// the kiln kernels this thread enqueues carry the PDL attribute. On unless a
+// PdlDefault scope says otherwise; an engine context opens one (from the
+// bundle's `pdl` switch, auto: by batch size) while it runs and captures its steps.
 bool pdl_default();
 class PdlDefault {
  public:

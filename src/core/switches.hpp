@@ -1,0 +1,52 @@
+// Engine switches: the fusion and launch choices that were once environment
+// variables (KILN_FUSE_SE=0, ...). They are build options now (`kiln build
+// --enable/--disable`, BuildOptions::switches), recorded in the bundle's
+// provenance and read back at load, so what is in the bundle is what runs:
+// nothing in the environment changes an engine. Each switch is tri-state:
+// auto (the measured default, documented where the choice is made), on, off.
+#pragma once
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+enum class Switch : int {
+  FuseSe,      // CUDA: squeeze-excitation as one MLP step (auto: on)
+  FuseSeMul,   // CUDA: the SE gate applied inside that step (auto: off)
+  WindowConv,  // CUDA: kiln's window conv for Res2Net chunk convs (auto: by output size)
+  CudaViews,   // CUDA: channel views with cuDNN convs (auto: off unless window convs run)
+  FuseSplit,   // CUDA: consecutive slices in one launch (auto: when small; on: always)
+  Pdl,         // CUDA: programmatic dependent launch (auto: batch <= 4)
+  FuseAdd,     // CPU: a conv's input add computed while it gathers its columns (auto: on)
+  kCount
+};
+constexpr int kSwitchCount = static_cast<int>(Switch::kCount);
+
+const char* switch_name(Switch s);
+// All switch names, in enum order, for help texts and errors.
+std::string switch_names();
+
+class EngineSwitches {
+ public:
+  // nullopt = auto.
+  std::optional<bool> get(Switch s) const { return v_[static_cast<int>(s)]; }
+  void set(Switch s, std::optional<bool> on) { v_[static_cast<int>(s)] = on; }
+  // "a,b,c" of switch names; an unknown name is Error(Usage) listing the known ones.
+  void set_list(const std::string& names, bool on);
+  bool all_auto() const;
+  // {"fuse_se": "auto" | "on" | "off", ...}: every switch, always.
+  nlohmann::json to_json() const;
+  // Strict: unknown keys or values are Error(Input) naming `where` and the key.
+  // A missing key is auto (bundles older than a switch).
+  static EngineSwitches from_json(const nlohmann::json& j, const std::string& where);
+
+ private:
+  std::array<std::optional<bool>, kSwitchCount> v_{};
+};
+
+}  // namespace kiln
