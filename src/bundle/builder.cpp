@@ -1,5 +1,6 @@
 #include "bundle/builder.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 
@@ -40,11 +41,26 @@ std::string default_tactic_cache() {
   return "";
 }
 
+namespace {
+std::vector<int> planned_batches(const BuildOptions& o) {
+  std::vector<int> all{o.batch};
+  for (int b : o.batches)
+    if (std::find(all.begin(), all.end(), b) == all.end()) all.push_back(b);
+  std::sort(all.begin(), all.end());
+  return all;
+}
+}  // namespace
+
 BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& out) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.batch < 1 || o.batch > 4096) fail_usage("--batch must be in 1..4096");
-  if (o.max_batch < o.batch || o.max_batch > 4096)
-    fail_usage("--max-batch must be in ", o.batch, "..4096 (at least --batch), got ", o.max_batch);
+  int largest = o.batch;
+  for (int b : o.batches) {
+    if (b < 1 || b > 4096) fail_usage("--batch must be in 1..4096, got ", b);
+    largest = std::max(largest, b);
+  }
+  if (o.max_batch < largest || o.max_batch > 4096)
+    fail_usage("--max-batch must be in ", largest, "..4096 (at least every --batch), got ", o.max_batch);
   if (o.opt_level < 0 || o.opt_level > 5) fail_usage("--opt-level must be in 0..5");
   if (o.backend != "cpu" && o.backend != "cuda") fail_usage("unknown backend '", o.backend, "' (cpu, cuda)");
 #ifndef KILN_HAVE_CUDA
@@ -95,6 +111,8 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
     co.allow_tf32 = o.allow_tf32;
     co.switches = o.switches;
     co.tactic_cache = o.tactic_cache;
+    co.tune = true;
+    for (int b : o.batches) co.batches.push_back(b);
     co.log = o.log;
     cuda::CudaEngine probe(fb.graph, co);
     tactics = probe.tactics_json();
@@ -107,7 +125,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
       {"checkpoint", {{"source", model.hf_id.empty() ? model.dir.string() : model.hf_id},
                       {"revision", model.revision},
                       {"files", ckpt.file_sha256()}}},
-      {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32},
+      {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"batches", planned_batches(o)}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32},
                  {"max_batch", o.max_batch}, {"switches", o.switches.to_json()}}},
       {"quantization", nullptr},
   };

@@ -5,6 +5,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "core/dtype.hpp"
 #include "core/switches.hpp"
@@ -19,7 +20,11 @@ struct BuildOptions {
   std::string revision;  // HF revision (branch, tag or commit); empty = refs/main
   DType precision = DType::F32;
   std::string backend = "cpu";
-  int batch = 1;
+  int batch = 1;  // the graph's batch (the first planned)
+  // Further batch sizes planned and, at opt level >= 3, timed at build (CUDA);
+  // their choices are recorded in the bundle and replayed at load. A batch not
+  // built gets heuristic tactics at first use, with a notice.
+  std::vector<int> batches;
   int opt_level = 3;
   bool allow_tf32 = false;  // CUDA f32 engines: TF32 tensor cores (changes numbers; off by default)
   // Largest batch the engine accepts at run time (recorded in the bundle;

@@ -364,6 +364,51 @@ TEST(CudaEngine, WrongInputShapeIsAnInputError) {
   }
 }
 
+// A bundle built for batches 2 and 3 records tactics for both and replays them
+// at load; batch 1, not built, gets heuristic tactics with a one-line notice.
+// Loading never times a layer, whatever the batch, and every batch matches
+// the CPU backend.
+TEST(CudaEngine, BatchesBuiltAreReplayedOthersGetHeuristicsNeverTiming) {
+  REQUIRE_GPU();
+  const fs::path dir = temp_dir("batches");
+  BuildOptions o;
+  o.model = (kFixtures / "resnet" / "basic").string();
+  o.backend = "cuda";
+  o.precision = DType::F16;
+  o.batch = 2;
+  o.batches = {3};
+  o.tactic_cache.clear();  // time here, not from an earlier run's cache
+  build_bundle(o, dir / "b23.bundle");
+  const Bundle bundle = Bundle::open(dir / "b23.bundle");
+  nlohmann::json tactics;
+  for (const auto& s : bundle.section_names())
+    if (s.rfind("tactics.", 0) == 0) tactics = nlohmann::json::parse(bundle.section_text(s));
+  ASSERT_TRUE(tactics["batches"].contains("2")) << tactics.dump();
+  ASSERT_TRUE(tactics["batches"].contains("3")) << tactics.dump();
+  EXPECT_TRUE(tactics["batches"]["3"]["layers"].contains("layer1.0.conv1"));
+  std::ostringstream log;
+  auto e = Engine::load((dir / "b23.bundle").string(), LoadOptions{"", &log});
+  auto cpu = Engine::load((dir / "b23.bundle").string(), LoadOptions{"cpu", nullptr});
+  const HostTensor x = read_npy(kFixtures / "resnet" / "basic" / "input.npy");
+  std::mt19937 rng(3);
+  auto ctx = e->create_context();
+  for (int64_t b : {2, 3}) {
+    Shape s = x.shape;
+    s[0] = b;
+    auto in = testing::random_tensor(s, rng).to_f32();
+    EXPECT_GE(testing::cosine(ctx->run({{"pixel_values", s, in}}).at(0).data,
+                              cpu->create_context()->run({{"pixel_values", s, in}}).at(0).data), 0.999);
+  }
+  EXPECT_EQ(log.str(), "") << "a built batch was not replayed from the bundle";
+  Shape s1 = x.shape;
+  s1[0] = 1;
+  auto in1 = testing::random_tensor(s1, rng).to_f32();
+  EXPECT_GE(testing::cosine(ctx->run({{"pixel_values", s1, in1}}).at(0).data,
+                            cpu->create_context()->run({{"pixel_values", s1, in1}}).at(0).data), 0.999);
+  EXPECT_NE(log.str().find("batch 1 was not built into this bundle"), std::string::npos) << log.str();
+  EXPECT_EQ(e->impl().cuda->timed_layers(), 0) << "loading timed layers";
+}
+
 TEST(CudaEngine, BundleCarriesTacticsAndReselectsOnOtherGpu) {
   REQUIRE_GPU();
   fs::path b = build("resnet/basic", DType::F16);

@@ -11,6 +11,7 @@ void add_build(CLI::App& app) {
   struct Opts {
     BuildOptions b;
     std::string out, precision = "fp32", enable, disable;
+    std::vector<int> batches;
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -20,7 +21,9 @@ void add_build(CLI::App& app) {
   sub->add_option("--revision", o->b.revision, "Hugging Face revision (branch, tag or commit)");
   sub->add_option("--precision", o->precision, "fp32 | fp16 | bf16")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   sub->add_option("--backend", o->b.backend, "cpu, or cuda (tactics are selected on this machine's GPU)")->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--batch", o->b.batch, "Batch size the engine is planned for");
+  sub->add_option("--batch", o->batches,
+                  "Batch size(s) the engine is planned (and timed) for, e.g. 1,8,32; the first is the graph's")
+      ->delimiter(',');
   sub->add_option("--opt-level", o->b.opt_level, "0..5 (tactic search effort)");
   sub->add_option("--max-batch", o->b.max_batch, "Largest batch the engine accepts at run time (default 4096)");
   sub->add_option("--enable", o->enable, "Engine switches to force on, comma-separated (" + switch_names() + ")");
@@ -33,6 +36,10 @@ void add_build(CLI::App& app) {
   sub->callback([o] {
     o->b.precision = o->precision == "fp16" ? DType::F16 : o->precision == "bf16" ? DType::BF16 : DType::F32;
     o->b.log = &std::cerr;
+    if (!o->batches.empty()) {
+      o->b.batch = o->batches[0];
+      o->b.batches.assign(o->batches.begin() + 1, o->batches.end());
+    }
     o->b.switches.set_list(o->enable, true);
     o->b.switches.set_list(o->disable, false);
     if (o->b.tactic_cache == "off") o->b.tactic_cache.clear();

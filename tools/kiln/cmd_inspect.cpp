@@ -62,6 +62,11 @@ void add_inspect(CLI::App& app) {
       auto t = nlohmann::json::parse(e.bundle.section_text(sec), nullptr, false);
       if (!t.is_object() || !t.contains("layers") || !t["layers"].is_object()) continue;
       tactic_gpu = t.value("key", nlohmann::json::object()).value("gpu", sec);
+      if (t.contains("batches") && t["batches"].is_object()) {
+        std::string built;
+        for (const auto& [b, v] : t["batches"].items()) built += (built.empty() ? "" : ", ") + b;
+        tactic_gpu += " for batch " + built + " (first shown)";
+      }
       for (const auto& [name, v] : t["layers"].items())
         if (v.is_object() && v.contains("tactic") && v["tactic"].is_string()) tactic_of[name] = v["tactic"].get<std::string>();
     }

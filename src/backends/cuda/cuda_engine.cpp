@@ -124,7 +124,7 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
       if (opts.log)
         *opts.log << "kiln: the bundle's tactics were selected for [" << k.value("gpu", "?") << " | driver "
                   << k.value("driver", 0) << " | cuDNN " << k.value("cudnn", 0) << "]; re-selecting for [" << m.key.str()
-                  << "]\n";
+                  << "] by heuristics (rebuild the bundle on this GPU for timed tactics)\n";
     }
   }
   // Weights: once per engine. Conv filters go KCRS -> KRSC for NHWC convolution.
@@ -158,29 +158,59 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
   if (opts.opt_level >= 3) load_tuned(opts.tactic_cache, m.key, &m.tuned);
   const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape.at(0);
   m.programs[batch] = m.build_program(batch);
+  for (int64_t b : opts.batches)
+    if (!m.programs.count(b)) m.programs[b] = m.build_program(b);
   if (opts.opt_level >= 3) save_tuned(opts.tactic_cache, m.key, m.tuned);
 }
 
 CudaEngine::~CudaEngine() = default;
 bool CudaEngine::retuned() const { return impl_->retuned; }
+int CudaEngine::timed_layers() const { return impl_->timed_layers; }
 
 nlohmann::json CudaEngine::tactics_json() const {
   const Impl& m = *impl_;
-  nlohmann::json layers = nlohmann::json::object();
-  for (const auto& [name, tactic] : m.chosen) {
-    layers[name] = {{"tactic", tactic}};
-    auto it = m.chosen_us.find(name);
-    if (it != m.chosen_us.end()) layers[name]["time_us"] = it->second;
+  nlohmann::json batches = nlohmann::json::object();
+  nlohmann::json first;
+  for (const auto& [batch, chosen] : m.chosen) {
+    nlohmann::json layers = nlohmann::json::object();
+    const auto us = m.chosen_us.find(batch);
+    for (const auto& [name, tactic] : chosen) {
+      layers[name] = {{"tactic", tactic}};
+      if (us == m.chosen_us.end()) continue;
+      auto it = us->second.find(name);
+      if (it != us->second.end()) layers[name]["time_us"] = it->second;
+    }
+    if (first.is_null()) first = layers;
+    batches[std::to_string(batch)] = {{"layers", layers}};
   }
   return {{"key", {{"gpu", m.key.gpu}, {"driver", m.key.driver}, {"cudnn", m.key.cudnn}, {"cublaslt", m.key.cublaslt}}},
           {"opt_level", m.opts.opt_level},
-          {"layers", layers}};
+          {"batches", batches},
+          {"layers", first.is_null() ? nlohmann::json::object() : first}};
+}
+
+const nlohmann::json* CudaEngine::Impl::recorded_layers(int64_t batch) const {
+  if (retuned || !opts.tactics.is_object()) return nullptr;
+  auto bs = opts.tactics.find("batches");
+  if (bs != opts.tactics.end() && bs->is_object()) {
+    auto it = bs->find(std::to_string(batch));
+    if (it == bs->end() || !it->is_object()) return nullptr;
+    auto l = it->find("layers");
+    return l != it->end() && l->is_object() ? &*l : nullptr;
+  }
+  // A bundle from before per-batch records: its "layers" are those of the graph's batch.
+  const int64_t built = graph->inputs.empty() ? 1 : graph->values[graph->inputs[0]].shape.at(0);
+  auto l = opts.tactics.find("layers");
+  return batch == built && l != opts.tactics.end() && l->is_object() ? &*l : nullptr;
 }
 
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::program_for(int64_t batch) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = programs.find(batch);
   if (it != programs.end()) return it->second;
+  if (!opts.tune && !retuned && opts.tactics.is_object() && !recorded_layers(batch) && opts.log)
+    *opts.log << "kiln: batch " << batch << " was not built into this bundle; its tactics are chosen by heuristics, "
+              << "without timing (build with --batch " << batch << " to record timed ones)\n";
   return programs[batch] = build_program(batch);
 }
 

@@ -39,6 +39,12 @@ std::string gpu_slug(const std::string& gpu);
 
 struct CudaOptions {
   int opt_level = 3;        // 0-2 heuristics only; 3: time 4 candidates; 4: 8; 5: all
+  // Building (true): plan and, at opt level >= 3, time every batch in
+  // `batches`. Loading (false): never time; each batch runs the bundle's
+  // recorded choices, or heuristics (with a notice on `log`) for a batch the
+  // bundle was not built for or a GPU/driver/library it was not built on.
+  bool tune = false;
+  std::vector<int64_t> batches;  // batch sizes to plan up front (empty: the graph's)
   bool allow_tf32 = false;  // f32 engines: TF32 off unless asked
   nlohmann::json tactics;   // tactics.<gpu>.json of the bundle, or null
   EngineSwitches switches;  // the bundle's fusion/launch switches (core/switches.hpp)
@@ -56,9 +62,11 @@ class CudaEngine {
   // matches this GPU, else by heuristics/timing per opt level).
   CudaEngine(const Graph& g, const CudaOptions& opts);
   ~CudaEngine();
-  // {"key": {...}, "layers": {node name: tactic name}}
+  // {"key": {...}, "opt_level", "batches": {"B": {"layers": {node: {tactic, time_us?}}}},
+  //  "layers": the first batch's (what bundles before per-batch records had)}
   nlohmann::json tactics_json() const;
   bool retuned() const;  // the bundle's tactics were not for this GPU
+  int timed_layers() const;  // layers whose tactic was chosen by timing in this engine
 
   struct Program;
   struct Impl;

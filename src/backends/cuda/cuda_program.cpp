@@ -29,12 +29,14 @@ int max_candidates(int opt_level) { return opt_level <= 2 ? 1 : opt_level == 3 ?
 int as_int(int64_t v) { return static_cast<int>(v); }
 size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
 
-// The tactic the bundle recorded for `node`, if it was recorded for this GPU.
-std::string bundle_tactic(const CudaEngine::Impl& m, const std::string& node) {
-  if (m.retuned || !m.opts.tactics.is_object()) return "";
-  const auto& layers = m.opts.tactics.value("layers", nlohmann::json::object());
-  auto it = layers.find(node);
-  return it == layers.end() ? "" : it->value("tactic", "");
+// The tactic the bundle recorded for `node` at `batch`, if it was recorded for this GPU.
+std::string bundle_tactic(const CudaEngine::Impl& m, int64_t batch, const std::string& node) {
+  const nlohmann::json* layers = m.recorded_layers(batch);
+  if (!layers) return "";
+  auto it = layers->find(node);
+  if (it == layers->end() || !it->is_object()) return "";
+  auto t = it->find("tactic");
+  return t != it->end() && t->is_string() ? t->get<std::string>() : "";
 }
 
 // Median time (us) of one enqueue of fn over a few repeats; synchronizes.
@@ -78,7 +80,12 @@ ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride,
 
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t batch) {
   auto p = std::make_shared<Program>();
-  const bool record = programs.empty();  // tactics of the built batch go into the bundle
+  // What this batch runs is recorded per batch (tactics_json): the bundle
+  // replays it. Timing happens only while building (opts.tune) at opt level
+  // >= 3; loading takes the bundle's choice for the batch or a heuristic.
+  auto& chosen = this->chosen[batch];
+  auto& chosen_us = this->chosen_us[batch];
+  const bool timing = opts.tune && opts.opt_level >= 3;
   p->shaped = *graph;
   Graph& g = p->shaped;
   for (int in : g.inputs) g.values[in].shape[0] = batch;
@@ -134,7 +141,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   for (size_t c : wp.grouped) fused_away[c] = 1;     // run by their group's first conv
   for (size_t pn : wp.side_pools) fused_away[pn] = 1;  // run inside a conv's launch
   bool use_views = window_mode || (any_views && sw.get(Switch::CudaViews).value_or(false));
-  if (record && window_mode)
+  if (window_mode)
     for (auto& [node, note] : window_plan_notes(g, cv, wp)) chosen[node] = note;  // what `kiln inspect` shows
   auto pixel_stride = [&](int v) { return as_int(g.values[cv.root(v)].shape[1]); };
   auto strided = [&](int v) { return use_views && cv.is_view(v); };
@@ -180,7 +187,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   }
 
   Stream tune_stream;
-  DeviceBuffer tune_ws(opts.opt_level >= 3 ? kWorkspaceCapForTuning : 0);
+  DeviceBuffer tune_ws(timing ? kWorkspaceCapForTuning : 0);
   Program* prog = p.get();
   auto ptr = [prog](const Exec& x, int v) { return const_cast<void*>(prog->value_ptr(x, v)); };
   auto wptr = [this](int v) -> const void* { return weights.at(v).get(); };
@@ -260,10 +267,11 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     // split-K depth, on scratch buffers), or the shape heuristic.
     const std::string sig = window_conv_signature(dt, ws, xa >= 0, act);
     WindowLaunch l{};
-    bool known = parse_window_tactic(bundle_tactic(*this, n.name), l);
+    bool known = parse_window_tactic(bundle_tactic(*this, batch, n.name), l);
     if (!known && tuned.count(sig)) known = parse_window_tactic(tuned[sig].first, l);
-    if (known && record && tuned.count(sig)) chosen_us[n.name] = tuned[sig].second;
-    if (!known && opts.opt_level >= 3) {
+    if (known && tuned.count(sig)) chosen_us[n.name] = tuned[sig].second;
+    if (!known && timing) {
+      ++timed_layers;
       const int64_t in_px = int64_t(ws.n) * ws.h * ws.w, out_px = int64_t(ws.n) * ws.out_h * ws.out_w;
       const size_t es = dtype_size(dt);
       DeviceBuffer xb((in_px * ws.x_stride + (ws.groups - 1) * ws.x_group_step + ws.c) * es);
@@ -281,7 +289,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
           if (us < best) best = us, l = {nt, warps};
         }
       tuned[sig] = {window_tactic_name(l), best};
-      if (record) chosen_us[n.name] = best;
+      chosen_us[n.name] = best;
       known = true;
     }
     if (!known) l = window_conv_launch(ws);
@@ -290,8 +298,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       if (has_side) wsd.src = ptr(x, side.src), wsd.dst = static_cast<char*>(ptr(x, side.dst)) + dst_at, wsd.pool = ps;
       window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wsd, l);
     });
-    if (record)
-      chosen[n.name] = cat(window_tactic_name(l), run.size() > 1 ? cat(" x", run.size()) : "",
+    chosen[n.name] = cat(window_tactic_name(l), run.size() > 1 ? cat(" x", run.size()) : "",
                            add == kNoNode ? "" : cat(" +", g.nodes[add].name),
                            !has_side ? "" : side.pool_node != kNoNode ? " +pass-through pool" : " +pass-through copy");
   };
@@ -315,7 +322,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                      x.workspace, x.workspace_bytes, x.stream);
       });
       p->step_names.push_back(a.name + "+" + b.name + "+" + n.name);
-      if (record) chosen[a.name] = chosen[b.name] = "kiln se_mlp_scale";
+      chosen[a.name] = chosen[b.name] = "kiln se_mlp_scale";
       continue;
     }
     if (se.mlp_at.count(ni)) {
@@ -332,7 +339,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                x.stream);
       });
       p->step_names.push_back(a.name + "+" + n.name);
-      if (record) chosen[a.name] = chosen[n.name] = "kiln se_mlp";
+      chosen[a.name] = chosen[n.name] = "kiln se_mlp";
       continue;
     }
     const int out = n.outputs[0];
@@ -363,24 +370,25 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
         // Scratch for timing: a strided tensor spans its root's pixel stride.
         const size_t x_span = value_bytes(g.values[in0]) / size_t(d.c) * size_t(d.x_stride ? d.x_stride : d.c);
         const size_t y_span = value_bytes(ov) / size_t(d.k) * size_t(d.y_stride ? d.y_stride : d.k);
-        std::string want = bundle_tactic(*this, n.name);
+        std::string want = bundle_tactic(*this, batch, n.name);
         if (want.empty() && tuned.count(sig)) want = tuned[sig].first;
         bool picked = false;
         for (int t = 0; !want.empty() && t < op->tactic_count() && !picked; ++t)
           if (op->tactic_name(t) == want) picked = op->try_select(t);
-        if (picked && record && tuned.count(sig) && tuned[sig].first == want) chosen_us[n.name] = tuned[sig].second;
+        if (picked && tuned.count(sig) && tuned[sig].first == want) chosen_us[n.name] = tuned[sig].second;
         const bool depthwise = d.groups == d.c && d.k == d.c && d.c > 1 && !conv_strided;  // kiln's kernel is dense-only
-        if (!picked && want != kDepthwiseTactic && opts.opt_level >= 3 && op->tactic_count() > 1) {
+        if (!picked && want != kDepthwiseTactic && timing && op->tactic_count() > 1) {
+          ++timed_layers;
           DeviceBuffer xb(x_span), yb(y_span), rb(d.has_residual ? value_bytes(ov) : 0);
           KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
           KILN_CUDA_CHECK(cudaMemsetAsync(rb.get(), 0, rb.size(), tune_stream.s));
           int sel = op->autotune(cudnn.h, xb.get(), wptr(n.inputs[1]), d.has_bias ? wptr(n.inputs[2]) : nullptr,
                                  d.has_residual ? rb.get() : nullptr, yb.get(), tune_ws.get(), tune_ws.size(), tune_stream.s,
                                  max_candidates(opts.opt_level));
-          if (record && op->tuned_time_us(sel) >= 0) chosen_us[n.name] = op->tuned_time_us(sel);
+          if (op->tuned_time_us(sel) >= 0) chosen_us[n.name] = op->tuned_time_us(sel);
           tuned[sig] = {op->tactic_name(sel), op->tuned_time_us(sel)};
         }
-        if (depthwise && (want == kDepthwiseTactic || (want.empty() && opts.opt_level >= 3))) {
+        if (depthwise && (want == kDepthwiseTactic || (want.empty() && timing))) {
           // kiln's own depthwise kernel is a candidate next to cuDNN's selected tactic.
           const std::string key = n.name + "#tap_major";
           if (!extra.count(key)) {
@@ -396,6 +404,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                                    d.pad_t, d.pad_l, d.dil_h, d.dil_w};
           bool use_own = want == kDepthwiseTactic;
           if (!use_own) {
+            ++timed_layers;
             DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov)), rb(d.has_residual ? value_bytes(ov) : 0);
             KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
             KILN_CUDA_CHECK(cudaMemsetAsync(rb.get(), 0, rb.size(), tune_stream.s));
@@ -411,11 +420,11 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
             use_own = own_us < cudnn_us;
             if (use_own) {
               tuned[sig] = {kDepthwiseTactic, own_us};
-              if (record) chosen_us[n.name] = own_us;
+              chosen_us[n.name] = own_us;
             }
           }
           if (use_own) {
-            if (record) chosen[n.name] = kDepthwiseTactic;
+            chosen[n.name] = kDepthwiseTactic;
             const int res = d.has_residual ? n.inputs[3] : -1;
             const Activation act = d.act;
             p->steps.push_back([=](const Exec& x) {
@@ -424,7 +433,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
             break;
           }
         }
-        if (record) chosen[n.name] = op->tactic_name(op->selected());
+        chosen[n.name] = op->tactic_name(op->selected());
         p->workspace_bytes = std::max(p->workspace_bytes, op->workspace_bytes());
         ConvOp* c = op.get();
         p->convs.push_back(std::move(op));
@@ -466,11 +475,12 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                                              opts.allow_tf32);
         const void* w = wptr(n.inputs[1]);
         const void* b = has_bias ? wptr(n.inputs[2]) : nullptr;
-        std::string want = bundle_tactic(*this, n.name);
+        std::string want = bundle_tactic(*this, batch, n.name);
         int sel = -1;
         for (int t = 0; !want.empty() && t < op->tactic_count(); ++t)
           if (op->tactic_name(t) == want) sel = t;
-        if (sel < 0 && opts.opt_level >= 3 && op->tactic_count() > 1) {
+        if (sel < 0 && timing && op->tactic_count() > 1) {
+          ++timed_layers;
           DeviceBuffer xb(value_bytes(g.values[in0])), yb(value_bytes(ov));
           KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), tune_stream.s));
           float best = 1e30f;
@@ -482,10 +492,10 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
             float us = time_us(tune_stream.s, [&] { lo->run(xb.get(), w, b, yb.get(), tune_ws.get(), tune_ws.size(), tune_stream.s); });
             if (us < best) best = us, sel = t;
           }
-          if (record && sel >= 0) chosen_us[n.name] = best;
+          if (sel >= 0) chosen_us[n.name] = best;
         }
         op->select(std::max(sel, 0));
-        if (record) chosen[n.name] = op->tactic_name(op->selected());
+        chosen[n.name] = op->tactic_name(op->selected());
         p->workspace_bytes = std::max(p->workspace_bytes, op->workspace_bytes());
         LinearOp* l = op.get();
         p->linears.push_back(std::move(op));

@@ -49,16 +49,21 @@ struct CudaEngine::Impl {
   std::map<int, DeviceBuffer> weights;                     // constant value id -> device copy (conv: KRSC)
   std::map<std::string, std::pair<DeviceBuffer, DeviceBuffer>> bn;  // node -> (scale, shift) f32
   std::map<std::string, DeviceBuffer> extra;               // per-node re-laid-out weights (e.g. depthwise tap-major)
-  std::map<std::string, std::string> chosen;              // node name -> tactic name
-  std::map<std::string, float> chosen_us;                 // node name -> timed microseconds (if timed)
+  // Per batch: node name -> tactic name / timed microseconds (if timed).
+  std::map<int64_t, std::map<std::string, std::string>> chosen;
+  std::map<int64_t, std::map<std::string, float>> chosen_us;
   // Layer signature (op, dtype, shapes, attributes) -> tactic timed for it, so
   // repeated layers (e.g. resnet50's identical blocks) are timed once.
   std::map<std::string, std::pair<std::string, float>> tuned;
   bool retuned = false;
+  int timed_layers = 0;  // layers timed so far (builds only: loading never times)
   std::mutex mu;
   std::map<int64_t, std::shared_ptr<Program>> programs;
 
   std::shared_ptr<Program> program_for(int64_t batch);
+  // The bundle's {node: {"tactic": ...}} for `batch` on this GPU, or null
+  // (not built for that batch, or tactics from another GPU/driver/library).
+  const nlohmann::json* recorded_layers(int64_t batch) const;
   std::shared_ptr<Program> build_program(int64_t batch);
 };
 
