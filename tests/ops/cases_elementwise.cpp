@@ -22,7 +22,7 @@ std::string shape_tag(const Shape& s) {
 void cuda_needs_4d(OpCase& c) {
   for (int v : c.graph.inputs)
     if (c.graph.values[v].shape.size() != 4) {
-      c.cuda = {Expect::Refuses, "CUDA engine inputs must be 4-D (cuda_program.cpp stages NCHW -> NHWC)"};
+      c.cuda = cuda_refuses_non_4d_inputs();
       return;
     }
 }
@@ -89,8 +89,7 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Mul, "mul", {b.input("x", m.x), b.input("s", m.s)}));
       c.input_lo = -3.f, c.input_hi = 3.f;
       c.limit = elementwise_limit(dt);
-      if (m.x == m.s)
-        c.cuda = {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (cuda_program.cpp)"};
+      if (m.x == m.s) c.cuda = cuda_refuses_same_shape_mul();
       cuda_needs_4d(c);
       out.push_back(std::move(c));
     }

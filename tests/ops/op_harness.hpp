@@ -37,8 +37,30 @@ enum class Expect {
 };
 struct Declared {
   Expect expect = Expect::Match;
-  std::string why;
+  std::string why;   // the limitation, where it lives
+  std::string says;  // Refuses: a part of the backend's error message, so the refusal is for this reason
 };
+
+// The limitations declared today, one place each.
+inline Declared cuda_refuses_non_4d_inputs() {
+  return {Expect::Refuses, "CUDA engine inputs must be 4-D (cuda_program.cpp stages NCHW -> NHWC)",
+          "must be 4-D for the CUDA backend"};
+}
+inline Declared cpu_refuses_non_channel_axis() {
+  return {Expect::Refuses, "CPU concat/slice take the channel axis of 4-D tensors (cpu_backend.cpp)",
+          "supports NCHW channel axis only"};
+}
+inline Declared cuda_refuses_non_channel_axis() {
+  return {Expect::Refuses, "CUDA concat/slice take the channel axis of 4-D tensors (cuda_program.cpp)",
+          "supports the channel axis of 4-D tensors"};
+}
+inline Declared cuda_refuses_same_shape_mul() {
+  return {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (cuda_program.cpp)",
+          "elementwise mul of equal shapes is not in the CUDA backend"};
+}
+inline Declared cuda_flatten_wrong_off_1x1() {
+  return {Expect::WrongResult, "CUDA flatten is an NHWC byte view, correct only on 1x1 maps or one channel (cuda_program.cpp)", ""};
+}
 
 struct OpCase {
   std::string name;   // unique, [A-Za-z0-9_] (a gtest name)

@@ -42,6 +42,8 @@ void check_backend(const OpCase& c, const char* backend, const Declared& d, cons
   if (d.expect == Expect::Refuses) {
     EXPECT_FALSE(refusal.empty()) << backend << " took " << c.name << ", declared refused (" << d.why
                                   << "): the limitation is gone, drop the declaration";
+    EXPECT_NE(refusal.find(d.says), std::string::npos)
+        << backend << " refused " << c.name << " for another reason than declared (" << d.why << "): " << refusal;
     return;
   }
   ASSERT_TRUE(refusal.empty()) << backend << " refused " << c.name << ", which declares no limitation: " << refusal;
@@ -147,8 +149,10 @@ TEST(OpHarness, EveryActivationHasCasesInEveryDtype) {
 TEST(OpHarness, CaseNamesAreUniqueAndDeclarationsGiveReasons) {
   for (const OpCase& c : all_cases()) {
     for (char ch : c.name) ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') << c.name;
-    if (c.cpu.expect != Expect::Match) EXPECT_FALSE(c.cpu.why.empty()) << c.name;
-    if (c.cuda.expect != Expect::Match) EXPECT_FALSE(c.cuda.why.empty()) << c.name;
+    for (const Declared* d : {&c.cpu, &c.cuda}) {
+      if (d->expect != Expect::Match) EXPECT_FALSE(d->why.empty()) << c.name;
+      if (d->expect == Expect::Refuses) EXPECT_FALSE(d->says.empty()) << c.name;
+    }
     EXPECT_TRUE(c.limit.measure == Measure::Exact ? c.limit.limit == 0 : c.limit.limit > 0) << c.name;
   }
 }
