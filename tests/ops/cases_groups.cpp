@@ -16,7 +16,7 @@ namespace kiln::ops {
 namespace {
 
 // Two to five rounded stages: about twice the one-node limits (cases_conv.cpp).
-Limit group_limit(DType dt) { return limit_for(Measure::MaxRel, dt, 1e-4, 1e-2, 6e-2); }
+Limit group_limit(DType dt) { return limit_for(Measure::MaxRel, dt, 2e-4, 1e-2, 6e-2); }
 
 struct Group {
   OpCase c;
