@@ -84,6 +84,11 @@ void add_conv_cases(std::vector<OpCase>& out) {
       {"c13_k24_3x3_valid_to_1x1", 3, 13, 3, 3, 24, 3, 3, s1, p0, d1, 1, true, false, "none"},
       {"c1_k12_3x3",              1, 1, 8, 9, 12, 3, 3, s1, p1, d1, 1, true, false, "relu"},
       {"c12_k12_3x3s3",           1, 12, 11, 11, 12, 3, 3, {3, 3}, p1, d1, 1, true, false, "none"},
+      // Maps large enough that the CPU backend splits im2col rows, epilogue rows and
+      // depthwise planes over its thread pool (small cases run in one chunk).
+      {"big_c24_k24_3x3_28x28_res", 1, 24, 28, 28, 24, 3, 3, s1, p1, d1, 1, true, true, "relu"},
+      {"big_dw64_3x3s2_b3_silu",  3, 64, 23, 23, 64, 3, 3, s2, p1, d1, 64, true, false, "silu"},
+      {"big_c13_k64_1x1_30x30",   1, 13, 30, 30, 64, 1, 1, s1, p0, d1, 1, true, false, "relu6"},
   };
   for (DType dt : kCaseTypes)
     for (const ConvSpec& s : specs) out.push_back(conv_case(s, dt));

@@ -44,6 +44,7 @@ void add_pool_cases(std::vector<OpCase>& out) {
       {"3x2_s1x2_asym", 1, 13, 6, 9, {3, 2}, {1, 2}, {1, 0, 2, 1}, false, true},
       {"1x1_on_1x1", 3, 24, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, false, true},
       {"2x3_p1x1_ceil", 1, 12, 5, 8, {2, 3}, {2, 3}, {1, 1, 0, 0}, true, true},
+      {"big_3x3s2p1_c64_b3", 3, 64, 29, 29, {3, 3}, {2, 2}, {1, 1, 1, 1}, false, true},  // planes split over the pool
   };
   const PoolSpec avg_specs[] = {
       {"pass_3x3s1p1_c13", 1, 13, 7, 6, {3, 3}, {1, 1}, {1, 1, 1, 1}, false, true},
@@ -55,6 +56,7 @@ void add_pool_cases(std::vector<OpCase>& out) {
       {"tfsame_3x3s2_nopad_count", 1, 13, 8, 8, {3, 3}, {2, 2}, {0, 0, 1, 1}, false, false},
       {"3x2_s1x2_asym", 3, 12, 6, 9, {3, 2}, {1, 2}, {1, 0, 2, 1}, false, true},
       {"1x1_on_1x1", 1, 24, 1, 1, {1, 1}, {1, 1}, {0, 0, 0, 0}, false, true},
+      {"big_3x3s1p1_c64_b3", 3, 64, 21, 21, {3, 3}, {1, 1}, {1, 1, 1, 1}, false, false},  // planes split over the pool
   };
   struct GapSpec {
     const char* tag;
