@@ -6,6 +6,12 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 
+// The reference must know every op and activation: a new enumerator without
+// a case here is a compile error (-Wswitch-enum warns despite the defaults,
+// which catch corrupt values at run time).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch-enum"
+
 namespace kiln::ref {
 
 double activate(Activation a, double x) {
@@ -50,6 +56,7 @@ std::vector<Buffer> run_reference(const Graph& g, const Node& n, const std::vect
   for (float& v : y) v = round_to_storage(out.dtype, v);
   return {std::move(y)};
 }
+#pragma GCC diagnostic pop
 
 std::vector<Buffer> run_reference_graph(const Graph& g, const std::vector<Buffer>& inputs) {
   if (inputs.size() != g.inputs.size()) fail_runtime("reference: ", inputs.size(), " inputs for ", g.inputs.size());
