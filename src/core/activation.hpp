@@ -9,6 +9,10 @@ namespace kiln {
 
 enum class Activation { None, Relu, Relu6, Silu, Sigmoid };
 
+// Throws kiln::Error naming the value: the default of every switch over
+// Activation (out of line so this header needs no error header).
+[[noreturn]] void fail_unknown_activation(Activation a, const char* where);
+
 inline const char* activation_name(Activation a) {
   switch (a) {
     case Activation::None: return "none";
@@ -16,8 +20,8 @@ inline const char* activation_name(Activation a) {
     case Activation::Relu6: return "relu6";
     case Activation::Silu: return "silu";
     case Activation::Sigmoid: return "sigmoid";
+    default: fail_unknown_activation(a, "activation_name");
   }
-  return "?";
 }
 
 inline std::optional<Activation> activation_from_name(std::string_view s) {
@@ -33,8 +37,8 @@ inline float apply_activation(Activation a, float x) {
     case Activation::Relu6: return x < 0.f ? 0.f : (x > 6.f ? 6.f : x);
     case Activation::Silu: return x / (1.f + std::exp(-x));
     case Activation::Sigmoid: return 1.f / (1.f + std::exp(-x));
+    default: fail_unknown_activation(a, "apply_activation");
   }
-  return x;
 }
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
 #include "ir/op.hpp"
 
+#include "core/error.hpp"
+
 namespace kiln {
 
 namespace {
@@ -17,7 +19,12 @@ constexpr bool ops_in_enum_order() {
 static_assert(ops_in_enum_order(), "op table must list ops in enum order");
 }  // namespace
 
-const OpInfo& op_info(Op op) { return kOps[static_cast<size_t>(op)]; }
+const OpInfo& op_info(Op op) {
+  // An Op outside the table (a corrupt value) must not index past it: every
+  // switch's default names the op through here.
+  if (static_cast<size_t>(op) >= kOpCount) fail_runtime("unknown op (enum value ", static_cast<int>(op), ")");
+  return kOps[static_cast<size_t>(op)];
+}
 
 std::optional<Op> op_from_name(std::string_view name) {
   for (const auto& o : kOps)

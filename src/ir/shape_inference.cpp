@@ -156,6 +156,7 @@ void infer_node(const Graph& g, const Node& n, DType* dtype, Shape* shape) {
       *shape = x.shape;
       break;
     }
+    default: fail_input(n.name, ": no shape rule for op ", op_name(n.op));
   }
 }
 

@@ -7,6 +7,8 @@
 #   --quick GPU tests only, without the every-tactic sweeps and timing printouts
 #   --bench resnet50 bench only (+ torch.compile max-autotune when KILN_AUTOTUNE_PEER=<batch>)
 #   --family4  full-size checks and benches of the Res2Net and EfficientNet families (issue #4)
+#   --ops   the op harness only (kiln_ops_tests: every case on the CPU and CUDA backends vs the
+#           plain reference; KILN_OPS_ARGS adds flags, e.g. "--perf" or "--gtest_filter=*conv2d*")
 # Environment: KILN_RES2NET_MODELS / KILN_EFFNET_MODELS choose the full-size models --family4
 # makes (timm names; set and empty: none of that family), KILN_CHECK_MODELS / KILN_BENCH_MODELS narrow --family4 (space-separated names;
 # KILN_CHECK_MODELS=none skips the checks), KILN_PEERS=none skips the PyTorch peers,
@@ -77,7 +79,11 @@ case "$mode" in
     [ "$mode" = "--quick" ] && [ -z "${KILN_GPU_TEST_FILTER:-}" ] && filter='-All/ConvTactics.*:CudaKernels.LinearEveryTactic:*Perf*'
     $work/bin/kiln_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$out/gpu_tests.log" 2>&1 || status=1
     tail -5 "$out/gpu_tests.log"
+    # Not in --quick: that mode alone already takes most of the device tool's 600 s.
     [ "$mode" = "--quick" ] && exit $status
+    echo "== op harness"
+    $work/bin/kiln_ops_tests --gtest_brief=1 --errors > "$out/ops_tests.log" 2>&1 || status=1
+    grep -E "PASSED|FAILED" "$out/ops_tests.log" | tail -5
     echo "== CPU suite on this machine"
     $work/bin/kiln_tests --gtest_brief=1 > "$out/cpu_tests.log" 2>&1 || status=1
     tail -3 "$out/cpu_tests.log"
@@ -86,6 +92,10 @@ case "$mode" in
     for m in resnet50 resnet50d resnext50_32x4d; do check_model $m; done
     echo "== bench"
     bench_model resnet50
+    ;;
+  --ops)
+    $work/bin/kiln_ops_tests --gtest_brief=1 --errors ${KILN_OPS_ARGS:-} > "$out/ops_tests.log" 2>&1 || status=1
+    grep -E "PASSED|FAILED" "$out/ops_tests.log" | tail -40
     ;;
   --bench)
     python3 tools/reference/make_fixtures.py --full-size $work/full > "$out/fixtures.log" 2>&1 || exit 1

@@ -11,7 +11,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 [ -d build-cuda ] || cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build-cuda -j"$(nproc)"
 rm -rf .gpu/pack && mkdir -p .gpu/pack/lib .gpu/pack/bin
-cp build-cuda/kiln build-cuda/kiln_tests build-cuda/kiln_gpu_tests .gpu/pack/bin/
+cp build-cuda/kiln build-cuda/kiln_tests build-cuda/kiln_gpu_tests build-cuda/kiln_ops_tests .gpu/pack/bin/
 strip .gpu/pack/bin/* || true
 for lib in libjpeg.so.62; do cp -L "/usr/lib/x86_64-linux-gnu/$lib" .gpu/pack/lib/; done
 tar -C .gpu/pack -cJf .gpu/payload.tar.xz bin lib

@@ -167,6 +167,7 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);
       break;
     }
+    default: fail_runtime(n.name, ": the CPU backend has no kernel for op ", op_name(n.op));
   }
   round_storage(out_v.dtype, out, count);
 }

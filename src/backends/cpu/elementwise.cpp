@@ -34,6 +34,7 @@ void apply_loop(int64_t count, Src src, Activation act, float* y) {
     case Activation::Sigmoid:
       for (int64_t i = 0; i < count; ++i) y[i] = apply_activation(Activation::Sigmoid, src(i));
       break;
+    default: fail_unknown_activation(act, "cpu elementwise");
   }
 }
 

@@ -66,6 +66,7 @@ fe::graph::Pointwise_attributes activation_attrs(Activation a) {
     case Activation::Silu: p.set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f); break;
     case Activation::Sigmoid: p.set_mode(fe::PointwiseMode_t::SIGMOID_FWD); break;
     case Activation::None: break;
+    default: fail_unknown_activation(a, "cuda conv epilogue");
   }
   return p;
 }

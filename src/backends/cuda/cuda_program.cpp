@@ -628,6 +628,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
       }
       case Op::Flatten:
         break;
+      default: fail_input(n.name, ": the CUDA backend has no lowering for op ", op_name(n.op));
     }
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(tune_stream.s));

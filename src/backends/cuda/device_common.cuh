@@ -181,8 +181,8 @@ void dispatch_act(Activation a, F&& f) {
     case Activation::Relu6: f(std::integral_constant<Activation, Activation::Relu6>{}); return;
     case Activation::Silu: f(std::integral_constant<Activation, Activation::Silu>{}); return;
     case Activation::Sigmoid: f(std::integral_constant<Activation, Activation::Sigmoid>{}); return;
+    default: fail_unknown_activation(a, "cuda dispatch_act");
   }
-  fail_runtime("cuda: unknown activation ", int(a));
 }
 
 // Whether kiln's kernels are launched with the PDL attribute: the thread's

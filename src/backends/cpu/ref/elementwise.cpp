@@ -1,0 +1,38 @@
+// activation, add (with its fused activation) and mul (same shapes, or a
+// per-channel scale [N,C,1,1] broadcast over the pixels of a 4-D x).
+#include "backends/cpu/ref/ref.hpp"
+#include "core/error.hpp"
+
+namespace kiln::ref {
+
+Buffer activation(const OpArgs& a) {
+  const Activation act = a.n.activation();
+  Buffer y(a.in[0].size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(activate(act, a.in[0][i]));
+  return y;
+}
+
+Buffer add(const OpArgs& a) {
+  if (a.in_shape(0) != a.in_shape(1)) fail_runtime(a.n.name, ": reference add needs equal shapes");
+  const Activation act = a.n.activation();
+  Buffer y(a.in[0].size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(activate(act, double(a.in[0][i]) + a.in[1][i]));
+  return y;
+}
+
+Buffer mul(const OpArgs& a) {
+  const Shape& xs = a.in_shape(0);
+  const Buffer &x = a.in[0], &s = a.in[1];
+  Buffer y(x.size());
+  if (a.in_shape(1) == xs) {
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(double(x[i]) * s[i]);
+    return y;
+  }
+  // [N,C,H,W] * [N,C,1,1]: one factor per (image, channel).
+  const int64_t planes = xs[0] * xs[1], hw = xs[2] * xs[3];
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i = 0; i < hw; ++i) y[p * hw + i] = static_cast<float>(double(x[p * hw + i]) * s[p]);
+  return y;
+}
+
+}  // namespace kiln::ref

@@ -1,0 +1,87 @@
+// Dispatch of the plain reference over the op table, and the graph walk.
+#include "backends/cpu/ref/ref.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+// The reference must know every op and activation: a new enumerator without
+// a case here is a compile error (-Wswitch-enum warns despite the defaults,
+// which catch corrupt values at run time).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch-enum"
+
+namespace kiln::ref {
+
+double activate(Activation a, double x) {
+  switch (a) {
+    case Activation::None: return x;
+    case Activation::Relu: return x > 0 ? x : 0;
+    case Activation::Relu6: return x < 0 ? 0 : (x > 6 ? 6 : x);
+    case Activation::Silu: return x / (1 + std::exp(-x));
+    case Activation::Sigmoid: return 1 / (1 + std::exp(-x));
+    default: fail_runtime("reference: unknown activation ", static_cast<int>(a));
+  }
+}
+
+std::vector<Buffer> run_reference(const Graph& g, const Node& n, const std::vector<Buffer>& inputs) {
+  if (inputs.size() != n.inputs.size())
+    fail_runtime(n.name, ": reference got ", inputs.size(), " inputs, the node has ", n.inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (static_cast<int64_t>(inputs[i].size()) != shape_numel(g.values[n.inputs[i]].shape))
+      fail_runtime(n.name, ": reference input ", i, " has ", inputs[i].size(), " values for shape ",
+                   shape_str(g.values[n.inputs[i]].shape));
+  const OpArgs a{g, n, inputs};
+  Buffer y;
+  switch (n.op) {
+    case Op::Conv2d: y = conv2d(a); break;
+    case Op::BatchNorm: y = batch_norm(a); break;
+    case Op::Activation: y = activation(a); break;
+    case Op::Add: y = add(a); break;
+    case Op::Mul: y = mul(a); break;
+    case Op::MaxPool2d: y = max_pool2d(a); break;
+    case Op::AvgPool2d: y = avg_pool2d(a); break;
+    case Op::GlobalAvgPool: y = global_avg_pool(a); break;
+    case Op::Flatten: y = flatten(a); break;
+    case Op::Linear: y = linear(a); break;
+    case Op::Concat: y = concat(a); break;
+    case Op::Slice: y = slice(a); break;
+    case Op::Cast: y = cast(a); break;
+    default: fail_runtime(n.name, ": the reference has no implementation of op ", static_cast<int>(n.op));
+  }
+  const Value& out = g.values[n.outputs[0]];
+  if (static_cast<int64_t>(y.size()) != shape_numel(out.shape))
+    fail_runtime(n.name, ": reference ", op_name(n.op), " produced ", y.size(), " values for ", shape_str(out.shape));
+  for (float& v : y) v = round_to_storage(out.dtype, v);
+  return {std::move(y)};
+}
+#pragma GCC diagnostic pop
+
+std::vector<Buffer> run_reference_graph(const Graph& g, const std::vector<Buffer>& inputs) {
+  if (inputs.size() != g.inputs.size()) fail_runtime("reference: ", inputs.size(), " inputs for ", g.inputs.size());
+  std::vector<Buffer> values(g.values.size());
+  std::vector<char> ready(g.values.size(), 0);
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    // An engine stores its inputs in the input value's type; so does the reference.
+    values[g.inputs[k]] = inputs[k];
+    for (float& x : values[g.inputs[k]]) x = round_to_storage(g.values[g.inputs[k]].dtype, x);
+    ready[g.inputs[k]] = 1;
+  }
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].constant) values[v] = g.values[v].constant->to_f32(), ready[v] = 1;
+  for (const Node& n : g.nodes) {
+    std::vector<Buffer> args;
+    for (int v : n.inputs) {
+      if (!ready[v]) fail_runtime(n.name, ": reference reads value '", g.values[v].name, "' before it is computed");
+      args.push_back(values[v]);
+    }
+    auto outs = run_reference(g, n, args);
+    for (size_t k = 0; k < n.outputs.size(); ++k) values[n.outputs[k]] = std::move(outs[k]), ready[n.outputs[k]] = 1;
+  }
+  std::vector<Buffer> result;
+  for (int v : g.outputs) result.push_back(values[v]);
+  return result;
+}
+
+}  // namespace kiln::ref

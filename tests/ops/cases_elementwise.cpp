@@ -1,0 +1,144 @@
+// activation (every kind), add (with each fused activation), mul (channel
+// scale and same shape), batch_norm and linear cases; ranks 2-5 where the op
+// takes any rank.
+#include <cmath>
+
+#include "op_harness.hpp"
+
+namespace kiln::ops {
+
+namespace {
+
+const char* const kActs[] = {"none", "relu", "relu6", "silu", "sigmoid"};
+const Shape kShapes[] = {{1, 13, 5, 7}, {3, 24, 1, 1}, {3, 13}, {2, 12, 5}, {1, 3, 2, 3, 4}};
+
+std::string shape_tag(const Shape& s) {
+  std::string t = "r" + std::to_string(s.size());
+  for (int64_t d : s) t += "_" + std::to_string(d);
+  return t;
+}
+
+// The CUDA backend stages engine inputs as NCHW -> NHWC: other ranks are refused at build.
+void cuda_needs_4d(OpCase& c) {
+  for (int v : c.graph.inputs)
+    if (c.graph.values[v].shape.size() != 4) {
+      c.cuda = cuda_refuses_non_4d_inputs();
+      return;
+    }
+}
+
+// Elementwise limit: both sides evaluate the same formula on the same stored
+// inputs; f32 differs by exp()'s last bits (float vs double), f16/bf16 by one
+// rounding of the result (2^-10, 2^-7 relative).
+Limit elementwise_limit(DType dt) { return limit_for(Measure::ElemRel, dt, 1e-6, 1e-3, 8e-3); }
+
+OpCase start(const std::string& op, const std::string& tag, DType dt) {
+  OpCase c;
+  c.name = op + "_" + tag + "_" + dtype_name(dt);
+  c.group = op;
+  c.dtype = dt;
+  return c;
+}
+
+}  // namespace
+
+void add_elementwise_cases(std::vector<OpCase>& out) {
+  for (DType dt : kCaseTypes) {
+    for (const char* act : kActs)
+      for (const Shape& s : kShapes) {
+        OpCase c = start("activation", std::string(act) + "_" + shape_tag(s), dt);
+        CaseBuilder b(c.name, dt);
+        c.graph = b.finish(b.node(Op::Activation, "act", {b.input("x", s)}, {{"activation", std::string(act)}}));
+        c.input_lo = -8.f, c.input_hi = 8.f;  // relu6's clamp at 6 and the sigmoid's tails
+        c.limit = elementwise_limit(dt);
+        cuda_needs_4d(c);
+        out.push_back(std::move(c));
+      }
+
+    const std::pair<Shape, const char*> add_specs[] = {
+        {{1, 13, 5, 7}, "none"}, {{3, 24, 4, 4}, "relu"}, {{1, 12, 1, 1}, "silu"},
+        {{3, 13}, "relu6"},      {{2, 12, 5}, "sigmoid"}, {{1, 3, 2, 3, 4}, "relu"},
+    };
+    for (const auto& [s, act] : add_specs) {
+      OpCase c = start("add", std::string(act) + "_" + shape_tag(s), dt);
+      CaseBuilder b(c.name, dt);
+      Attrs a;
+      if (std::string(act) != "none") a["activation"] = std::string(act);
+      c.graph = b.finish(b.node(Op::Add, "add", {b.input("a", s), b.input("b", s)}, a));
+      c.input_lo = -4.f, c.input_hi = 4.f;
+      c.limit = elementwise_limit(dt);
+      cuda_needs_4d(c);
+      out.push_back(std::move(c));
+    }
+
+    struct MulSpec {
+      const char* tag;
+      Shape x, s;
+    };
+    const MulSpec mul_specs[] = {
+        {"scale_c13", {1, 13, 5, 7}, {1, 13, 1, 1}},
+        {"scale_c24_b3", {3, 24, 3, 2}, {3, 24, 1, 1}},
+        {"scale_on_1x1_b3", {3, 12, 1, 1}, {3, 12, 1, 1}},
+        {"same_c13", {1, 13, 4, 4}, {1, 13, 4, 4}},
+        {"same_r2", {3, 13}, {3, 13}},
+        {"same_r5", {1, 3, 2, 3, 4}, {1, 3, 2, 3, 4}},
+    };
+    for (const MulSpec& m : mul_specs) {
+      OpCase c = start("mul", m.tag, dt);
+      CaseBuilder b(c.name, dt);
+      c.graph = b.finish(b.node(Op::Mul, "mul", {b.input("x", m.x), b.input("s", m.s)}));
+      c.input_lo = -3.f, c.input_hi = 3.f;
+      c.limit = elementwise_limit(dt);
+      if (m.x == m.s) c.cuda = cuda_refuses_same_shape_mul();
+      cuda_needs_4d(c);
+      out.push_back(std::move(c));
+    }
+
+    const std::pair<Shape, double> bn_specs[] = {
+        {{1, 13, 5, 7}, 1e-5}, {{3, 24, 1, 1}, 1e-5}, {{2, 12, 9, 3}, 1e-3}, {{3, 13}, 1e-5}, {{2, 12, 5}, 1e-5},
+        {{1, 3, 2, 3, 4}, 1e-3},
+    };
+    for (const auto& [s, eps] : bn_specs) {
+      OpCase c = start("batch_norm", shape_tag(s) + (eps > 1e-4 ? "_eps1e3" : ""), dt);
+      CaseBuilder b(c.name, dt);
+      const int64_t ch = s[1];
+      std::vector<int> ins = {b.input("x", s), b.weight("scale", {ch}, 0.5f, 1.5f), b.weight("bias", {ch}, -0.5f, 0.5f),
+                              b.weight("mean", {ch}, -0.3f, 0.3f), b.weight("var", {ch}, 0.1f, 2.f)};
+      c.graph = b.finish(b.node(Op::BatchNorm, "bn", ins, {{"eps", eps}}));
+      c.input_lo = -2.f, c.input_hi = 2.f;
+      // The CUDA kernel applies a folded x*s + t (s, t in f32): the same value up to
+      // a few f32 roundings, so the f32 limit is a little looser than other elementwise ops.
+      c.limit = limit_for(Measure::ElemRel, dt, 4e-6, 1e-3, 8e-3);
+      cuda_needs_4d(c);
+      out.push_back(std::move(c));
+    }
+
+    struct LinearSpec {
+      const char* tag;
+      int64_t n, k, m;
+      bool bias;
+      const char* act;
+    };
+    const LinearSpec linear_specs[] = {
+        {"k13_m24_relu", 1, 13, 24, true, "relu"}, {"k24_m13_b3", 3, 24, 13, true, "none"},
+        {"k12_m1_nobias_sigmoid", 3, 12, 1, false, "sigmoid"}, {"k130_m10_relu6_b3", 3, 130, 10, true, "relu6"},
+        {"k64_m12_silu", 1, 64, 12, true, "silu"},
+    };
+    for (const LinearSpec& l : linear_specs) {
+      OpCase c = start("linear", l.tag, dt);
+      CaseBuilder b(c.name, dt);
+      const float wr = 1.7f / std::sqrt(static_cast<float>(l.k));
+      std::vector<int> ins = {b.input("x", {l.n, l.k}), b.weight("w", {l.m, l.k}, -wr, wr)};
+      if (l.bias) ins.push_back(b.weight("b", {l.m}, -0.5f, 0.5f));
+      Attrs a;
+      if (std::string(l.act) != "none") a["activation"] = std::string(l.act);
+      c.graph = b.finish(b.node(Op::Linear, "fc", ins, a));
+      // A dot product of up to 130 terms: as conv2d (cases_conv.cpp).
+      c.limit = limit_for(Measure::MaxRel, dt, 1e-4, 5e-3, 3e-2);
+      cuda_needs_4d(c);  // CUDA runs linear behind a flatten of a 4-D value: the group:flatten_linear cases
+      out.push_back(std::move(c));
+    }
+  }
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,135 @@
+// flatten, concat, slice and cast cases: channel axis of 4-D tensors (what
+// the backends lower), other axes and ranks 2-5 (what the IR allows), one
+// input concats, slices of one channel, casts between every float type.
+// All exact: these ops move or round values, they compute nothing.
+#include "op_harness.hpp"
+
+namespace kiln::ops {
+
+namespace {
+
+std::string shape_tag(const Shape& s) {
+  std::string t = "r" + std::to_string(s.size());
+  for (int64_t d : s) t += "_" + std::to_string(d);
+  return t;
+}
+
+OpCase start(const std::string& op, const std::string& tag, DType dt) {
+  OpCase c;
+  c.name = op + "_" + tag + "_" + dtype_name(dt);
+  c.group = op;
+  c.dtype = dt;
+  c.limit = {Measure::Exact, 0};
+  c.input_lo = -5.f, c.input_hi = 5.f;
+  return c;
+}
+
+bool all_4d(const Graph& g) {
+  for (int v : g.inputs)
+    if (g.values[v].shape.size() != 4) return false;
+  return true;
+}
+
+// What the CPU and CUDA backends lower of concat/slice: axis 1 of 4-D tensors.
+void channel_axis_only(OpCase& c, int64_t axis, size_t rank) {
+  if (axis == 1 && rank == 4) return;
+  c.cpu = cpu_refuses_non_channel_axis();
+  c.cuda = all_4d(c.graph) ? cuda_refuses_non_channel_axis() : cuda_refuses_non_4d_inputs();
+}
+
+}  // namespace
+
+void add_shape_cases(std::vector<OpCase>& out) {
+  for (DType dt : kCaseTypes) {
+    const Shape flatten_specs[] = {{3, 24, 1, 1}, {1, 13, 1, 1}, {2, 1, 3, 3}, {3, 12, 2, 2}, {1, 13, 3, 5}, {2, 3, 5}, {2, 3, 1, 2, 2}};
+    for (const Shape& s : flatten_specs) {
+      OpCase c = start("flatten", shape_tag(s), dt);
+      CaseBuilder b(c.name, dt);
+      c.graph = b.finish(b.node(Op::Flatten, "flatten", {b.input("x", s)}));
+      if (s.size() != 4) {
+        c.cuda = cuda_refuses_non_4d_inputs();
+      } else if (s[1] > 1 && s[2] * s[3] > 1) {
+        // Recorded limitation: CUDA's flatten is a view of the NHWC bytes, so it
+        // yields [N, H*W*C] order; it is right only for 1x1 maps (or one channel).
+        c.cuda = cuda_flatten_wrong_off_1x1();
+      }
+      out.push_back(std::move(c));
+    }
+
+    struct ConcatSpec {
+      const char* tag;
+      std::vector<Shape> ins;
+      int64_t axis;
+    };
+    const ConcatSpec concat_specs[] = {
+        {"c13_12_1", {{1, 13, 5, 7}, {1, 12, 5, 7}, {1, 1, 5, 7}}, 1},
+        {"c24_13_b3", {{3, 24, 2, 2}, {3, 13, 2, 2}}, 1},
+        {"c12_1x1_b3", {{3, 12, 1, 1}, {3, 13, 1, 1}}, 1},
+        {"one_input", {{1, 12, 3, 3}}, 1},
+        {"axis0", {{2, 3, 2, 2}, {2, 3, 2, 2}}, 0},  // equal batches: the runtime takes one batch size
+        {"axis2", {{1, 3, 2, 4}, {1, 3, 5, 4}}, 2},
+        {"axis_neg1_r4", {{2, 3, 2, 4}, {2, 3, 2, 3}}, -1},
+        {"r2_axis1", {{3, 13}, {3, 12}}, 1},
+        {"r3_axis2", {{2, 3, 5}, {2, 3, 1}}, 2},
+        {"r5_axis2", {{1, 2, 3, 2, 2}, {1, 2, 1, 2, 2}}, 2},
+    };
+    for (const ConcatSpec& s : concat_specs) {
+      OpCase c = start("concat", s.tag, dt);
+      CaseBuilder b(c.name, dt);
+      std::vector<int> ins;
+      for (size_t k = 0; k < s.ins.size(); ++k) ins.push_back(b.input("x" + std::to_string(k), s.ins[k]));
+      c.graph = b.finish(b.node(Op::Concat, "concat", ins, {{"axis", s.axis}}));
+      channel_axis_only(c, s.axis, s.ins[0].size());
+      out.push_back(std::move(c));
+    }
+
+    struct SliceSpec {
+      const char* tag;
+      Shape x;
+      int64_t axis, start, end;
+    };
+    const SliceSpec slice_specs[] = {
+        {"c24_first13", {1, 24, 5, 7}, 1, 0, 13},   {"c24_last11_b3", {3, 24, 3, 3}, 1, 13, 24},
+        {"c13_one_1x1", {1, 13, 1, 1}, 1, 12, 13},  {"c26_middle_b3", {3, 26, 2, 3}, 1, 5, 18},
+        {"axis0", {3, 4, 2, 2}, 0, 0, 1},           {"axis0_past_1", {3, 4, 2, 2}, 0, 1, 3},
+        {"axis2", {1, 3, 6, 4}, 2, 1, 4},
+        {"axis3", {2, 3, 2, 7}, 3, 2, 7},           {"r2_axis1", {3, 13}, 1, 2, 9},
+        {"r3_axis_neg1", {2, 3, 5}, -1, 1, 4},      {"r5_axis4", {1, 2, 3, 2, 4}, 4, 0, 3},
+    };
+    for (const SliceSpec& s : slice_specs) {
+      OpCase c = start("slice", s.tag, dt);
+      CaseBuilder b(c.name, dt);
+      c.graph = b.finish(b.node(Op::Slice, "slice", {b.input("x", s.x)}, {{"axis", s.axis}, {"start", s.start}, {"end", s.end}}));
+      channel_axis_only(c, s.axis, s.x.size());
+      if (s.axis == 0 && s.end > 1)
+        c.cpu = {Expect::Refuses,
+                 "the runtime also plans every graph at batch 1 (plan_for_batch's per-image graph, engine.cpp), where a "
+                 "batch-axis slice past image 0 is out of range",
+                 "out of range"};
+      out.push_back(std::move(c));
+    }
+
+    // Casts, by the non-f32 side's type: f32 -> dt and dt -> f32 (f32: the
+    // identity cast), plus between the two narrow types.
+    struct CastSpec {
+      const char* tag;
+      DType from, to;
+      Shape x;
+    };
+    const DType other = dt == DType::F16 ? DType::BF16 : DType::F16;
+    const CastSpec cast_specs[] = {
+        {"from_f32", DType::F32, dt, {1, 13, 5, 7}}, {"to_f32_b3", dt, DType::F32, {3, 24, 1, 1}},
+        {"from_f32_r2", DType::F32, dt, {3, 13}},    {"narrow_to_other", dt == DType::F32 ? DType::F16 : dt, other, {1, 12, 3, 3}},
+    };
+    for (const CastSpec& s : cast_specs) {
+      OpCase c = start("cast", s.tag, dt);
+      CaseBuilder b(c.name, dt);
+      c.graph = b.finish(b.node(Op::Cast, "cast", {b.input_as("x", s.from, s.x)}, {{"dtype", std::string(dtype_name(s.to))}}));
+      c.input_lo = -3000.f, c.input_hi = 3000.f;  // wide enough that rounding to bf16 (8 bits) and f16 (11 bits) shows
+      if (s.x.size() != 4) c.cuda = cuda_refuses_non_4d_inputs();
+      out.push_back(std::move(c));
+    }
+  }
+}
+
+}  // namespace kiln::ops

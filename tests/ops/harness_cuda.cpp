@@ -1,0 +1,54 @@
+// The CUDA runner: the case graph goes through CudaEngine + CudaContext, the
+// path Engine::load and ExecutionContext::run take (tactic selection at the
+// requested opt level, NHWC layout, the SE and window-conv plans, CUDA-graph
+// capture). Compiled only in CUDA builds.
+#include "op_harness.hpp"
+
+#ifdef KILN_HAVE_CUDA
+#include <memory>
+
+#include "backends/cuda/cuda_engine.hpp"
+#include "core/error.hpp"
+
+namespace kiln::ops {
+
+bool cuda_available() {
+  std::string why;
+  return cuda::device_available(&why);
+}
+
+std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int opt_level,
+                                          int perf_runs, double* median_ms) {
+  const int64_t batch = g.values[g.inputs.at(0)].shape.at(0);
+  for (int v : g.inputs)  // ExecutionContext::run's check: one batch size for all inputs
+    if (g.values[v].shape.at(0) != batch) fail_input("inputs disagree on the batch size");
+  cuda::CudaOptions o;
+  o.opt_level = opt_level;
+  auto engine = std::make_shared<cuda::CudaEngine>(g, o);
+  cuda::CudaContext ctx(engine);
+  std::vector<Tensor> tensors;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Value& v = g.values[g.inputs[k]];
+    tensors.push_back({v.name, v.shape, inputs[k]});
+  }
+  std::vector<const Tensor*> given;
+  for (const Tensor& t : tensors) given.push_back(&t);
+  std::vector<ref::Buffer> out;
+  for (Tensor& t : ctx.run(given, batch)) out.push_back(std::move(t.data));
+  if (perf_runs > 0 && median_ms) {
+    std::vector<double> ms;
+    for (int r = 0; r < perf_runs; ++r) ms.push_back(ctx.timed_replay_ms(batch));
+    *median_ms = median(ms);
+  }
+  return out;
+}
+
+}  // namespace kiln::ops
+
+#else
+
+namespace kiln::ops {
+bool cuda_available() { return false; }
+}  // namespace kiln::ops
+
+#endif

@@ -1,0 +1,138 @@
+// The op harness (in the spirit of ggml's test-backend-ops): a table of
+// cases, each a one-node graph (or one fused group) built in code with its
+// shapes, attributes, dtype and the error measure and limit it is judged by.
+// Every case runs through the plain reference (src/backends/cpu/ref/), the
+// optimized CPU backend and, in CUDA builds, the CUDA backend, each through
+// the lowering the runtime uses. A backend that cannot take a case says so
+// in the case (Expect::Refuses / Expect::WrongResult with the reason); the
+// harness fails when a backend refuses an undeclared case, or takes a
+// declared one, so every limitation is visible.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/ref/ref.hpp"
+#include "ir/graph.hpp"
+
+namespace kiln::ops {
+
+enum class Measure {
+  Exact,    // bit-equal values: ops that only move or round values
+  MaxRel,   // max|got - ref| / max|ref|: reductions, where small outputs carry the absolute error of big terms
+  ElemRel,  // max over elements of |got - ref| / max(1, |ref|): elementwise ops
+};
+const char* measure_name(Measure m);
+
+struct Limit {
+  Measure measure = Measure::Exact;
+  double limit = 0;
+};
+
+// What a backend does with a case.
+enum class Expect {
+  Match,        // runs and agrees with the reference within the limit
+  Refuses,      // building or running throws kiln::Error
+  WrongResult,  // runs but is known to disagree (a recorded backend bug, never silent)
+};
+struct Declared {
+  Expect expect = Expect::Match;
+  std::string why;   // the limitation, where it lives
+  std::string says;  // Refuses: a part of the backend's error message, so the refusal is for this reason
+};
+
+// The limitations declared today, one place each.
+inline Declared cuda_refuses_non_4d_inputs() {
+  return {Expect::Refuses, "CUDA engine inputs must be 4-D (cuda_program.cpp stages NCHW -> NHWC)",
+          "must be 4-D for the CUDA backend"};
+}
+inline Declared cpu_refuses_non_channel_axis() {
+  return {Expect::Refuses, "CPU concat/slice take the channel axis of 4-D tensors (cpu_backend.cpp)",
+          "supports NCHW channel axis only"};
+}
+inline Declared cuda_refuses_non_channel_axis() {
+  return {Expect::Refuses, "CUDA concat/slice take the channel axis of 4-D tensors (cuda_program.cpp)",
+          "supports the channel axis of 4-D tensors"};
+}
+inline Declared cuda_refuses_same_shape_mul() {
+  return {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (cuda_program.cpp)",
+          "elementwise mul of equal shapes is not in the CUDA backend"};
+}
+inline Declared cuda_flatten_wrong_off_1x1() {
+  return {Expect::WrongResult, "CUDA flatten is an NHWC byte view, correct only on 1x1 maps or one channel (cuda_program.cpp)", ""};
+}
+
+struct OpCase {
+  std::string name;   // unique, [A-Za-z0-9_] (a gtest name)
+  std::string group;  // op name for one-node cases, "group:<what>" for fused groups
+  DType dtype = DType::F32;
+  Graph graph;
+  Limit limit;
+  float input_lo = -1.f, input_hi = 1.f;  // graph inputs are uniform in this range, rounded to their dtype
+  Declared cpu, cuda;
+  bool single_op() const { return group.rfind("group:", 0) != 0; }
+};
+
+// Every case, built once (all dtypes).
+const std::vector<OpCase>& all_cases();
+// Parts of the table, one function per op family (cases_*.cpp).
+void add_conv_cases(std::vector<OpCase>& out);
+void add_pool_cases(std::vector<OpCase>& out);
+void add_elementwise_cases(std::vector<OpCase>& out);
+void add_shape_cases(std::vector<OpCase>& out);
+void add_group_cases(std::vector<OpCase>& out);
+
+inline const DType kCaseTypes[] = {DType::F32, DType::F16, DType::BF16};
+
+// Builds a graph in a dtype: inputs and constants in that storage type,
+// constants random (seeded by the case name) and rounded once (RNE).
+class CaseBuilder {
+ public:
+  CaseBuilder(const std::string& seed_name, DType dt);
+  int input(const std::string& name, const Shape& shape);
+  int input_as(const std::string& name, DType dt, const Shape& shape);
+  int weight(const std::string& name, const Shape& shape, float lo, float hi);
+  int node(Op op, const std::string& name, const std::vector<int>& ins, Attrs attrs = {});
+  Graph finish(int output);
+  Graph finish(const std::vector<int>& outputs);
+  DType dtype() const { return dt_; }
+
+ private:
+  Graph g_;
+  DType dt_;
+  uint32_t seed_;
+  int constants_ = 0;
+};
+
+// The limit of a case by dtype: one value per float type, in kCaseTypes order.
+Limit limit_for(Measure m, DType dt, double f32, double f16, double bf16);
+
+// Inputs of a case: uniform in [input_lo, input_hi], seeded by the case name,
+// rounded to each input's storage type (what the engine stores).
+std::vector<ref::Buffer> case_inputs(const OpCase& c);
+
+// The error of `got` against `ref` under measure m (infinite for a size
+// mismatch or a non-finite value where the reference is finite).
+double case_error(Measure m, const std::vector<ref::Buffer>& got, const std::vector<ref::Buffer>& ref);
+
+// Runs on the optimized CPU backend as the runtime does (CpuProgram with
+// plan_for_batch's memory plan, channel views and fused adds). With
+// perf_runs > 0 also times perf_runs runs and stores the median (ms).
+std::vector<ref::Buffer> run_cpu_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int perf_runs = 0,
+                                         double* median_ms = nullptr);
+// Runs through CudaEngine + CudaContext (Engine::load's path) at `opt_level`.
+std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int opt_level,
+                                          int perf_runs = 0, double* median_ms = nullptr);
+bool cuda_available();
+
+// Command-line options of kiln_ops_tests (main.cpp).
+struct HarnessOptions {
+  bool perf = false;
+  int perf_runs = 20;
+  int cuda_opt_level = 3;
+};
+HarnessOptions& options();
+
+double median(std::vector<double> v);
+
+}  // namespace kiln::ops

@@ -1,0 +1,240 @@
+// The op harness tests: every case against the plain reference on the
+// optimized CPU backend (OpCpu) and the CUDA backend (OpCuda, CUDA builds;
+// skips without a GPU); the coverage checks (every op of ops.def and every
+// activation kind has cases in every float dtype); a few hand-computed
+// values that pin the reference itself.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "op_harness.hpp"
+
+namespace kiln::ops {
+
+std::map<std::string, std::pair<double, double>>& error_log();  // main.cpp
+
+namespace {
+
+std::string case_label(const ::testing::TestParamInfo<size_t>& info) { return all_cases()[info.param].name; }
+
+using Runner = std::function<std::vector<ref::Buffer>(int perf_runs, double* ms)>;
+
+// Runs one backend on a case and judges it against its declaration.
+void check_backend(const OpCase& c, const char* backend, const Declared& d, const Runner& run,
+                   const std::vector<ref::Buffer>& want, double* ms) {
+  std::vector<ref::Buffer> got;
+  std::string refusal;
+  try {
+    got = run(options().perf ? options().perf_runs : 0, ms);
+  } catch (const Error& e) {
+    refusal = e.what();
+    if (refusal.empty()) refusal = "(kiln::Error without a message)";
+  }
+  if (d.expect == Expect::Refuses) {
+    EXPECT_FALSE(refusal.empty()) << backend << " took " << c.name << ", declared refused (" << d.why
+                                  << "): the limitation is gone, drop the declaration";
+    EXPECT_NE(refusal.find(d.says), std::string::npos)
+        << backend << " refused " << c.name << " for another reason than declared (" << d.why << "): " << refusal;
+    return;
+  }
+  ASSERT_TRUE(refusal.empty()) << backend << " refused " << c.name << ", which declares no limitation: " << refusal;
+  const double err = case_error(c.limit.measure, got, want);
+  {
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    auto& e = error_log()[cat(backend, " ", c.group, " ", dtype_name(c.dtype))];
+    e.first = std::max(e.first, err);
+    e.second = std::max(e.second, c.limit.limit > 0 ? err / c.limit.limit : (err > 0 ? INFINITY : 0.0));
+  }
+  if (d.expect == Expect::WrongResult) {
+    EXPECT_GT(err, c.limit.limit) << backend << " now agrees on " << c.name << ", declared wrong (" << d.why
+                                  << "): the bug is fixed, drop the declaration";
+    return;
+  }
+  EXPECT_LE(err, c.limit.limit) << backend << " " << c.name << ": error (" << measure_name(c.limit.measure) << ") " << err
+                                << " over the limit " << c.limit.limit;
+}
+
+std::vector<ref::Buffer> reference_of(const OpCase& c, const std::vector<ref::Buffer>& in, double* ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = ref::run_reference_graph(c.graph, in);
+  if (ms) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+class OpCpu : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OpCpu, MatchesReference) {
+  const OpCase& c = all_cases()[GetParam()];
+  const auto in = case_inputs(c);
+  double ref_ms = 0, cpu_ms = 0;
+  std::vector<ref::Buffer> want;
+  ASSERT_NO_THROW(want = reference_of(c, in, &ref_ms)) << "the reference must run every case";
+  check_backend(c, "cpu", c.cpu, [&](int runs, double* ms) { return run_cpu_backend(c.graph, in, runs, ms); }, want, &cpu_ms);
+  if (options().perf) std::printf("[perf] %-52s ref %9.4f ms  cpu %9.4f ms\n", c.name.c_str(), ref_ms, cpu_ms);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OpCpu, ::testing::Range(size_t(0), all_cases().size()), case_label);
+
+#ifdef KILN_HAVE_CUDA
+class OpCuda : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OpCuda, MatchesReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const OpCase& c = all_cases()[GetParam()];
+  const auto in = case_inputs(c);
+  double cuda_ms = 0;
+  std::vector<ref::Buffer> want;
+  ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
+  check_backend(c, "cuda", c.cuda, [&](int runs, double* ms) {
+    return run_cuda_backend(c.graph, in, options().cuda_opt_level, runs, ms);
+  }, want, &cuda_ms);
+  if (options().perf) std::printf("[perf] %-52s cuda %9.4f ms (graph replay)\n", c.name.c_str(), cuda_ms);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OpCuda, ::testing::Range(size_t(0), all_cases().size()), case_label);
+#endif
+
+// ------------------------------------------------------------------ coverage
+
+TEST(OpHarness, EveryOpHasOneNodeCasesInEveryDtype) {
+  const Op ops[] = {
+#define KILN_OP(e, name, min_in, max_in) Op::e,
+#include "ir/ops.def"
+#undef KILN_OP
+  };
+  std::string missing;
+  for (Op op : ops)
+    for (DType dt : kCaseTypes) {
+      bool found = false;
+      for (const OpCase& c : all_cases()) found |= c.single_op() && c.group == op_name(op) && c.dtype == dt;
+      if (!found) missing += cat(" ", op_name(op), "/", dtype_name(dt));
+    }
+  EXPECT_TRUE(missing.empty()) << "ops of ops.def without a harness case:" << missing;
+}
+
+TEST(OpHarness, EveryActivationHasCasesInEveryDtype) {
+  std::string missing;
+  int kinds = 0;
+  // Every kind activation_name knows (its default throws past the last one).
+  for (int i = 0;; ++i) {
+    const auto a = static_cast<Activation>(i);
+    std::string name;
+    try {
+      name = activation_name(a);
+    } catch (const Error&) {
+      break;
+    }
+    ++kinds;
+    for (DType dt : kCaseTypes) {
+      bool found = false;
+      for (const OpCase& c : all_cases())
+        for (const Node& n : c.graph.nodes) found |= c.dtype == dt && n.activation() == a;
+      if (!found) missing += " " + name + "/" + dtype_name(dt);
+    }
+  }
+  EXPECT_GE(kinds, 5);
+  EXPECT_TRUE(missing.empty()) << "activation kinds without a harness case:" << missing;
+}
+
+TEST(OpHarness, CaseNamesAreUniqueAndDeclarationsGiveReasons) {
+  for (const OpCase& c : all_cases()) {
+    for (char ch : c.name) ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') << c.name;
+    for (const Declared* d : {&c.cpu, &c.cuda}) {
+      if (d->expect != Expect::Match) EXPECT_FALSE(d->why.empty()) << c.name;
+      if (d->expect == Expect::Refuses) EXPECT_FALSE(d->says.empty()) << c.name;
+    }
+    EXPECT_TRUE(c.limit.measure == Measure::Exact ? c.limit.limit == 0 : c.limit.limit > 0) << c.name;
+  }
+}
+
+// ------------------------------------------------------- the reference itself
+
+Graph one_node(Op op, const Shape& x, const std::vector<std::pair<Shape, std::vector<float>>>& constants, Attrs attrs) {
+  Graph g;
+  std::vector<int> ins = {g.add_input("x", DType::F32, x)};
+  for (size_t k = 0; k < constants.size(); ++k)
+    ins.push_back(g.add_constant("c" + std::to_string(k), HostTensor::from_f32(constants[k].first, constants[k].second)));
+  g.mark_output(g.add_node(op, "n", ins, std::move(attrs)));
+  return g;
+}
+
+std::vector<float> iota(int n) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = float(i);
+  return v;
+}
+
+TEST(OpReference, ConvOfOnesSumsTheWindow) {
+  // 3x3 ones over 0..8 with zero padding 1: the corner sees 0+1+3+4, the centre all nine.
+  Graph g = one_node(Op::Conv2d, {1, 1, 3, 3}, {{{1, 1, 3, 3}, std::vector<float>(9, 1.f)}},
+                     {{"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  auto y = ref::run_reference_graph(g, {iota(9)}).at(0);
+  EXPECT_EQ(y, (std::vector<float>{8, 15, 12, 21, 36, 27, 20, 33, 24}));
+}
+
+TEST(OpReference, DilatedConvReadsEveryOtherCell) {
+  Graph g = one_node(Op::Conv2d, {1, 1, 5, 5}, {{{1, 1, 3, 3}, std::vector<float>(9, 1.f)}},
+                     {{"dilations", std::vector<int64_t>{2, 2}}});
+  EXPECT_EQ(ref::run_reference_graph(g, {iota(25)}).at(0), (std::vector<float>{0 + 2 + 4 + 10 + 12 + 14 + 20 + 22 + 24}));
+}
+
+TEST(OpReference, AvgPoolCeilModeMatchesPyTorch) {
+  // torch.nn.functional.avg_pool2d(torch.arange(9.).view(1,1,3,3), 2, 2, ceil_mode=True)
+  // -> [[2.0, 3.5], [6.5, 8.0]] with or without count_include_pad: the last
+  // window is cut at the input's end, never counted beyond it.
+  for (int64_t include : {0, 1}) {
+    Graph g = one_node(Op::AvgPool2d, {1, 1, 3, 3}, {},
+                       {{"kernel", std::vector<int64_t>{2, 2}}, {"ceil_mode", int64_t(1)}, {"count_include_pad", include}});
+    EXPECT_EQ(ref::run_reference_graph(g, {iota(9)}).at(0), (std::vector<float>{2.f, 3.5f, 6.5f, 8.f}));
+  }
+  // With padding 1 and count_include_pad, the corner window counts its padded cells: (0+1+3+4)/9.
+  Graph g = one_node(Op::AvgPool2d, {1, 1, 3, 3}, {},
+                     {{"kernel", std::vector<int64_t>{3, 3}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+  EXPECT_FLOAT_EQ(ref::run_reference_graph(g, {iota(9)}).at(0)[0], 8.f / 9.f);
+}
+
+TEST(OpReference, RoundsToTheOutputStorageType) {
+  Graph g;
+  const int x = g.add_input("x", DType::F32, {1, 1, 1, 3});
+  g.mark_output(g.add_node(Op::Cast, "cast", {x}, {{"dtype", std::string("bf16")}}));
+  auto y = ref::run_reference_graph(g, {{1.f / 3.f, 1000.7f, -2.5e-3f}}).at(0);
+  EXPECT_EQ(y, (std::vector<float>{round_bf16(1.f / 3.f), round_bf16(1000.7f), round_bf16(-2.5e-3f)}));
+  EXPECT_NE(y[0], 1.f / 3.f);
+}
+
+TEST(OpReference, ConcatAndSliceOnAnyAxis) {
+  Graph g;
+  const int a = g.add_input("a", DType::F32, {2, 1, 2});
+  const int b = g.add_input("b", DType::F32, {2, 1, 1});
+  const int c = g.add_node(Op::Concat, "cat", {a, b}, {{"axis", int64_t(-1)}});
+  g.mark_output(c);
+  g.mark_output(g.add_node(Op::Slice, "slice", {c}, {{"axis", int64_t(2)}, {"start", int64_t(1)}, {"end", int64_t(3)}}));
+  auto y = ref::run_reference_graph(g, {{0, 1, 2, 3}, {10, 20}});
+  EXPECT_EQ(y.at(0), (std::vector<float>{0, 1, 10, 2, 3, 20}));
+  EXPECT_EQ(y.at(1), (std::vector<float>{1, 10, 3, 20}));
+}
+
+TEST(OpReference, UnknownOpIsAnErrorNamingTheNode) {
+  Graph g = one_node(Op::Activation, {1, 1, 1, 2}, {}, {});
+  Node n = g.nodes[0];
+  n.op = static_cast<Op>(kOpCount);
+  try {
+    ref::run_reference(g, n, {{1.f, 2.f}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("n: ", 0), 0u) << e.what();  // the node's name first
+  }
+}
+
+}  // namespace
+}  // namespace kiln::ops
