@@ -73,16 +73,55 @@ std::vector<Classification> Classifier::run_batch(std::vector<float> pixels, int
   return r;
 }
 
+std::vector<float> Classifier::preprocess_file(const std::string& path) const {
+  return timm_preprocess(decode_image(path), impl_->pre);
+}
+
+std::vector<Classification> Classifier::classify_preprocessed(std::vector<float> pixels, int64_t images, int top_k) {
+  const auto& p = impl_->pre;
+  if (images <= 0) return {};
+  if (pixels.size() != static_cast<size_t>(images) * 3 * p.height * p.width)
+    fail_input("classify_preprocessed: ", pixels.size(), " values for ", images, " images of 3x", p.height, "x",
+               p.width);
+  return run_batch(std::move(pixels), images, top_k);
+}
+
 std::vector<Classification> Classifier::classify_files(const std::vector<std::string>& paths, int top_k) {
   if (paths.empty()) return {};
   const auto& p = impl_->pre;
   std::vector<float> pixels;
   pixels.reserve(3ULL * p.height * p.width * paths.size());
   for (const auto& path : paths) {
-    auto chw = timm_preprocess(decode_image(path), p);
+    auto chw = preprocess_file(path);
     pixels.insert(pixels.end(), chw.begin(), chw.end());
   }
   return run_batch(std::move(pixels), static_cast<int64_t>(paths.size()), top_k);
+}
+
+std::vector<ClassificationOutcome> Classifier::try_classify_files(const std::vector<std::string>& paths, int top_k) {
+  std::vector<ClassificationOutcome> out(paths.size());
+  std::vector<size_t> good;
+  std::vector<float> pixels;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    out[i].path = paths[i];
+    try {
+      auto chw = preprocess_file(paths[i]);
+      pixels.insert(pixels.end(), chw.begin(), chw.end());
+      good.push_back(i);
+    } catch (const Error& e) {
+      // Only this image's input problem is recorded; anything else (out of
+      // memory, a runtime fault) is not about the file and propagates.
+      if (e.kind() != ErrorKind::Input) throw;
+      out[i].error = e.what();
+    }
+  }
+  if (good.empty()) return out;
+  auto results = run_batch(std::move(pixels), static_cast<int64_t>(good.size()), top_k);
+  for (size_t k = 0; k < good.size(); ++k) {
+    out[good[k]].ok = true;
+    out[good[k]].result = std::move(results[k]);
+  }
+  return out;
 }
 
 Classification Classifier::classify_file(const std::string& path, int top_k) { return classify_files({path}, top_k)[0]; }
