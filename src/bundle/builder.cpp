@@ -84,6 +84,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
     co.opt_level = o.opt_level;
     co.allow_tf32 = o.allow_tf32;
     co.log = o.log;
+    co.progress = o.progress;
     cuda::CudaEngine probe(fb.graph, co);
     tactics = probe.tactics_json();
     tactics_section = "tactics." + cuda::gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json";

@@ -62,8 +62,8 @@ void ProgressBar::update(int64_t done) {
 void ProgressBar::finish() {
   if (finished_) return;
   finished_ = true;
-  if (!enabled_) return;
-  if (drawn_ != done_ || last_len_ == 0) draw(true);
+  if (!enabled_ || (done_ == 0 && last_len_ == 0)) return;  // never started: no empty line
+  if (drawn_ != done_) draw(true);
   out_ << "\n" << std::flush;
 }
 

@@ -170,6 +170,16 @@ TEST_F(CliImages, EvalLabelFileErrorsNameFileAndLine) {
   EXPECT_NE(r.err.find("none of the 1 images could be read"), std::string::npos) << r.err;
 }
 
+TEST_F(CliImages, BuildQuietPrintsNothingOnStderr) {
+  Result r = kiln("build " + kDigits.string() + " -o " + (dir_ / "q.bundle").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("family: timm_resnet"), std::string::npos) << r.err;
+  r = kiln("build " + kDigits.string() + " --quiet -o " + (dir_ / "q.bundle").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("built "), std::string::npos) << r.out;
+}
+
 // The bar is drawn on a terminal only: `script` gives the command a pty.
 TEST_F(CliImages, EvalProgressOnlyOnATerminal) {
   const std::string eval = "eval " + bundle() + " --dataset " + (kDigits / "heldout").string();

@@ -205,6 +205,9 @@ TEST(ProgressBar, DrawsOnlyWhenEnabled) {
   EXPECT_EQ(s.find("1/3"), std::string::npos) << s;
   EXPECT_EQ(s.find("3/3"), s.rfind("3/3")) << s;  // finish does not draw the same line again
   EXPECT_EQ(s.back(), '\n');
+  std::ostringstream idle;
+  ProgressBar("tactics", 0, true, idle).finish();  // never updated: nothing at all
+  EXPECT_EQ(idle.str(), "");
 }
 
 }  // namespace

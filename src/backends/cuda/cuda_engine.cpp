@@ -165,6 +165,7 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
   if (opts.opt_level >= 3) load_tuned(m.key, &m.tuned);
   const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape.at(0);
   m.programs[batch] = m.build_program(batch);
+  m.opts.progress = nullptr;  // it may capture the caller's locals
   if (opts.opt_level >= 3) save_tuned(m.key, m.tuned);
 }
 

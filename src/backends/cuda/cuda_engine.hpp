@@ -9,6 +9,7 @@
 // arena and one CUDA graph per batch size, captured at first use and
 // replayed afterwards.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,9 @@ struct CudaOptions {
   bool allow_tf32 = false;  // f32 engines: TF32 off unless asked
   nlohmann::json tactics;   // tactics.<gpu>.json of the bundle, or null
   std::ostream* log = nullptr;
+  // Called per graph node while the constructor builds and tunes the first
+  // program (kiln build's progress bar); cleared afterwards, never called at run time.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 class CudaEngine {
