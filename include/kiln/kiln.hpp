@@ -124,6 +124,13 @@ struct ClassificationOutcome {
   std::string error;      // when !ok
 };
 
+// Wall time of each stage of the last classify_* call, summed over its
+// images (kiln bench's task breakdown). decode_ms is 0 for classify_rgb and
+// classify_preprocessed; preprocess_ms covers resize, crop and normalize.
+struct TaskTimings {
+  double decode_ms = 0, preprocess_ms = 0, engine_ms = 0, postprocess_ms = 0;
+};
+
 // Pre-processing (decode, resize, crop, normalize) exactly as the reference
 // library does it, from the bundle's runtime.json; post-processing: softmax
 // and top-k with labels.
@@ -148,10 +155,12 @@ class Classifier {
   // 8-bit RGB, row-major HWC.
   Classification classify_rgb(int width, int height, const uint8_t* rgb, int top_k = 5);
   const Engine& engine() const { return *engine_; }
+  const TaskTimings& last_timings() const;
 
  private:
   struct Impl;
   std::vector<Classification> run_batch(std::vector<float> pixels, int64_t images, int top_k);
+  std::vector<float> timed_preprocess(const std::string& path, TaskTimings& t) const;
   std::shared_ptr<const Engine> engine_;
   std::unique_ptr<Impl> impl_;
 };

@@ -170,6 +170,24 @@ TEST_F(CliImages, EvalLabelFileErrorsNameFileAndLine) {
   EXPECT_NE(r.err.find("none of the 1 images could be read"), std::string::npos) << r.err;
 }
 
+TEST_F(CliImages, BenchTaskBreakdown) {
+  const std::string img = (kDigits / "samples" / "digit7_0094.png").string();
+  Result r = kiln("bench " + bundle() + " --iterations 10 --warmup 1 --json --image " + img);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto b = json_of(r)["results"][0]["task_breakdown_ms"];
+  for (const char* k : {"decode", "preprocess", "engine"}) EXPECT_GT(b[k].get<double>(), 0.0) << k;
+  EXPECT_GE(b["postprocess"].get<double>(), 0.0);
+  EXPECT_EQ(b["input"], img);
+  // The synthetic default has nothing to decode.
+  b = json_of(kiln("bench " + bundle() + " --iterations 10 --warmup 1 --json"))["results"][0]["task_breakdown_ms"];
+  EXPECT_EQ(b["decode"].get<double>(), 0.0);
+  EXPECT_GT(b["preprocess"].get<double>(), 0.0);
+  // A bad --image is an input error naming it.
+  r = kiln("bench " + bundle() + " --iterations 10 --warmup 0 --image " + (dir_ / "set" / "4" / "zz_text.png").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("zz_text.png"), std::string::npos) << r.err;
+}
+
 TEST_F(CliImages, BuildQuietPrintsNothingOnStderr) {
   Result r = kiln("build " + kDigits.string() + " -o " + (dir_ / "q.bundle").string());
   ASSERT_EQ(r.code, 0) << r.err;

@@ -51,6 +51,12 @@ TEST(ClassifierOutcomes, BadImagesInABatchKeepTheOthers) {
     EXPECT_EQ(out[i].error.rfind(out[i].path + ": ", 0), 0u) << out[i].error;  // names the file
   }
   EXPECT_NE(out[2].error.find("truncated"), std::string::npos) << out[2].error;
+  clf.try_classify_files({junk, a}, 3);
+  EXPECT_GT(clf.last_timings().decode_ms, 0.0);
+  EXPECT_GT(clf.last_timings().preprocess_ms, 0.0);
+  EXPECT_GT(clf.last_timings().engine_ms, 0.0);
+  clf.try_classify_files({junk}, 3);
+  EXPECT_EQ(clf.last_timings().engine_ms, 0.0);  // nothing decoded, no engine call
   // The throwing batch API still stops at the first bad file.
   EXPECT_THROW(clf.classify_files({a, junk}), Error);
   // All bad: outcomes, no engine call, no exception.
