@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -20,7 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kDir = fs::path(KILN_FIXTURES_DIR) / "images" / "pil_decode";
+// KILN_PIL_DECODE_DIR: a folder written by the script with other --sizes, for
+// a one-off check on more cases than are committed.
+const fs::path kDir = std::getenv("KILN_PIL_DECODE_DIR") ? fs::path(std::getenv("KILN_PIL_DECODE_DIR"))
+                                                         : fs::path(KILN_FIXTURES_DIR) / "images" / "pil_decode";
 
 nlohmann::json manifest() {
   std::ifstream f(kDir / "manifest.json");

@@ -86,7 +86,7 @@ def write_png(path, samples, color_type, bit_depth, interlace=False, plte=None, 
         f.write(data)
 
 
-def png_cases(d, add):
+def png_cases(d, add, sizes):
     rng = np.random.default_rng(11)
     channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
     type_names = {0: "gray", 2: "rgb", 3: "palette", 4: "graya", 6: "rgba"}
@@ -112,7 +112,7 @@ def png_cases(d, add):
         write_png(os.path.join(d, name), samples, color_type, bit_depth, interlace, plte, trns)
         add(name)
 
-    for size in (SMALL, LARGE):
+    for size in sizes:
         for bd in (1, 2, 4, 8, 16):
             case(0, bd, size)
         for bd in (1, 2, 4, 8):
@@ -162,9 +162,9 @@ def strip_adobe_marker(data):
     return bytes(out)
 
 
-def jpeg_cases(d, add, tmp):
+def jpeg_cases(d, add, tmp, sizes):
     exe = build_cmyk_writer(tmp)
-    for w, h in (SMALL, LARGE):
+    for w, h in sizes:
         rgb = Image.fromarray(smooth_image(w, h, 3, w * h))
         tag = f"{w}x{h}"
         for name, kw in ((f"jpeg_rgb420_{tag}.jpg", dict(quality=90)),
@@ -215,7 +215,7 @@ def adobe_transform(path):
 
 # --------------------------------------------------------- refused files --
 
-def refused_cases(d, entries):
+def refused_cases(d, entries, tag):
     """Files PIL refuses; the manifest keeps PIL's message for the docs."""
     def write(name, data):
         with open(os.path.join(d, name), "wb") as f:
@@ -228,11 +228,11 @@ def refused_cases(d, entries):
         except Exception as e:  # noqa: BLE001 -- any PIL refusal
             entries.append({"file": name, "pil_error": f"{type(e).__name__}: {e}"})
 
-    jpg = open(os.path.join(d, "jpeg_cmyk_adobe_40x31.jpg"), "rb").read()
+    jpg = open(os.path.join(d, f"jpeg_cmyk_adobe_{tag}.jpg"), "rb").read()
     write("bad_cmyk_truncated.jpg", jpg[:len(jpg) * 2 // 3])
-    ycck = open(os.path.join(d, "jpeg_ycck_40x31.jpg"), "rb").read()
+    ycck = open(os.path.join(d, f"jpeg_ycck_{tag}.jpg"), "rb").read()
     write("bad_ycck_truncated.jpg", ycck[:len(ycck) // 2])
-    png = open(os.path.join(d, "png_palette8_40x31.png"), "rb").read()
+    png = open(os.path.join(d, f"png_palette8_{tag}.png"), "rb").read()
     write("bad_truncated.png", png[:len(png) // 2])
     write("bad_text.jpg", b"this is plainly not an image\n")
     # IHDR declaring 20000 x 15000 = 3e8 > 2^28 pixels (PIL: decompression bomb).
@@ -244,13 +244,17 @@ def refused_cases(d, entries):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/images/pil_decode")
+    ap.add_argument("--sizes", default="17x13,40x31",
+                    help="WxH list for the per-size cases (larger sets for a one-off check: set "
+                         "KILN_PIL_DECODE_DIR to the output folder when running kiln_tests)")
     args = ap.parse_args()
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     d = args.out
     os.makedirs(d, exist_ok=True)
     names = []
     with tempfile.TemporaryDirectory() as tmp:
-        png_cases(d, names.append)
-        jpeg_cases(d, names.append, tmp)
+        png_cases(d, names.append, sizes)
+        jpeg_cases(d, names.append, tmp, sizes)
     decoded, refused = [], []
     for name in names:
         im = Image.open(os.path.join(d, name))
@@ -261,7 +265,7 @@ def main():
         if name.endswith(".jpg"):
             e["adobe_transform"] = adobe_transform(os.path.join(d, name))
         decoded.append(e)
-    refused_cases(d, refused)
+    refused_cases(d, refused, f"{sizes[-1][0]}x{sizes[-1][1]}")
     manifest = {
         "pillow": PIL.__version__,
         "pillow_libjpeg_turbo": features.version("libjpeg_turbo"),
