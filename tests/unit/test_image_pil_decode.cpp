@@ -5,6 +5,7 @@
 // PNG must match exactly, JPEG within 1 level (PIL's wheel bundles another
 // libjpeg-turbo than the system one kiln links; docs/preprocessing.md).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -124,4 +125,28 @@ TEST(ImagePilDecode, FilesPilRefusesAreInputErrorsNamingTheFile) {
       EXPECT_EQ(std::string(err.what()).rfind(path.string() + ": ", 0), 0u) << err.what();
     }
   }
+}
+
+// Every cut of a CMYK/YCCK file fails cleanly (the 4-byte row lives in
+// libjpeg's pool, freed on the error path too; run under ASan to see it).
+TEST(ImagePilDecode, EveryTruncationOfCmykAndYcckIsAnInputError) {
+  const fs::path tmp = fs::temp_directory_path() / ("kiln_cmyk_cuts_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  for (const char* name : {"jpeg_ycck_40x31.jpg", "jpeg_cmyk_progressive_40x31.jpg", "jpeg_ycck_progressive_17x13.jpg"}) {
+    std::ifstream f(kDir / name, std::ios::binary);
+    const std::vector<char> full((std::istreambuf_iterator<char>(f)), {});
+    ASSERT_GT(full.size(), 100u) << name;
+    for (size_t cut = 1; cut + 2 <= full.size(); cut += 5) {
+      const fs::path p = tmp / (std::to_string(cut) + ".jpg");
+      std::ofstream(p, std::ios::binary).write(full.data(), static_cast<std::streamsize>(cut));
+      try {
+        kiln::decode_image(p);
+        ADD_FAILURE() << name << " cut at " << cut << " decoded";
+      } catch (const kiln::Error& e) {
+        EXPECT_EQ(e.kind(), kiln::ErrorKind::Input);
+        EXPECT_EQ(std::string(e.what()).rfind(p.string() + ": ", 0), 0u) << e.what();
+      }
+    }
+  }
+  fs::remove_all(tmp);
 }
