@@ -102,6 +102,13 @@ TEST_F(CliImages, EvalListsUnreadableFilesAndLeavesThemOut) {
   EXPECT_EQ(j["top1"], clean["top1"]);
   EXPECT_EQ(j["correct"], clean["correct"]);
   EXPECT_EQ(clean["errors"].size(), 0u);
+  // Decode threads change nothing but speed: same counts, same error list.
+  for (const char* t : {"1", "5"}) {
+    const auto k = json_of(kiln("eval " + bundle() + " --json --batch 3 --threads " + t + " --dataset " + (dir_ / "set").string()));
+    EXPECT_EQ(k["correct"], j["correct"]) << t;
+    EXPECT_EQ(k["correct_top5"], j["correct_top5"]) << t;
+    EXPECT_EQ(k["errors"], j["errors"]) << t;
+  }
   // Text output lists them too.
   r = kiln("eval " + bundle() + " --dataset " + (dir_ / "set").string());
   EXPECT_EQ(r.code, 0) << r.err;
