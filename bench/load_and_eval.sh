@@ -10,7 +10,7 @@
 # 256): eval time includes decode and pre-processing, on one thread.
 # Prints one line per measurement and writes OUTDIR/load_and_eval.jsonl.
 set -uo pipefail
-kiln=${1:?kiln binary}; model=${2:?model dir}; out=${3:?outdir}; n=${4:-256}
+kiln=${1:?kiln binary}; model=${2:?model dir}; out=${3:?outdir}; n=${4:-1024}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"; res="$out/load_and_eval.jsonl"; : > "$res"
 ds="$out/dataset"; rm -rf "$ds"
@@ -23,15 +23,21 @@ name=$(basename "$model")
 "$kiln" build "$model" -o "$out/$name.b1.bundle" --backend cuda --precision fp16 --batch 1 > "$out/build_b1.log" 2>&1 || exit 1
 "$kiln" build "$model" -o "$out/$name.multi.bundle" --backend cuda --precision fp16 --batch 1,16,64 > "$out/build_multi.log" 2>&1 || exit 1
 for bundle in b1 multi; do
+  # load_ms: Engine::load + create_context; first_call_ms: the first call at that batch
+  # (planning it, cuDNN plan builds, CUDA-graph capture); engine_ms: steady state.
   for backend in cuda cpu; do
-    "$kiln" bench "$out/$name.$bundle.bundle" --backend $backend --batch 1 --iterations 10 --warmup 0 --no-task --json \
-      > "$out/bench_$bundle.$backend.json" 2> /dev/null || continue
-    python3 - "$out/bench_$bundle.$backend.json" "$bundle" "$backend" "$res" <<'PY'
+    for b in 1 16 64; do
+      [ $backend = cpu ] && [ $b != 1 ] && continue
+      "$kiln" bench "$out/$name.$bundle.bundle" --backend $backend --batch $b --iterations 10 --warmup 0 --no-task --json \
+        > "$out/bench_$bundle.$backend.b$b.json" 2> /dev/null || continue
+      python3 - "$out/bench_$bundle.$backend.b$b.json" "$bundle" "$backend" "$res" $b <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["results"][0]
-row = {"what": "load", "bundle": sys.argv[2], "backend": sys.argv[3], "load_ms": r["load_ms"], "first_call_ms": r["first_call_ms"]}
+row = {"what": "load", "bundle": sys.argv[2], "backend": sys.argv[3], "batch": int(sys.argv[5]), "load_ms": round(r["load_ms"], 1),
+       "first_call_ms": round(r["first_call_ms"], 1), "engine_ms": round(r["engine_ms"]["median"], 4)}
 print(row); open(sys.argv[4], "a").write(json.dumps(row) + "\n")
 PY
+    done
   done
   for b in 1 16 64; do
     "$kiln" eval "$out/$name.$bundle.bundle" --dataset "$ds" --batch $b --json > "$out/eval_$bundle.b$b.json" 2> "$out/eval_$bundle.b$b.log" || exit 1

@@ -115,6 +115,23 @@ struct Classification {
   std::vector<Prediction> top_k;
 };
 
+// One image of a batch in which a bad file does not sink the others: either
+// a result or the input error that stopped this image (its message names the
+// file, e.g. "a.jpg: truncated JPEG data").
+struct ClassificationOutcome {
+  std::string path;
+  bool ok = false;
+  Classification result;  // when ok
+  std::string error;      // when !ok
+};
+
+// Wall time of each stage of the last classify_* call, summed over its
+// images (kiln bench's task breakdown). decode_ms is 0 for classify_rgb and
+// classify_preprocessed; preprocess_ms covers resize, crop and normalize.
+struct TaskTimings {
+  double decode_ms = 0, preprocess_ms = 0, engine_ms = 0, postprocess_ms = 0;
+};
+
 // Pre-processing (decode, resize, crop, normalize) exactly as the reference
 // library does it, from the bundle's runtime.json; post-processing: softmax
 // and top-k with labels.
@@ -123,15 +140,28 @@ class Classifier {
   explicit Classifier(std::shared_ptr<const Engine> engine);
   ~Classifier();
   Classification classify_file(const std::string& image_path, int top_k = 5);
-  // Batched: one engine call for all images.
+  // Batched: one engine call for all images; the first unreadable image
+  // throws (Error kind Input) and no result is returned.
   std::vector<Classification> classify_files(const std::vector<std::string>& image_paths, int top_k = 5);
+  // Batched, per image: every file is decoded and pre-processed first, then
+  // one engine call runs the ones that succeeded; outcomes keep input order.
+  // Only input errors of single images are caught; engine errors still throw.
+  std::vector<ClassificationOutcome> try_classify_files(const std::vector<std::string>& image_paths, int top_k = 5);
+  // The two halves, for callers that decode ahead on other threads:
+  // preprocess_file is const and safe to call concurrently (it reads only
+  // the pre-processing constants); classify_preprocessed runs `images`
+  // CHW float images laid end to end in one engine call.
+  std::vector<float> preprocess_file(const std::string& image_path) const;
+  std::vector<Classification> classify_preprocessed(std::vector<float> pixels, int64_t images, int top_k = 5);
   // 8-bit RGB, row-major HWC.
   Classification classify_rgb(int width, int height, const uint8_t* rgb, int top_k = 5);
   const Engine& engine() const { return *engine_; }
+  const TaskTimings& last_timings() const;
 
  private:
   struct Impl;
   std::vector<Classification> run_batch(std::vector<float> pixels, int64_t images, int top_k);
+  std::vector<float> timed_preprocess(const std::string& path, TaskTimings& t) const;
   std::shared_ptr<const Engine> engine_;
   std::unique_ptr<Impl> impl_;
 };

@@ -114,6 +114,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
     co.tune = true;
     for (int b : o.batches) co.batches.push_back(b);
     co.log = o.log;
+    co.progress = o.progress;
     cuda::CudaEngine probe(fb.graph, co);
     tactics = probe.tactics_json();
     tactics_section = "tactics." + cuda::gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json";

@@ -1,7 +1,9 @@
 // kiln build: checkpoint -> family graph -> passes -> .bundle. The builder and
 // the runtime meet only at the bundle file.
 #pragma once
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -35,6 +37,9 @@ struct BuildOptions {
   std::string tactic_cache = default_tactic_cache();
   bool verify = false;          // IR verifier after every pass
   std::ostream* log = nullptr;  // progress lines
+  // CUDA builds: called per graph node during tactic selection (done, total),
+  // e.g. to draw a progress bar; not called by the CPU backend.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 struct BuildSummary {

@@ -87,6 +87,21 @@ void jpeg_on_message(j_common_ptr cinfo, int msg_level) {
   }
 }
 
+// PIL reads every 4-component JPEG as inverted CMYK (raw mode "CMYK;I",
+// "assume adobe conventions", whether or not an Adobe marker is present) and
+// convert("RGB") then computes, per channel, nk - round(c * nk / 255) with
+// nk = 255 - k, using its MULDIV255 rounding: (a*b + 128 + ((a*b + 128) >> 8)) >> 8.
+// With the inversion folded in, c = 255 - stored_c and nk = stored_k.
+void cmyk_row_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int w) {
+  for (int x = 0; x < w; ++x, cmyk += 4, rgb += 3) {
+    const int nk = cmyk[3];
+    for (int c = 0; c < 3; ++c) {
+      const int t = (255 - cmyk[c]) * nk + 128;
+      rgb[c] = static_cast<uint8_t>(nk - (((t >> 8) + t) >> 8));
+    }
+  }
+}
+
 void decode_jpeg(const uint8_t* data, size_t size, DecodeResult& r) {
   jpeg_decompress_struct cinfo;
   JpegErrorManager err;
@@ -102,30 +117,40 @@ void decode_jpeg(const uint8_t* data, size_t size, DecodeResult& r) {
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, const_cast<unsigned char*>(data), static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    set_error(r, "CMYK JPEG images are not supported (convert to RGB first)");
-  } else if (cinfo.num_components != 1 && cinfo.num_components != 3) {
-    std::snprintf(r.error, sizeof(r.error), "unsupported JPEG with %d components",
-                  cinfo.num_components);
+  const int components = cinfo.num_components;
+  if (components != 1 && components != 3 && components != 4) {
+    // PIL: "cannot handle N-layer images".
+    std::snprintf(r.error, sizeof(r.error), "unsupported JPEG with %d components", components);
   } else if (dimensions_ok(r, cinfo.image_width, cinfo.image_height)) {
-    const bool gray = cinfo.jpeg_color_space == JCS_GRAYSCALE;
+    // PIL picks its mode from the component count alone (1 L, 3 RGB, 4 CMYK)
+    // and asks libjpeg for that colour space; libjpeg has already chosen the
+    // stored one from the Adobe/JFIF markers (4 components: YCCK when the
+    // Adobe transform is 2, else CMYK) and converts YCCK to CMYK itself.
+    cinfo.out_color_space = components == 1 ? JCS_GRAYSCALE : components == 3 ? JCS_RGB : JCS_CMYK;
     // PIL leaves libjpeg at its defaults: accurate integer IDCT and fancy
     // (triangular) chroma upsampling. Set them explicitly anyway.
-    cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
     cinfo.dct_method = JDCT_ISLOW;
     cinfo.do_fancy_upsampling = TRUE;
     jpeg_start_decompress(&cinfo);
     const int w = static_cast<int>(cinfo.output_width), h = static_cast<int>(cinfo.output_height);
     if (allocate_rgb(r, w, h)) {
       uint8_t* base = r.image.rgb.data();
+      // CMYK rows need 4 bytes per pixel: a row from libjpeg's own pool,
+      // which jpeg_destroy_decompress frees on every path (longjmp included).
+      JSAMPARRAY cmyk_row = components == 4
+                                ? (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE,
+                                                             static_cast<JDIMENSION>(w) * 4, 1)
+                                : nullptr;
       while (cinfo.output_scanline < cinfo.output_height) {
         uint8_t* row = base + static_cast<size_t>(cinfo.output_scanline) * w * 3;
-        JSAMPROW rows[1] = {row};
+        JSAMPROW rows[1] = {components == 4 ? cmyk_row[0] : row};
         // Grayscale rows are decoded into the row's first third and then
         // spread out in place (back to front so nothing is overwritten early).
         if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) break;
-        if (gray) {
+        if (components == 1) {
           for (int x = w - 1; x >= 0; --x) row[x * 3] = row[x * 3 + 1] = row[x * 3 + 2] = row[x];
+        } else if (components == 4) {
+          cmyk_row_to_rgb(cmyk_row[0], row, w);
         }
       }
       if (cinfo.output_scanline < cinfo.output_height) set_error(r, "truncated JPEG data");

@@ -26,9 +26,10 @@ struct ImageU8 {
 // Detects JPEG/PNG by magic bytes and returns RGB8 the way PIL's
 // Image.open(p).convert('RGB') would: grayscale replicated, palette expanded,
 // alpha dropped (not composited), 16-bit RGB/LA/RGBA reduced to the high byte,
-// 16-bit grayscale clamped to 255 (PIL's I;16 -> RGB conversion). CMYK JPEGs
-// are rejected. Every failure is Error(Input) whose message starts with the
-// file name, e.g. "x.png: truncated PNG data".
+// 16-bit grayscale clamped to 255 (PIL's I;16 -> RGB conversion), CMYK and
+// YCCK JPEGs read as Adobe-inverted CMYK and converted with PIL's integer
+// formula. Every failure is Error(Input) whose message starts with the file
+// name, e.g. "x.png: truncated PNG data".
 ImageU8 decode_image(const std::filesystem::path& path);
 ImageU8 decode_image_bytes(const uint8_t* data, size_t size, const std::string& name_for_errors);
 

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -13,6 +14,7 @@ struct Classifier::Impl {
   ClassificationRuntime rt;
   TimmPreprocess pre;
   std::unique_ptr<ExecutionContext> ctx;
+  TaskTimings timings;
 };
 
 Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)), impl_(std::make_unique<Impl>()) {
@@ -33,6 +35,9 @@ Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move
 Classifier::~Classifier() = default;
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 Classification postprocess(const float* logits, int classes, int top_k, const std::vector<std::string>& labels) {
   Classification c;
@@ -61,7 +66,10 @@ Classification postprocess(const float* logits, int classes, int top_k, const st
 // Runs a batch of already pre-processed CHW images and post-processes each.
 std::vector<Classification> Classifier::run_batch(std::vector<float> pixels, int64_t images, int top_k) {
   const auto& p = impl_->pre;
+  auto t0 = Clock::now();
   auto outputs = impl_->ctx->run({{impl_->rt.input, {images, 3, p.height, p.width}, std::move(pixels)}});
+  impl_->timings.engine_ms = ms_since(t0);
+  t0 = Clock::now();
   const Tensor* logits = nullptr;
   for (const auto& o : outputs)
     if (o.name == impl_->rt.output) logits = &o;
@@ -70,7 +78,37 @@ std::vector<Classification> Classifier::run_batch(std::vector<float> pixels, int
   std::vector<Classification> r;
   for (int64_t i = 0; i < images; ++i)
     r.push_back(postprocess(logits->data.data() + i * classes, classes, top_k, engine_->labels()));
+  impl_->timings.postprocess_ms = ms_since(t0);
   return r;
+}
+
+const TaskTimings& Classifier::last_timings() const { return impl_->timings; }
+
+// Decode + pre-process one image, adding the two times to `t` (the batch
+// entry points own their TaskTimings; preprocess_file stays const for threads).
+std::vector<float> Classifier::timed_preprocess(const std::string& path, TaskTimings& t) const {
+  auto t0 = Clock::now();
+  ImageU8 img = decode_image(path);
+  t.decode_ms += ms_since(t0);
+  t0 = Clock::now();
+  auto chw = timm_preprocess(img, impl_->pre);
+  t.preprocess_ms += ms_since(t0);
+  return chw;
+}
+
+std::vector<float> Classifier::preprocess_file(const std::string& path) const {
+  TaskTimings unused;
+  return timed_preprocess(path, unused);
+}
+
+std::vector<Classification> Classifier::classify_preprocessed(std::vector<float> pixels, int64_t images, int top_k) {
+  const auto& p = impl_->pre;
+  if (images <= 0) return {};
+  if (pixels.size() != static_cast<size_t>(images) * 3 * p.height * p.width)
+    fail_input("classify_preprocessed: ", pixels.size(), " values for ", images, " images of 3x", p.height, "x",
+               p.width);
+  impl_->timings = {};
+  return run_batch(std::move(pixels), images, top_k);
 }
 
 std::vector<Classification> Classifier::classify_files(const std::vector<std::string>& paths, int top_k) {
@@ -78,11 +116,41 @@ std::vector<Classification> Classifier::classify_files(const std::vector<std::st
   const auto& p = impl_->pre;
   std::vector<float> pixels;
   pixels.reserve(3ULL * p.height * p.width * paths.size());
+  TaskTimings t;
   for (const auto& path : paths) {
-    auto chw = timm_preprocess(decode_image(path), p);
+    auto chw = timed_preprocess(path, t);
     pixels.insert(pixels.end(), chw.begin(), chw.end());
   }
+  impl_->timings = t;
   return run_batch(std::move(pixels), static_cast<int64_t>(paths.size()), top_k);
+}
+
+std::vector<ClassificationOutcome> Classifier::try_classify_files(const std::vector<std::string>& paths, int top_k) {
+  std::vector<ClassificationOutcome> out(paths.size());
+  std::vector<size_t> good;
+  std::vector<float> pixels;
+  TaskTimings t;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    out[i].path = paths[i];
+    try {
+      auto chw = timed_preprocess(paths[i], t);
+      pixels.insert(pixels.end(), chw.begin(), chw.end());
+      good.push_back(i);
+    } catch (const Error& e) {
+      // Only this image's input problem is recorded; anything else (out of
+      // memory, a runtime fault) is not about the file and propagates.
+      if (e.kind() != ErrorKind::Input) throw;
+      out[i].error = e.what();
+    }
+  }
+  impl_->timings = t;
+  if (good.empty()) return out;
+  auto results = run_batch(std::move(pixels), static_cast<int64_t>(good.size()), top_k);
+  for (size_t k = 0; k < good.size(); ++k) {
+    out[good[k]].ok = true;
+    out[good[k]].result = std::move(results[k]);
+  }
+  return out;
 }
 
 Classification Classifier::classify_file(const std::string& path, int top_k) { return classify_files({path}, top_k)[0]; }
@@ -90,7 +158,11 @@ Classification Classifier::classify_file(const std::string& path, int top_k) { r
 Classification Classifier::classify_rgb(int width, int height, const uint8_t* rgb, int top_k) {
   if (width <= 0 || height <= 0 || !rgb) fail_input("classify_rgb: empty image");
   ImageU8 img{width, height, std::vector<uint8_t>(rgb, rgb + 3LL * width * height)};
-  return run_batch(timm_preprocess(img, impl_->pre), 1, top_k)[0];
+  impl_->timings = {};
+  const auto t0 = Clock::now();
+  auto chw = timm_preprocess(img, impl_->pre);
+  impl_->timings.preprocess_ms = ms_since(t0);
+  return run_batch(std::move(chw), 1, top_k)[0];
 }
 
 }  // namespace kiln

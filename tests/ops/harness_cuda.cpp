@@ -22,8 +22,11 @@ std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref:
   const int64_t batch = g.values[g.inputs.at(0)].shape.at(0);
   for (int v : g.inputs)  // ExecutionContext::run's check: one batch size for all inputs
     if (g.values[v].shape.at(0) != batch) fail_input("inputs disagree on the batch size");
+  // As `kiln build` lowers a graph: tactics timed at opt level >= 3, no tactic
+  // cache (each case is timed on its own, whatever earlier runs chose).
   cuda::CudaOptions o;
   o.opt_level = opt_level;
+  o.tune = true;
   auto engine = std::make_shared<cuda::CudaEngine>(g, o);
   cuda::CudaContext ctx(engine);
   std::vector<Tensor> tensors;

@@ -39,6 +39,7 @@ struct Candidate {
   std::vector<Tensor> inputs;
   std::vector<double> engine_ms, task_ms;
   double load_ms = 0, first_call_ms = 0;  // Engine::load + create_context; first run at this batch
+  std::vector<TaskTimings> task_stages;  // per timed task call
 };
 
 // Group key of a node name: its first component ("layer2.1.conv2" -> "layer2"),
@@ -91,7 +92,7 @@ void print_profile(const nlohmann::json& p) {
 void add_bench(CLI::App& app) {
   struct Opts {
     std::vector<std::string> bundles;
-    std::string backend;
+    std::string backend, image;
     int batch = 1, iterations = 200, warmup = 20;
     bool json = false, task = true;
     int profile = 0;
@@ -104,6 +105,7 @@ void add_bench(CLI::App& app) {
   sub->add_option("--iterations", o->iterations, "Timed rounds")->check(CLI::Range(10, 1000000));
   sub->add_option("--warmup", o->warmup, "Untimed rounds first")->check(CLI::Range(0, 100000));
   sub->add_flag("!--no-task", o->task, "Skip the task-time measurement");
+  sub->add_option("--image", o->image, "Time the task on this file, decode included (default: a synthetic 640x480 image, no decode)");
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_option("--profile", o->profile, "Also time every layer on its own over N rounds, grouped by name prefix")
       ->check(CLI::Range(0, 100000));
@@ -141,16 +143,34 @@ void add_bench(CLI::App& app) {
         if (r >= o->warmup) c.engine_ms.push_back(ms);
         if (c.classifier && o->batch == 1) {
           auto t0 = std::chrono::steady_clock::now();
-          c.classifier->classify_rgb(640, 480, rgb.data(), 5);
+          if (o->image.empty()) c.classifier->classify_rgb(640, 480, rgb.data(), 5);
+          else c.classifier->classify_file(o->image, 5);
           double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          if (r >= o->warmup) c.task_ms.push_back(t);
+          if (r >= o->warmup) {
+            c.task_ms.push_back(t);
+            c.task_stages.push_back(c.classifier->last_timings());
+          }
         }
       }
     }
     nlohmann::json results = nlohmann::json::array();
     for (auto& c : cands) {
       nlohmann::json task = nullptr;
-      if (!c.task_ms.empty()) task = {{"p50", percentile(c.task_ms, 0.5)}, {"p95", percentile(c.task_ms, 0.95)}};
+      nlohmann::json stages = nullptr;
+      if (!c.task_ms.empty()) {
+        task = {{"p50", percentile(c.task_ms, 0.5)}, {"p95", percentile(c.task_ms, 0.95)}};
+        // Medians per stage (they need not add up to the task median exactly).
+        const auto median_of = [&](double TaskTimings::*field) {
+          std::vector<double> v;
+          for (const auto& s : c.task_stages) v.push_back(s.*field);
+          return percentile(v, 0.5);
+        };
+        stages = {{"decode", median_of(&TaskTimings::decode_ms)},
+                  {"preprocess", median_of(&TaskTimings::preprocess_ms)},
+                  {"engine", median_of(&TaskTimings::engine_ms)},
+                  {"postprocess", median_of(&TaskTimings::postprocess_ms)},
+                  {"input", o->image.empty() ? "synthetic 640x480 RGB (no decode)" : o->image}};
+      }
       results.push_back({{"bundle", c.path},
                          {"backend", c.engine->backend()},
                          {"precision", c.engine->precision()},
@@ -160,6 +180,7 @@ void add_bench(CLI::App& app) {
                            {"p10", percentile(c.engine_ms, 0.1)},
                            {"p90", percentile(c.engine_ms, 0.9)}}},
                          {"task_ms", task},
+                         {"task_breakdown_ms", stages},
                          {"kernels_per_call", kernels_per_call(*c.ctx)},
                          {"load_ms", c.load_ms},
                          {"first_call_ms", c.first_call_ms},
@@ -180,7 +201,11 @@ void add_bench(CLI::App& app) {
                 << r["engine_ms"]["median"].get<double>() << " ms (p10 " << r["engine_ms"]["p10"].get<double>() << ", p90 "
                 << r["engine_ms"]["p90"].get<double>() << "), " << r["kernels_per_call"].get<size_t>() << " kernels/call";
       if (!r["task_ms"].is_null())
-        std::cout << "; task p50 " << r["task_ms"]["p50"].get<double>() << " ms, p95 " << r["task_ms"]["p95"].get<double>();
+        std::cout << "; task p50 " << r["task_ms"]["p50"].get<double>() << " ms, p95 " << r["task_ms"]["p95"].get<double>()
+                  << " (decode " << r["task_breakdown_ms"]["decode"].get<double>() << ", pre-process "
+                  << r["task_breakdown_ms"]["preprocess"].get<double>() << ", engine "
+                  << r["task_breakdown_ms"]["engine"].get<double>() << ", post-process "
+                  << r["task_breakdown_ms"]["postprocess"].get<double>() << ")";
       std::cout << (r["stable"].get<bool>() ? "" : "  [unstable]") << "\n";
       if (r.contains("profile")) print_profile(r["profile"]);
     }

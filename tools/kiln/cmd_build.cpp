@@ -4,6 +4,7 @@
 #include "bundle/builder.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 
 namespace kiln::cli {
 
@@ -12,7 +13,7 @@ void add_build(CLI::App& app) {
     BuildOptions b;
     std::string out, precision = "fp32", enable, disable;
     std::vector<int> batches;
-    bool json = false;
+    bool json = false, quiet = false;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("build", "Build a checkpoint (directory or HF id in the local cache) into a .bundle");
@@ -33,9 +34,19 @@ void add_build(CLI::App& app) {
   sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");
   sub->add_flag("--tf32", o->b.allow_tf32, "CUDA fp32 engines: allow TF32 tensor cores (off by default: it changes results)");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");
+  sub->add_flag("--quiet", o->quiet, "No progress lines or bar on stderr");
   sub->callback([o] {
     o->b.precision = o->precision == "fp16" ? DType::F16 : o->precision == "bf16" ? DType::BF16 : DType::F32;
-    o->b.log = &std::cerr;
+    o->b.log = o->quiet ? nullptr : &std::cerr;
+    // Tactic timing (CUDA, opt level >= 3) is the long part of a build: a bar
+    // per graph node, on a terminal only.
+    ProgressBar bar("tactics", 0, o->b.backend == "cuda" && o->b.opt_level >= 3 && stderr_is_tty() && !o->json && !o->quiet,
+                    std::cerr, "node");
+    if (bar.enabled())
+      o->b.progress = [&bar](int64_t done, int64_t total) {
+        bar.set_total(total);
+        bar.update(done);
+      };
     if (!o->batches.empty()) {
       o->b.batch = o->batches[0];
       o->b.batches.assign(o->batches.begin() + 1, o->batches.end());
@@ -44,6 +55,7 @@ void add_build(CLI::App& app) {
     o->b.switches.set_list(o->disable, false);
     if (o->b.tactic_cache == "off") o->b.tactic_cache.clear();
     BuildSummary s = build_bundle(o->b, o->out);
+    bar.finish();
     if (o->json) {
       nlohmann::json j = {{"bundle", o->out},          {"family", s.family},           {"model_dir", s.model_dir},
                           {"nodes_before", s.nodes_before}, {"nodes_after", s.nodes_after}, {"op_counts", s.op_counts},

@@ -1,96 +1,124 @@
-// kiln eval BUNDLE --dataset DIR: top-1 accuracy on an ImageFolder tree
-// (one subfolder per class; class index = position of the folder name in
-// sorted order, as torchvision's ImageFolder assigns it).
+// kiln eval BUNDLE --dataset DIR | --labels FILE [--images DIR]: top-1 and
+// top-5 accuracy. DIR is an ImageFolder tree (class id = position of the
+// folder name in sorted order, as torchvision assigns it, or the bundle's
+// label of that name); FILE has one "path class_id" per line.
+//
+// Images are decoded and pre-processed on worker threads ahead of the engine
+// (bounded window, strict input order: the same numbers as one thread). An
+// unreadable image is counted, listed and left out of the accuracy; with
+// --strict the first one is fatal.
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <unistd.h>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "kiln/kiln.hpp"
+#include "tasks/eval_set.hpp"
+#include "tasks/preprocess_ahead.hpp"
 
 namespace kiln::cli {
-
-namespace fs = std::filesystem;
-
-namespace {
-
-bool is_image(const fs::path& p) {
-  std::string e = p.extension().string();
-  std::transform(e.begin(), e.end(), e.begin(), ::tolower);
-  return e == ".png" || e == ".jpg" || e == ".jpeg";
-}
-
-}  // namespace
 
 void add_eval(CLI::App& app) {
   struct Opts {
     std::string backend;
-    std::string bundle, dataset;
-    int batch = 16;
-    bool json = false;
+    std::string bundle, dataset, labels, images;
+    int batch = 16, threads = 0;
+    size_t limit = 0;
+    bool json = false, strict = false, quiet = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("eval", "Top-1 accuracy of a classification bundle on an ImageFolder dataset");
+  auto* sub = app.add_subcommand("eval", "Top-1/top-5 accuracy of a classification bundle on an ImageFolder tree or a label file");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
   add_load_backend_option(sub, o->backend);
-  sub->add_option("--dataset", o->dataset, "Directory with one subfolder per class")->required();
+  auto* dataset = sub->add_option("--dataset", o->dataset, "Directory with one subfolder per class");
+  auto* labels = sub->add_option("--labels", o->labels, "Label file: one 'path class_id' per line");
+  dataset->excludes(labels);
+  sub->add_option("--images", o->images, "Folder the label file's paths are relative to (default: the label file's folder)")
+      ->needs(labels);
+  sub->add_option("--limit", o->limit, "Evaluate only the first N images")->check(CLI::PositiveNumber);
   sub->add_option("--batch", o->batch, "Images per engine call")->check(CLI::Range(1, 4096));
-  sub->add_flag("--json", o->json, "JSON output (key top1)");
+  sub->add_option("--threads", o->threads, "Decode threads (default: cores, at most 8)")->check(CLI::Range(1, 256));
+  sub->add_flag("--strict", o->strict, "Stop at the first unreadable image (exit code 2)");
+  sub->add_flag("--quiet", o->quiet, "No progress bar");
+  sub->add_flag("--json", o->json, "JSON output (keys top1, top5, images, errors)");
   sub->callback([o] {
-    if (!fs::is_directory(o->dataset)) fail_input(o->dataset, ": not a directory");
-    std::vector<std::string> classes;
-    for (const auto& e : fs::directory_iterator(o->dataset))
-      if (e.is_directory()) classes.push_back(e.path().filename().string());
-    std::sort(classes.begin(), classes.end());
-    if (classes.empty()) fail_input(o->dataset, ": no class subfolders (expected DIR/<class>/<image>)");
+    if (o->dataset.empty() && o->labels.empty()) fail_usage("eval needs --dataset DIR or --labels FILE");
     Classifier clf(Engine::load(o->bundle, LoadOptions{o->backend, &std::cerr}));
-    // Folder names that are the bundle's labels map to those class ids;
-    // otherwise class id = sorted folder position (torchvision ImageFolder).
-    std::vector<int> class_id(classes.size());
-    const auto& labels = clf.engine().labels();
-    bool by_label = !labels.empty();
-    for (size_t c = 0; c < classes.size() && by_label; ++c) {
-      auto it = std::find(labels.begin(), labels.end(), classes[c]);
-      by_label = it != labels.end();
-      if (by_label) class_id[c] = static_cast<int>(it - labels.begin());
-    }
-    for (size_t c = 0; c < classes.size() && !by_label; ++c) class_id[c] = static_cast<int>(c);
-    std::vector<std::pair<std::string, int>> items;
-    for (size_t c = 0; c < classes.size(); ++c) {
-      std::vector<std::string> files;
-      for (const auto& e : fs::directory_iterator(fs::path(o->dataset) / classes[c]))
-        if (e.is_regular_file() && is_image(e.path())) files.push_back(e.path().string());
-      std::sort(files.begin(), files.end());
-      for (auto& f : files) items.push_back({f, class_id[c]});
-    }
-    if (items.empty()) fail_input(o->dataset, ": no .png/.jpg images found");
-    const bool tty = isatty(2);
-    size_t correct = 0;
+    const auto& names = clf.engine().labels();
+    EvalSet set = o->labels.empty() ? read_image_folder(o->dataset, names)
+                                    : read_label_file(o->labels, o->images, static_cast<int>(names.size()));
+    if (o->limit && o->limit < set.items.size()) set.items.resize(o->limit);
+    const size_t n = set.items.size();
+    const int threads = o->threads ? o->threads : std::clamp<int>(std::thread::hardware_concurrency(), 1, 8);
+    const size_t batch = static_cast<size_t>(o->batch);
+    PreprocessAhead ahead(n, [&](size_t i) { return clf.preprocess_file(set.items[i].path); }, threads,
+                          2 * batch + threads);
+    ProgressBar bar("eval", static_cast<int64_t>(n), stderr_is_tty() && !o->json && !o->quiet, std::cerr, "img");
+
+    size_t correct1 = 0, correct5 = 0, evaluated = 0;
+    nlohmann::json errors = nlohmann::json::array();
+    std::vector<float> pixels;
+    std::vector<int> truth;
+    const auto flush = [&] {
+      if (truth.empty()) return;
+      const auto results = clf.classify_preprocessed(std::move(pixels), static_cast<int64_t>(truth.size()), 5);
+      for (size_t k = 0; k < results.size(); ++k) {
+        const auto& top = results[k].top_k;
+        correct1 += !top.empty() && top[0].class_id == truth[k];
+        correct5 += std::any_of(top.begin(), top.end(), [&](const Prediction& p) { return p.class_id == truth[k]; });
+      }
+      evaluated += truth.size();
+      pixels.clear();
+      truth.clear();
+    };
     const auto t0 = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < items.size(); i += o->batch) {
-      size_t end = std::min(items.size(), i + static_cast<size_t>(o->batch));
-      std::vector<std::string> paths;
-      for (size_t k = i; k < end; ++k) paths.push_back(items[k].first);
-      auto results = clf.classify_files(paths, 1);
-      for (size_t k = i; k < end; ++k) correct += results[k - i].top_k[0].class_id == items[k].second;
-      if (tty) std::cerr << "\reval: " << end << "/" << items.size() << std::flush;
+    for (size_t i = 0; i < n; ++i) {
+      PreprocessAhead::Item item = ahead.take(i);
+      if (!item.error.empty()) {
+        if (o->strict) fail_input(item.error, " (--strict)");
+        errors.push_back({{"path", set.items[i].path}, {"error", item.error}});
+      } else {
+        pixels.insert(pixels.end(), item.pixels.begin(), item.pixels.end());
+        truth.push_back(set.items[i].class_id);
+        if (truth.size() == batch) flush();
+      }
+      bar.update(static_cast<int64_t>(i + 1));
     }
-    if (tty) std::cerr << "\n";
+    flush();
+    bar.finish();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double top1 = static_cast<double>(correct) / items.size();
+    if (evaluated == 0)
+      fail_input("none of the ", n, " images could be read; first: ", errors[0]["error"].get<std::string>());
+    const double top1 = static_cast<double>(correct1) / evaluated, top5 = static_cast<double>(correct5) / evaluated;
     if (o->json) {
-      std::cout << nlohmann::json{{"top1", top1},         {"correct", correct}, {"images", items.size()},
-                                  {"classes", classes.size()}, {"batch", o->batch}, {"backend", clf.engine().backend()}, {"seconds", secs},   {"ms_per_image", 1e3 * secs / items.size()}}
+      std::cout << nlohmann::json{{"top1", top1},
+                                  {"top5", top5},
+                                  {"correct", correct1},
+                                  {"correct_top5", correct5},
+                                  {"images", evaluated},
+                                  {"failed", errors.size()},
+                                  {"errors", errors},
+                                  {"classes", set.classes},
+                                  {"batch", o->batch},
+                                  {"threads", threads},
+                                  {"backend", clf.engine().backend()},
+                                  {"seconds", secs},
+                                  {"ms_per_image", 1e3 * secs / evaluated}}
                        .dump(2)
                 << "\n";
     } else {
-      std::cout << "top-1 " << std::fixed << std::setprecision(4) << top1 << " (" << correct << "/" << items.size()
-                << "), " << std::setprecision(3) << 1e3 * secs / items.size() << " ms/image\n";
+      std::cout << "top-1 " << std::fixed << std::setprecision(4) << top1 << " (" << correct1 << "/" << evaluated
+                << "), top-5 " << top5 << " (" << correct5 << "/" << evaluated << "), " << std::setprecision(3)
+                << 1e3 * secs / evaluated << " ms/image\n";
+      if (!errors.empty()) {
+        std::cout << errors.size() << " of " << n << " images could not be read (left out of the accuracy):\n";
+        for (const auto& e : errors) std::cout << "  " << e["error"].get<std::string>() << "\n";
+      }
     }
   });
 }

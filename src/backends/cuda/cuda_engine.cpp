@@ -160,6 +160,7 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
   m.programs[batch] = m.build_program(batch);
   for (int64_t b : opts.batches)
     if (!m.programs.count(b)) m.programs[b] = m.build_program(b);
+  m.opts.progress = nullptr;  // it may capture the caller's locals
   if (opts.opt_level >= 3) save_tuned(opts.tactic_cache, m.key, m.tuned);
 }
 

@@ -9,6 +9,7 @@
 // arena and one CUDA graph per batch size, captured at first use and
 // replayed afterwards.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,9 @@ struct CudaOptions {
   // depends on the bundle and the GPU only.
   std::string tactic_cache;
   std::ostream* log = nullptr;
+  // Called per graph node while the constructor builds and tunes the first
+  // program (kiln build's progress bar); cleared afterwards, never called at run time.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 class CudaEngine {

@@ -303,7 +303,11 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
                            !has_side ? "" : side.pool_node != kNoNode ? " +pass-through pool" : " +pass-through copy");
   };
   std::vector<char> split_done(g.nodes.size(), 0);
+  const auto progress = [&](size_t done) {
+    if (opts.tune && opts.progress) opts.progress(static_cast<int64_t>(done), static_cast<int64_t>(g.nodes.size()));
+  };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    progress(ni);
     const Node& n = g.nodes[ni];
     if (folded_cast[ni] || fused_away[ni] || n.op == Op::Flatten) continue;
     if (se.scale_at.count(ni)) {
@@ -632,6 +636,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
     }
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(tune_stream.s));
+  progress(g.nodes.size());
   return p;
 }
 
