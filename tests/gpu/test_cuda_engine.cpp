@@ -126,7 +126,9 @@ TEST_P(CudaFixture, Res2NetSplitsCopiesAndViewsAgree) {
       size_t kernels = 0;
     };
     auto run_with = [&](const std::string& switches) {
-      auto e = Engine::load(build(f, dt, 3, 2, switches).string(), LoadOptions{});
+      // Opt level 1 (heuristic tactics, no timing): six builds per dtype stay quick, and the
+      // modes are compared with each other, not with the timed default.
+      auto e = Engine::load(build(f, dt, 1, 2, switches).string(), LoadOptions{});
       auto ctx = e->create_context();
       Run r;
       r.out = ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
@@ -289,13 +291,30 @@ TEST(CudaEngine, EightThreadsThousandCallsMatchOneThreadBitForBit) {
   }
 }
 
+// The demo model (models/digits_resnet) as an fp16 CUDA bundle at batch 1,
+// and an input for it: the smallest real engine, so 1,000 loads fit in a test
+// (a load builds one cuDNN plan per conv: about 0.25 s for the resnext fixture).
+fs::path digits_cuda_bundle(Shape* input_shape) {
+  const fs::path out = temp_dir("digits") / "digits_f16.bundle";
+  *input_shape = {1, 3, 32, 32};
+  if (fs::exists(out)) return out;
+  BuildOptions o;
+  o.model = (kFixtures.parent_path().parent_path() / "models" / "digits_resnet").string();
+  o.backend = "cuda";
+  o.precision = DType::F16;
+  build_bundle(o, out);
+  return out;
+}
+
 // 1,000 load / run / free cycles give back every byte kiln allocated on the
 // device, counted by kiln's own allocator (cuda::device_memory_stats): the
 // device-wide free memory is shared with other processes and was flaky.
 TEST(CudaEngine, ThousandLoadFreeCyclesReturnEveryByte) {
   REQUIRE_GPU();
-  fs::path b = build("resnet/resnext", DType::F16);
-  HostTensor x = read_npy(kFixtures / "resnet" / "resnext" / "input.npy");
+  Shape shape;
+  const fs::path b = digits_cuda_bundle(&shape);
+  std::mt19937 rng(11);
+  const HostTensor x = testing::random_tensor(shape, rng);
   const auto before = cuda::device_memory_stats();
   size_t most = 0;
   for (int i = 0; i < 1000; ++i) {
@@ -315,13 +334,40 @@ TEST(CudaEngine, ThousandLoadFreeCyclesReturnEveryByte) {
   EXPECT_GT(most, 0u) << "the engine allocated nothing through kiln's allocator: the count proves nothing";
 }
 
+// kiln's allocation count and its limit, without a GPU (no memory is taken):
+// a limit of 0 refuses everything, a limit is inclusive, and leaving the
+// scope restores no limit. (On the H200 a limit of 0 was once read as "none".)
+TEST(DeviceMemoryLimit, CountsAndRefusesWithoutAGpu) {
+  const auto before = cuda::device_memory_stats();
+  {
+    const cuda::DeviceMemoryLimit cap(before.bytes);
+    EXPECT_FALSE(cuda::detail::count_alloc(1));
+  }
+  {
+    const cuda::DeviceMemoryLimit cap(before.bytes + 100);
+    ASSERT_TRUE(cuda::detail::count_alloc(60));
+    EXPECT_FALSE(cuda::detail::count_alloc(41));
+    ASSERT_TRUE(cuda::detail::count_alloc(40));
+    EXPECT_EQ(cuda::device_memory_stats().bytes, before.bytes + 100);
+    EXPECT_EQ(cuda::device_memory_stats().buffers, before.buffers + 2);
+    cuda::detail::count_free(60);
+    cuda::detail::count_free(40);
+  }
+  EXPECT_TRUE(cuda::detail::count_alloc(size_t(1) << 50));  // no limit again: only counted
+  cuda::detail::count_free(size_t(1) << 50);
+  EXPECT_EQ(cuda::device_memory_stats().bytes, before.bytes);
+  EXPECT_EQ(cuda::device_memory_stats().buffers, before.buffers);
+}
+
 // Out of device memory during load, provoked by a limit on kiln's allocator
 // at every fraction of what a load and first run take: a clear Runtime error
 // naming device memory, and nothing left allocated.
 TEST(CudaEngine, OutOfMemoryDuringLoadIsCleanAndLeaksNothing) {
   REQUIRE_GPU();
-  fs::path b = build("resnet/resnext", DType::F16);
-  HostTensor x = read_npy(kFixtures / "resnet" / "resnext" / "input.npy");
+  Shape shape;
+  const fs::path b = digits_cuda_bundle(&shape);
+  std::mt19937 rng(12);
+  const HostTensor x = testing::random_tensor(shape, rng);
   const auto before = cuda::device_memory_stats();
   cuda::reset_device_memory_peak();
   {

@@ -1,12 +1,14 @@
 #include "backends/cuda/device_buffer.hpp"
 
 #include <atomic>
+#include <cstdint>
 
 namespace kiln::cuda {
 
 namespace {
 std::atomic<size_t> g_bytes{0}, g_buffers{0}, g_peak{0};
-std::atomic<size_t> g_limit{0};  // 0: no limit
+// SIZE_MAX: no limit. A limit of 0 is a real one (nothing may be allocated).
+std::atomic<size_t> g_limit{SIZE_MAX};
 }  // namespace
 
 namespace detail {
@@ -15,7 +17,7 @@ bool count_alloc(size_t bytes) {
   const size_t limit = g_limit.load();
   size_t now = g_bytes.load();
   do {
-    if (limit && (bytes > limit || now > limit - bytes)) return false;
+    if (bytes > limit || now > limit - bytes) return false;
   } while (!g_bytes.compare_exchange_weak(now, now + bytes));
   ++g_buffers;
   size_t peak = g_peak.load();

@@ -26,7 +26,8 @@ DeviceMemoryStats device_memory_stats();
 void reset_device_memory_peak();
 
 // While one lives, an allocation that would take kiln's live bytes above
-// `bytes` fails as out of device memory (for tests of out-of-memory paths).
+// `bytes` fails as out of device memory (for tests of out-of-memory paths);
+// 0 refuses every allocation.
 class DeviceMemoryLimit {
  public:
   explicit DeviceMemoryLimit(size_t bytes);
