@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "families/family.hpp"
+#include "ir/node_select.hpp"
 #include "ir/serialize.hpp"
 #include "passes/pass.hpp"
 
@@ -96,6 +97,11 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   if (o.backend == "cuda") popts.channel_align = 16 / static_cast<int64_t>(dtype_size(o.precision));
   run_pipeline(fb.graph, popts);
   summary.nodes_after = fb.graph.nodes.size();
+  if (!o.reference.empty()) {
+    if (o.backend != "cpu")
+      fail_usage("--reference runs layers on the CPU backend's plain reference: build with --backend cpu");
+    select_nodes(fb.graph, o.reference, "--reference pattern");  // every pattern must name something
+  }
   summary.op_counts = op_counts(fb.graph);
   say(cat("graph: ", summary.nodes_before, " nodes -> ", summary.nodes_after, " after passes"));
 
@@ -127,7 +133,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
                       {"revision", model.revision},
                       {"files", ckpt.file_sha256()}}},
       {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"batches", planned_batches(o)}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32},
-                 {"max_batch", o.max_batch}, {"switches", o.switches.to_json()}}},
+                 {"max_batch", o.max_batch}, {"switches", o.switches.to_json()}, {"reference", o.reference}}},
       {"quantization", nullptr},
   };
   BundleWriter w(BundleInfo{kBundleFormat, KILN_VERSION, family.name(), fb.task, o.backend});

@@ -33,6 +33,10 @@ struct BuildOptions {
   // larger inputs are refused naming it). At least `batch`.
   int max_batch = 4096;
   EngineSwitches switches;  // fusion/launch choices (core/switches.hpp), recorded in the bundle
+  // Layer globs (node names or op names, ir/node_select.hpp) the CPU backend
+  // runs with the plain reference instead of its optimized kernels, to find
+  // where numbers go wrong; recorded in the bundle. CPU backend only.
+  std::vector<std::string> reference;
   // CUDA tactic cache file used while building ("" = none); default_tactic_cache() by default.
   std::string tactic_cache = default_tactic_cache();
   bool verify = false;          // IR verifier after every pass

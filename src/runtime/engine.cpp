@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "ir/node_select.hpp"
 #include "ir/serialize.hpp"
 #include "runtime/engine_impl.hpp"
 #include "tasks/runtime_config.hpp"
@@ -28,7 +29,7 @@ TensorInfo info_of(const Graph& g, int v) {
 
 }  // namespace
 
-ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches) {
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches, bool dense) {
   auto with_batch = [&g](int64_t b) {
     Graph s = g;
     for (int in : s.inputs) s.values[in].shape[0] = b;
@@ -36,8 +37,13 @@ ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& s
     return s;
   };
   ShapedPlan p{with_batch(batch), {}, {}, {}, {}};
-  p.views = plan_channel_views(p.graph);
-  p.adds = cpu::plan_prologue_adds(p.graph, switches.get(Switch::FuseAdd).value_or(true));
+  if (dense) {
+    p.views.parent.assign(p.graph.values.size(), -1);
+    p.views.channel_offset.assign(p.graph.values.size(), 0);
+  } else {
+    p.views = plan_channel_views(p.graph);
+  }
+  p.adds = cpu::plan_prologue_adds(p.graph, !dense && switches.get(Switch::FuseAdd).value_or(true));
   if (batch > 1) p.one = with_batch(1);
   // A fused add's output is never written: it borrows its first operand's bytes instead of its own.
   std::vector<int> add_alias(p.graph.values.size(), -1);
@@ -75,7 +81,16 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
   if (!max_batch.is_number_integer() || max_batch.get<int64_t>() < 1 || max_batch.get<int64_t>() > 4096)
     fail_input(src, "provenance.json: build.max_batch must be an integer in 1..4096, got ", max_batch.dump());
   impl->max_batch = max_batch.get<int64_t>();
+  const auto reference = build.value("reference", nlohmann::json::array());
+  if (!reference.is_array()) fail_input(src, "provenance.json: build.reference must be a list of strings");
+  for (const auto& r : reference) {
+    if (!r.is_string()) fail_input(src, "provenance.json: build.reference must be a list of strings");
+    impl->reference.push_back(r.get<std::string>());
+  }
   if (impl->backend == "cuda") {
+    if (!impl->reference.empty())
+      fail_usage(src, "this bundle forces layers onto the plain reference path (kiln build --reference), which only "
+                 "the CPU backend runs; load it with --backend cpu");
 #ifdef KILN_HAVE_CUDA
     std::string why;
     if (!cuda::device_available(&why))
@@ -99,6 +114,7 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
     for (const Node& n : impl->graph.nodes)
       if (!cpu::supports(impl->graph, n)) fail_input(src, "layer '", n.name, "' is not supported by the CPU backend");
     impl->cpu = std::make_unique<cpu::CpuProgram>(impl->graph);
+    if (!impl->reference.empty()) impl->cpu->use_reference(select_nodes(impl->graph, impl->reference, src + "reference pattern"));
   } else {
     fail_usage("unknown backend '", impl->backend, "' (cpu, cuda)");
   }

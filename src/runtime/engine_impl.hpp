@@ -27,6 +27,7 @@ struct Engine::Impl {
   nlohmann::json provenance;
   EngineSwitches switches;  // provenance.build.switches: what the bundle was built to run
   int64_t max_batch = 4096;  // provenance.build.max_batch: larger inputs are refused
+  std::vector<std::string> reference;  // provenance.build.reference: node globs run by the plain reference (CPU)
   std::unique_ptr<cpu::CpuProgram> cpu;
   std::shared_ptr<cuda::CudaEngine> cuda;  // set when the engine runs on the GPU
 };
@@ -40,7 +41,8 @@ struct ShapedPlan {
   cpu::PrologueAdds adds;    // adds that run inside the conv reading them (CPU backend)
   cpu::CpuLayout layout() const { return {&views, &one, &adds}; }
 };
-ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches = {});
+// dense: no channel views or fused adds (nodes forced onto the plain reference need dense values).
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches = {}, bool dense = false);
 
 struct ExecutionContext::Impl {
   std::shared_ptr<const Engine> engine;
@@ -48,7 +50,8 @@ struct ExecutionContext::Impl {
   // The CPU plan for `batch`, made on first use.
   const ShapedPlan& plan(int64_t batch) {
     auto it = plans.find(batch);
-    if (it == plans.end()) it = plans.emplace(batch, plan_for_batch(engine->impl().graph, batch, engine->impl().switches)).first;
+    if (it == plans.end()) it = plans.emplace(batch, plan_for_batch(engine->impl().graph, batch, engine->impl().switches,
+                                                        !engine->impl().reference.empty())).first;
     return it->second;
   }
   std::vector<float> arena;

@@ -4,6 +4,7 @@
 #include "bundle/builder.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "ir/node_select.hpp"
 #include "core/progress.hpp"
 
 namespace kiln::cli {
@@ -11,7 +12,7 @@ namespace kiln::cli {
 void add_build(CLI::App& app) {
   struct Opts {
     BuildOptions b;
-    std::string out, precision = "fp32", enable, disable;
+    std::string out, precision = "fp32", enable, disable, reference;
     std::vector<int> batches;
     bool json = false, quiet = false;
   };
@@ -29,6 +30,8 @@ void add_build(CLI::App& app) {
   sub->add_option("--max-batch", o->b.max_batch, "Largest batch the engine accepts at run time (default 4096)");
   sub->add_option("--enable", o->enable, "Engine switches to force on, comma-separated (" + switch_names() + ")");
   sub->add_option("--disable", o->disable, "Engine switches to force off, comma-separated (recorded in the bundle)");
+  sub->add_option("--reference", o->reference,
+                  "Layer globs (names or ops, e.g. 'layer2.*,linear') run by the plain reference (CPU backend; debugging)");
   sub->add_option("--tactic-cache", o->b.tactic_cache,
                   "CUDA tactic cache file read and written while timing, or 'off' (default ~/.cache/kiln/tactics.json)");
   sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");
@@ -54,6 +57,7 @@ void add_build(CLI::App& app) {
     o->b.switches.set_list(o->enable, true);
     o->b.switches.set_list(o->disable, false);
     if (o->b.tactic_cache == "off") o->b.tactic_cache.clear();
+    o->b.reference = split_patterns(o->reference);
     BuildSummary s = build_bundle(o->b, o->out);
     bar.finish();
     if (o->json) {

@@ -128,6 +128,11 @@ void add_inspect(CLI::App& app) {
     std::cout << "  weights " << weight_bytes << " bytes; activation arena " << mem.arena_bytes << " bytes (naive sum "
               << mem.naive_bytes << ", " << std::fixed << std::setprecision(1)
               << (mem.arena_bytes ? static_cast<double>(mem.naive_bytes) / mem.arena_bytes : 0.0) << "x less)\n";
+    if (!e.reference.empty()) {
+      std::cout << "  plain reference path (CPU) for:";
+      for (const auto& r : e.reference) std::cout << " " << r;
+      std::cout << "\n";
+    }
     std::cout << "  max batch " << e.max_batch << "; engine switches";
     if (e.switches.all_auto()) std::cout << " all auto";
     const nlohmann::json switches = e.switches.to_json();  // named: items() of a temporary would dangle

@@ -1,4 +1,5 @@
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/ref/ref.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -219,8 +220,25 @@ void for_each_node(const Graph& g, const MemoryPlan& plan, float* arena, const C
 
 }  // namespace
 
+bool CpuProgram::any_reference() const {
+  for (char r : reference_)
+    if (r) return true;
+  return false;
+}
+
+void CpuProgram::run_reference_node(const Graph& g, const Node& n, const std::vector<float*>& ptr) const {
+  std::vector<ref::Buffer> in;
+  for (int v : n.inputs) {
+    const float* p = constants_[v] ? constants_[v] : ptr[v];
+    in.emplace_back(p, p + shape_numel(g.values[v].shape));
+  }
+  const auto out = ref::run_reference(g, n, in);
+  for (size_t k = 0; k < n.outputs.size(); ++k) std::copy(out[k].begin(), out[k].end(), ptr[n.outputs[k]]);
+}
+
 void CpuProgram::run(const Graph& g, const MemoryPlan& plan, float* arena, ThreadPool& pool, const CpuLayout& layout) const {
   for_each_node(g, plan, arena, layout, [&](size_t i, const Graph& shapes, const std::vector<float*>& ptr) {
+    if (i < reference_.size() && reference_[i]) return run_reference_node(shapes, shapes.nodes[i], ptr);
     run_node(shapes, shapes.nodes[i], ptr, pool, layout.views, layout.adds ? layout.adds->add_for(shapes, i) : nullptr);
   });
 }
@@ -230,7 +248,8 @@ void CpuProgram::run_profiled(const Graph& g, const MemoryPlan& plan, float* are
   node_ms->resize(g.nodes.size(), 0.0);
   for_each_node(g, plan, arena, layout, [&](size_t i, const Graph& shapes, const std::vector<float*>& ptr) {
     const auto t0 = std::chrono::steady_clock::now();
-    run_node(shapes, shapes.nodes[i], ptr, pool, layout.views, layout.adds ? layout.adds->add_for(shapes, i) : nullptr);
+    if (i < reference_.size() && reference_[i]) run_reference_node(shapes, shapes.nodes[i], ptr);
+    else run_node(shapes, shapes.nodes[i], ptr, pool, layout.views, layout.adds ? layout.adds->add_for(shapes, i) : nullptr);
     (*node_ms)[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   });
 }

@@ -59,8 +59,15 @@ class CpuProgram {
   void run_node(const Graph& shaped, const Node& n, const std::vector<float*>& value_ptrs, ThreadPool& pool,
                 const ChannelViews* views = nullptr, const Node* prologue_add = nullptr) const;
   const float* constant(int value_id) const { return constants_[value_id]; }
+  // Nodes (by index) that run the plain reference (src/backends/cpu/ref/)
+  // instead of the optimized kernels: `kiln build --reference GLOB`, for
+  // debugging numbers. They need dense values: plan without views or fused adds.
+  void use_reference(std::vector<char> nodes) { reference_ = std::move(nodes); }
+  bool any_reference() const;
 
  private:
+  void run_reference_node(const Graph& shaped, const Node& n, const std::vector<float*>& value_ptrs) const;
+  std::vector<char> reference_;
   std::vector<const float*> constants_;
   std::vector<std::vector<float>> converted_;
 };
