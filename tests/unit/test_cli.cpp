@@ -10,6 +10,7 @@
 
 #include "bundle/bundle.hpp"
 #include "core/file.hpp"
+#include "cli_test_util.hpp"
 #include "core/npy.hpp"
 
 namespace kiln {
@@ -25,13 +26,8 @@ struct Result {
 };
 
 Result kiln(const std::string& args, const std::string& env = "") {
-  fs::path log = fs::temp_directory_path() / ("kiln_cli_" + std::to_string(::getpid()) + ".out");
-  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(KILN_BINARY) + " " + args + " > " + log.string() + " 2>&1";
-  int status = std::system(cmd.c_str());
-  std::ifstream f(log);
-  std::string out((std::istreambuf_iterator<char>(f)), {});
-  fs::remove(log);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  const testing::CliRun r = testing::run_kiln(args, env);
+  return {r.code, r.all()};
 }
 
 class Cli : public ::testing::Test {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "cli_test_util.hpp"
 #include "core/file.hpp"
 
 namespace kiln {
@@ -26,15 +27,8 @@ struct Result {
 
 // stdout and stderr apart: the progress bar must stay off stdout.
 Result kiln(const std::string& args) {
-  const fs::path base = fs::temp_directory_path() / ("kiln_cli_images_" + std::to_string(::getpid()));
-  const std::string cmd = std::string(KILN_BINARY) + " " + args + " > " + base.string() + ".out 2> " + base.string() + ".err";
-  const int status = std::system(cmd.c_str());
-  std::ifstream o(base.string() + ".out"), e(base.string() + ".err");
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, std::string((std::istreambuf_iterator<char>(o)), {}),
-           std::string((std::istreambuf_iterator<char>(e)), {})};
-  fs::remove(base.string() + ".out");
-  fs::remove(base.string() + ".err");
-  return r;
+  const testing::CliRun r = testing::run_kiln(args);
+  return {r.code, r.out, r.err};
 }
 
 nlohmann::json json_of(const Result& r) { return nlohmann::json::parse(r.out.substr(r.out.find_first_of("{["))); }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bundle/builder.hpp"
+#include "cli_test_util.hpp"
 #include "bundle/bundle.hpp"
 #include "core/npy.hpp"
 #include "kiln/kiln.h"
@@ -251,12 +252,8 @@ struct CliResult {
   std::string out;
 };
 CliResult kiln_cli(const std::string& args) {
-  const fs::path log = fs::temp_directory_path() / ("kiln_doors_cli_" + std::to_string(::getpid()) + ".out");
-  const int status = std::system((std::string(KILN_BINARY) + " " + args + " > " + log.string() + " 2>&1").c_str());
-  std::ifstream f(log);
-  std::string out((std::istreambuf_iterator<char>(f)), {});
-  fs::remove(log);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  const testing::CliRun r = testing::run_kiln(args);
+  return {r.code, r.all()};
 }
 
 TEST_F(Doors, CliRunRefusesWrongNameDtypeShapeAndBatchWritingNothing) {
