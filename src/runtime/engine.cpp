@@ -9,8 +9,6 @@ namespace kiln {
 
 const char* version() { return KILN_VERSION; }
 
-namespace {
-
 std::vector<std::string> parse_labels(const std::string& text, const std::string& source) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_array()) fail_input(source, ": expected a JSON list of strings");
@@ -21,6 +19,8 @@ std::vector<std::string> parse_labels(const std::string& text, const std::string
   }
   return labels;
 }
+
+namespace {
 
 TensorInfo info_of(const Graph& g, int v) {
   return {g.values[v].name, g.values[v].shape, dtype_name(g.values[v].dtype)};
@@ -52,8 +52,13 @@ ShapedPlan plan_for_batch(const Graph& g, int64_t batch) {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
-  auto impl = std::make_unique<Impl>(Impl{Bundle::open(bundle_path), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
+namespace {
+
+// Everything Engine::load does after the container is validated; the
+// memory and the path entry points differ only in how the Bundle is made.
+std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& options) {
+  const std::string bundle_path = bundle.path().string();
+  auto impl = std::make_unique<Engine::Impl>(Engine::Impl{std::move(bundle), {}, {}, {}, {}, {}, {}, {}, {}, {}, {}});
   const Bundle& b = impl->bundle;
   const std::string src = bundle_path + ": ";
   impl->graph = deserialize_graph(b.section_text("graph.json"), b.section("weights.bin"), src + "graph.json");
@@ -94,7 +99,19 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
   } else {
     fail_usage("unknown backend '", impl->backend, "' (cpu, cuda)");
   }
-  return std::shared_ptr<const Engine>(new Engine(std::move(impl)));
+  return impl;
+}
+
+}  // namespace
+
+std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
+  return std::shared_ptr<const Engine>(new Engine(load_impl(Bundle::open(bundle_path), options)));
+}
+
+std::shared_ptr<const Engine> Engine::load_from_memory(const void* data, size_t size, const LoadOptions& options,
+                                                       const std::string& name) {
+  Bundle b = Bundle::from_bytes(Blob::copy_of(data, size), name);
+  return std::shared_ptr<const Engine>(new Engine(load_impl(std::move(b), options)));
 }
 
 const std::string& Engine::family() const { return impl_->family; }

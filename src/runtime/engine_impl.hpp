@@ -39,6 +39,9 @@ struct ShapedPlan {
 };
 ShapedPlan plan_for_batch(const Graph& g, int64_t batch);
 
+// labels.json: a JSON list of strings; Error(Input) naming `source` otherwise.
+std::vector<std::string> parse_labels(const std::string& text, const std::string& source);
+
 struct ExecutionContext::Impl {
   std::shared_ptr<const Engine> engine;
   std::map<int64_t, ShapedPlan> plans;  // per batch size: shapes are planned once
