@@ -7,7 +7,7 @@
 # missing, like tools/setup.sh.
 #   tools/fuzz.sh [SECONDS] [TARGET...]      default 60 s, every target
 #   tools/fuzz.sh --seeds                    refresh the generated seeds in tests/fuzz/corpus/
-# Inputs that crashed are kept in build-fuzz/artifacts/; new corpus entries in
+# KILN_FUZZ_SKIP_BUILD=1 runs the fuzzers already built. Inputs that crashed are kept in build-fuzz/artifacts/; new corpus entries in
 # build-fuzz/corpus/<target>/ (tests/fuzz/corpus/ is only read).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +24,10 @@ if ((${#need_pkgs[@]})); then
   apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j"$(nproc)"
+if [ -z "${KILN_FUZZ_SKIP_BUILD:-}" ]; then  # set: run the fuzzers already in build-fuzz/ as they are
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j"$(nproc)"
+fi
 
 if [ "${1:-}" = "--seeds" ]; then
   # Generated seeds need a real bundle of the demo model: `kiln build` of this

@@ -88,6 +88,24 @@ TEST(FuzzInputs, RegressionsAreRejectedCleanly) {
     }
 }
 
+// A 16384x16384 header on a file of a few hundred bytes: refused before the
+// 768 MB image (and, interlaced, a 2 GB row buffer) is allocated and decoded.
+TEST(FuzzInputs, HugeImageHeaderOnTinyFileIsRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"png/png_interlaced_huge", "fuzz image: truncated PNG data ("},
+      {"png/png_huge", "fuzz image: truncated PNG data ("},
+      {"jpeg/jpeg_huge", "fuzz image: truncated JPEG data (1314 bytes of image data, the JPEG header needs at least 524288)"}};
+  for (const auto& [file, want] : cases) {
+    const auto bytes = read_file_bytes(kFuzzDir / "regressions" / file);
+    try {
+      fuzz::image(bytes.data(), bytes.size());
+      ADD_FAILURE() << file << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
+    }
+  }
+}
+
 // ---- the in-memory readers match the file readers
 
 TEST(FuzzInputs, BundleFromBytesMatchesOpen) {
