@@ -92,8 +92,8 @@ void safetensors(const uint8_t* data, size_t size) {
   for (const auto& [name, t] : f.tensors) {
     touch(t.blob.data, t.blob.size);
     check(t.blob.size == t.nbytes(), "safetensors tensor blob size disagrees with its shape");
-    // Conversion reads the blob as typed values (alignment, fp8/bf16 paths).
-    if (dtype_is_float(t.dtype) && t.blob.size <= (size_t{1} << 20)) t.to_f32();
+    // Conversion reads the blob as typed values (alignment, fp8/bf16 paths; e5m2 has no conversion).
+    if (dtype_is_float(t.dtype) && t.dtype != DType::F8E5M2 && t.blob.size <= (size_t{1} << 20)) t.to_f32();
   }
 }
 
