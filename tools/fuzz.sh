@@ -60,7 +60,10 @@ for t in "${targets[@]}"; do
   log=build-fuzz/logs/$t.log
   echo "== fuzz_$t (${secs} s)"
   rc=0
-  build-fuzz/tests/fuzz/fuzz_"$t" "${args[@]}" "$work" tests/fuzz/corpus/"$t" >"$log" 2>&1 || rc=$?
+  dirs=("$work" tests/fuzz/corpus/"$t")
+  # Past findings run first, under the same memory and time limits.
+  [ -d tests/fuzz/regressions/"$t" ] && dirs+=(tests/fuzz/regressions/"$t")
+  build-fuzz/tests/fuzz/fuzz_"$t" "${args[@]}" "${dirs[@]}" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")

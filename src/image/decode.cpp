@@ -220,6 +220,12 @@ void decode_png(const uint8_t* data, size_t size, DecodeResult& r) {
     return;
   }
   png_set_read_fn(png, &src, png_read_from_memory);
+  // libpng buffers a text/ICC/palette-suggestion/EXIF chunk whole, trusting
+  // its length field (Debian's build sets no cap), so a 200-byte file could
+  // ask for gigabytes. None of them changes the RGB pixels convert('RGB')
+  // gives, so skip them unread; image data (IDAT) is streamed anyway.
+  static const png_byte kSkipped[] = "iCCP\0iTXt\0tEXt\0zTXt\0sPLT\0eXIf";
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, kSkipped, 6);
   png_read_info(png, info);
   // PIL verifies the header chunks' CRCs but not IDAT's; ignore CRC errors in
   // the image data (the critical chunks still to come) to accept the same files.
