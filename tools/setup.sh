@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kiln needs on a fresh Debian 12 machine (as root) and
 # configures + builds it. Idempotent: re-running only builds what changed.
-#   tools/setup.sh [release|debug|sanitize]
+#   tools/setup.sh [release|debug|sanitize|tsan]   (CMakePresets.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"

@@ -63,6 +63,9 @@ class ExecutionContext;
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   static std::shared_ptr<const Engine> load(const std::string& bundle_path, const LoadOptions& options = {});
+  // A bundle already in memory (copied; `name` stands for the path in messages).
+  static std::shared_ptr<const Engine> load_from_memory(const void* data, size_t size, const LoadOptions& options = {},
+                                                        const std::string& name = "<memory>");
   ~Engine();
 
   const std::string& family() const;

@@ -116,7 +116,7 @@ void BundleWriter::add_section(const std::string& name, const std::string& text)
   add_section(name, std::vector<uint8_t>(text.begin(), text.end()));
 }
 
-void BundleWriter::write(const std::filesystem::path& path) const {
+BundleWriter::Layout BundleWriter::layout(const std::string& where) const {
   std::vector<std::string> digests;
   for (const auto& s : sections_) digests.push_back(sha256_hex(s.bytes.data(), s.bytes.size()));
 
@@ -127,7 +127,7 @@ void BundleWriter::write(const std::filesystem::path& path) const {
   std::string text;
   uint64_t header_len = 0;
   for (int round = 0;; ++round) {
-    if (round == 16) fail_runtime(path.string(), ": bundle header layout did not converge");
+    if (round == 16) fail_runtime(where, ": bundle header layout did not converge");
     uint64_t cursor = kBundlePrefixSize + header_len + kBundleHeaderDigestSize;
     json secs = json::object();
     for (size_t i = 0; i < sections_.size(); ++i) {
@@ -140,41 +140,59 @@ void BundleWriter::write(const std::filesystem::path& path) const {
     try {
       text = h.dump();
     } catch (const json::exception& e) {  // invalid UTF-8 in a string field
-      fail_runtime(path.string(), ": cannot encode bundle header: ", e.what());
+      fail_runtime(where, ": cannot encode bundle header: ", e.what());
     }
     if (text.size() == header_len) break;
     header_len = text.size();
   }
-  if (header_len > kBundleMaxHeaderSize) fail_runtime(path.string(), ": bundle header too large (", header_len, " bytes)");
+  if (header_len > kBundleMaxHeaderSize) fail_runtime(where, ": bundle header too large (", header_len, " bytes)");
 
-  std::vector<uint8_t> head(kBundlePrefixSize + header_len);
-  std::memcpy(head.data(), kMagic, 8);
-  put_u64_le(head.data() + 8, header_len);
-  std::memcpy(head.data() + kBundlePrefixSize, text.data(), text.size());
-  const auto digest = sha256(head.data(), head.size());
+  Layout l;
+  l.offsets = std::move(offsets);
+  l.head.resize(kBundlePrefixSize + header_len);
+  std::memcpy(l.head.data(), kMagic, 8);
+  put_u64_le(l.head.data() + 8, header_len);
+  std::memcpy(l.head.data() + kBundlePrefixSize, text.data(), text.size());
+  const auto digest = sha256(l.head.data(), l.head.size());
+  l.head.insert(l.head.end(), digest.begin(), digest.end());
+  return l;
+}
 
+void BundleWriter::write(const std::filesystem::path& path) const {
+  const Layout l = layout(path.string());
   write_file_atomic(path, [&](std::FILE* f) {
     static const uint8_t kZeros[kBundleAlignment] = {};
-    write_all(f, head.data(), head.size());
-    write_all(f, digest.data(), digest.size());
-    uint64_t cursor = head.size() + digest.size();
+    write_all(f, l.head.data(), l.head.size());
+    uint64_t cursor = l.head.size();
     for (size_t i = 0; i < sections_.size(); ++i) {
-      write_all(f, kZeros, offsets[i] - cursor);
+      write_all(f, kZeros, l.offsets[i] - cursor);
       write_all(f, sections_[i].bytes.data(), sections_[i].bytes.size());
-      cursor = offsets[i] + sections_[i].bytes.size();
+      cursor = l.offsets[i] + sections_[i].bytes.size();
     }
   });
 }
 
+std::vector<uint8_t> BundleWriter::to_bytes() const {
+  Layout l = layout("bundle writer");
+  std::vector<uint8_t> out = std::move(l.head);
+  for (size_t i = 0; i < sections_.size(); ++i) {
+    out.resize(l.offsets[i], 0);
+    out.insert(out.end(), sections_[i].bytes.begin(), sections_[i].bytes.end());
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------- reader
 
-Bundle Bundle::open(const std::filesystem::path& path) {
+// Copied, not mapped: a bundle rewritten or truncated while an engine uses it
+// must not turn into SIGBUS (the CPU backend reads weights in place).
+Bundle Bundle::open(const std::filesystem::path& path) { return from_bytes(read_file_blob(path), path.string()); }
+
+Bundle Bundle::from_bytes(Blob bytes, const std::string& label) {
   Bundle b;
-  b.path_ = path;
-  // Copied, not mapped: a bundle rewritten or truncated while an engine uses
-  // it must not turn into SIGBUS (the CPU backend reads weights in place).
-  b.map_ = read_file_blob(path);
-  const std::string where = path.string();
+  b.path_ = label;
+  b.map_ = std::move(bytes);
+  const std::string& where = label;
   const uint8_t* p = b.map_.data;
   const uint64_t size = b.map_.size;
 

@@ -50,12 +50,20 @@ class BundleWriter {
   // Atomic (temp file beside the target, then rename); on failure the target
   // is untouched and no temp file is left behind.
   void write(const std::filesystem::path& path) const;
+  // The bytes write() would put in the file (for in-memory use and tests).
+  std::vector<uint8_t> to_bytes() const;
 
  private:
   struct Pending {
     std::string name;
     std::vector<uint8_t> bytes;
   };
+  // Magic + length + header JSON + header digest, and each section's offset.
+  struct Layout {
+    std::vector<uint8_t> head;
+    std::vector<uint64_t> offsets;
+  };
+  Layout layout(const std::string& where) const;
   BundleInfo info_;
   std::vector<Pending> sections_;
 };
@@ -67,6 +75,10 @@ class Bundle {
   // Validates everything before returning; every problem is an Error(Input)
   // whose message starts with the path.
   static Bundle open(const std::filesystem::path& path);
+  // The same checks on bytes already in memory (the Blob's owner is kept
+  // alive by every section view); `label` stands for the path in messages
+  // and in path().
+  static Bundle from_bytes(Blob bytes, const std::string& label);
 
   const BundleInfo& info() const { return info_; }
   const nlohmann::json& header() const { return header_; }

@@ -109,12 +109,15 @@ TimmConfig parse_timm_config(const json& j, const std::string& label) {
   return c;
 }
 
-TimmConfig read_timm_config(const std::filesystem::path& config_json) {
-  const std::string label = config_json.string();
-  const std::vector<uint8_t> text = read_file_bytes(config_json);
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+TimmConfig parse_timm_config_bytes(const uint8_t* data, size_t size, const std::string& label) {
+  json j = json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) fail_input(label, ": not valid JSON");
   return parse_timm_config(j, label);
+}
+
+TimmConfig read_timm_config(const std::filesystem::path& config_json) {
+  const std::vector<uint8_t> text = read_file_bytes(config_json);
+  return parse_timm_config_bytes(text.data(), text.size(), config_json.string());
 }
 
 }  // namespace kiln

@@ -29,6 +29,8 @@ struct TimmConfig {
 TimmConfig parse_timm_config(const nlohmann::json& j, const std::string& label);
 // Errors are Error(Input), e.g. "config.json: missing key 'pretrained_cfg.mean'".
 TimmConfig read_timm_config(const std::filesystem::path& config_json);
+// The bytes of a config.json file (not valid JSON -> Error(Input) naming `label`).
+TimmConfig parse_timm_config_bytes(const uint8_t* data, size_t size, const std::string& label);
 
 
 }  // namespace kiln

@@ -211,6 +211,24 @@ Checkpoint open_dir(const fs::path& dir);
 
 }  // namespace
 
+std::map<std::string, std::string> parse_safetensors_index(const uint8_t* data, size_t size, const std::string& label) {
+  json index = parse_json_strict(data, data + size, label, "index");
+  if (!index.contains("weight_map")) fail_input(label, ": missing key 'weight_map'");
+  const json& wm = index["weight_map"];
+  if (!wm.is_object()) fail_input(label, ": 'weight_map' must be an object, got ", wm.type_name());
+  if (wm.empty()) fail_input(label, ": 'weight_map' lists no tensors");
+
+  std::map<std::string, std::string> want;  // tensor -> file name
+  for (auto it = wm.begin(); it != wm.end(); ++it) {
+    if (!it.value().is_string())
+      fail_input(label, ": 'weight_map' entry for tensor '", it.key(), "' must be a string");
+    const std::string& file = it.value().get_ref<const std::string&>();
+    check_shard_name(label, it.key(), file);
+    want[it.key()] = file;
+  }
+  return want;
+}
+
 Checkpoint Checkpoint::open(const fs::path& path) {
   std::error_code ec;
   const auto st = fs::status(path, ec);
@@ -226,22 +244,9 @@ Checkpoint Checkpoint::open(const fs::path& path) {
 
   const std::string label = path.string();
   const std::vector<uint8_t> text = read_file_bytes(path);
-  json index = parse_json_strict(text.data(), text.data() + text.size(), label, "index");
-  if (!index.contains("weight_map")) fail_input(label, ": missing key 'weight_map'");
-  const json& wm = index["weight_map"];
-  if (!wm.is_object()) fail_input(label, ": 'weight_map' must be an object, got ", wm.type_name());
-  if (wm.empty()) fail_input(label, ": 'weight_map' lists no tensors");
-
-  std::map<std::string, std::string> want;  // tensor -> file name
+  const std::map<std::string, std::string> want = parse_safetensors_index(text.data(), text.size(), label);
   std::set<std::string> shards;
-  for (auto it = wm.begin(); it != wm.end(); ++it) {
-    if (!it.value().is_string())
-      fail_input(label, ": 'weight_map' entry for tensor '", it.key(), "' must be a string");
-    const std::string& file = it.value().get_ref<const std::string&>();
-    check_shard_name(label, it.key(), file);
-    want[it.key()] = file;
-    shards.insert(file);
-  }
+  for (const auto& [tensor, file] : want) shards.insert(file);
   const fs::path dir = path.parent_path();
   for (const std::string& file : shards) {
     std::error_code ec;

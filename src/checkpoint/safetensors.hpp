@@ -32,6 +32,10 @@ SafetensorsFile parse_safetensors(const Blob& bytes, const std::string& label);
 // Maps and parses a file.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
 
+// model.safetensors.index.json: tensor name -> shard file name (a plain file
+// name beside the index, checked). `label` names the source in errors.
+std::map<std::string, std::string> parse_safetensors_index(const uint8_t* data, size_t size, const std::string& label);
+
 // A set of tensors from one model.safetensors or from the shards listed in
 // model.safetensors.index.json.
 class Checkpoint {

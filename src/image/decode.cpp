@@ -47,6 +47,17 @@ bool dimensions_ok(DecodeResult& r, unsigned long w, unsigned long h) {
   return true;
 }
 
+// A header may claim up to kMaxImagePixels from a few bytes; before
+// allocating (and decoding for seconds), check that the file can hold that
+// much image data at all. `min_bytes` is a lower bound no valid file
+// undercuts, so only truncated or hostile files are refused.
+bool data_ok(DecodeResult& r, const char* format, uint64_t min_bytes, uint64_t have_bytes) {
+  if (have_bytes >= min_bytes) return true;
+  std::snprintf(r.error, sizeof(r.error), "truncated %s data (%llu bytes of image data, the %s header needs at least %llu)",
+                format, static_cast<unsigned long long>(have_bytes), format, static_cast<unsigned long long>(min_bytes));
+  return false;
+}
+
 // Allocation can throw; turn that into a decode error so the library state is
 // still cleaned up by the caller's normal path.
 bool allocate_rgb(DecodeResult& r, int w, int h) {
@@ -121,7 +132,12 @@ void decode_jpeg(const uint8_t* data, size_t size, DecodeResult& r) {
   if (components != 1 && components != 3 && components != 4) {
     // PIL: "cannot handle N-layer images".
     std::snprintf(r.error, sizeof(r.error), "unsupported JPEG with %d components", components);
-  } else if (dimensions_ok(r, cinfo.image_width, cinfo.image_height)) {
+  } else if (dimensions_ok(r, cinfo.image_width, cinfo.image_height) &&
+             // Huffman coding spends at least one bit on every 8x8 block of the first
+             // component (arithmetic coding can spend less, so it is not bounded).
+             (cinfo.arith_code ||
+              data_ok(r, "JPEG", (uint64_t{cinfo.comp_info[0].width_in_blocks} * cinfo.comp_info[0].height_in_blocks + 7) / 8,
+                      size))) {
     // PIL picks its mode from the component count alone (1 L, 3 RGB, 4 CMYK)
     // and asks libjpeg for that colour space; libjpeg has already chosen the
     // stored one from the Adobe/JFIF markers (4 components: YCCK when the
@@ -229,6 +245,12 @@ void decode_png(const uint8_t* data, size_t size, DecodeResult& r) {
     return;
   }
   png_set_read_fn(png, &src, png_read_from_memory);
+  // libpng buffers a text/ICC/palette-suggestion/EXIF chunk whole, trusting
+  // its length field (Debian's build sets no cap), so a 200-byte file could
+  // ask for gigabytes. None of them changes the RGB pixels convert('RGB')
+  // gives, so skip them unread; image data (IDAT) is streamed anyway.
+  static const png_byte kSkipped[] = "iCCP\0iTXt\0tEXt\0zTXt\0sPLT\0eXIf";
+  png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, kSkipped, 6);
   png_read_info(png, info);
   // PIL verifies the header chunks' CRCs but not IDAT's; ignore CRC errors in
   // the image data (the critical chunks still to come) to accept the same files.
@@ -236,7 +258,9 @@ void decode_png(const uint8_t* data, size_t size, DecodeResult& r) {
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   const int color_type = png_get_color_type(png, info);
   const int bit_depth = png_get_bit_depth(png, info);
-  if (dimensions_ok(r, w, h)) {
+  // Deflate expands at most 1032:1, and the filtered rows hold at least w*h*bits bits.
+  const uint64_t raw_bytes = (uint64_t{w} * png_get_channels(png, info) * bit_depth + 7) / 8 * h;
+  if (dimensions_ok(r, w, h) && data_ok(r, "PNG", raw_bytes / 1032, size - src.pos)) {
     // Palette -> RGB and 1/2/4-bit gray -> 8-bit (scaled like PIL's L;2/L;4
     // unpackers: x*85, x*17). Alpha/tRNS is dropped later, as convert('RGB').
     if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);

@@ -12,6 +12,7 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kAlign = 64;
+constexpr int64_t kMaxValueElements = int64_t{1} << 40;
 
 json attr_to_json(const AttrValue& v) {
   if (auto p = std::get_if<int64_t>(&v)) return *p;
@@ -112,6 +113,12 @@ Graph deserialize_graph(const std::string& graph_json, const Blob& weights, cons
         fail_input(where, ": bad shape");
       v.shape.push_back(d.get<int64_t>());
     }
+    // Bounded dims alone still multiply past int64 (three of 2^31); every
+    // size computed from a shape (numel, bytes, arena offsets) relies on this.
+    int64_t numel = 1;
+    for (int64_t d : v.shape)
+      if (__builtin_mul_overflow(numel, d, &numel) || numel > kMaxValueElements)
+        fail_input(where, ": shape ", shape_str(v.shape), " has more than 2^40 elements");
     if (jv.contains("data")) {
       const json& data = jv["data"];
       int64_t off = need_int(data, "offset", where), nbytes = need_int(data, "nbytes", where);

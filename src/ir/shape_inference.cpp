@@ -14,6 +14,12 @@ namespace {
 int64_t checked_out_dim(const Node& n, int64_t in, int64_t k, int64_t stride, int64_t pad_begin, int64_t pad_end,
                         int64_t dilation, bool ceil_mode) {
   if (stride <= 0 || k <= 0 || dilation <= 0) fail_input(n.name, ": kernel, stride and dilation must be positive");
+  // Graphs loaded from a bundle carry any integers; bounding every term keeps
+  // the window arithmetic below (and the kernels' index math) inside int64.
+  constexpr int64_t kMax = int64_t{1} << 31;
+  if (pad_begin < 0 || pad_end < 0) fail_input(n.name, ": pads must be non-negative, got ", pad_begin, " and ", pad_end);
+  if (in > kMax || k > kMax || stride > kMax || dilation > kMax || pad_begin > kMax || pad_end > kMax)
+    fail_input(n.name, ": kernel, stride, dilation or pad larger than 2^31");
   if (in + pad_begin + pad_end - dilation * (k - 1) - 1 < 0)
     fail_input(n.name, ": window ", k, " larger than padded input ", in + pad_begin + pad_end);
   return window_out_dim(in, k, stride, pad_begin, pad_end, dilation, ceil_mode);
@@ -145,7 +151,9 @@ void infer_node(const Graph& g, const Node& n, DType* dtype, Shape* shape) {
       expect_rank(n, x, 4);
       *shape = {x.shape[0], x.shape[1], 1, 1};
       break;
-    case Op::Flatten: *shape = {x.shape.at(0), x.shape.empty() ? 0 : shape_numel(x.shape) / std::max<int64_t>(1, x.shape[0])}; break;
+    case Op::Flatten:
+      if (x.shape.empty()) fail_input(n.name, ": flatten needs an input of rank >= 1, got a scalar '", x.name, "'");
+      *shape = {x.shape[0], x.shape.empty() ? 0 : shape_numel(x.shape) / std::max<int64_t>(1, x.shape[0])}; break;
     case Op::Linear: *shape = infer_linear(g, n); break;
     case Op::Concat: *shape = infer_concat(g, n); break;
     case Op::Slice: *shape = infer_slice(g, n); break;

@@ -12,6 +12,10 @@ void verify_graph(const Graph& g, const std::string& stage) {
   std::vector<char> available(g.values.size(), 0);
   for (int v : g.inputs) {
     if (v < 0 || v >= nv) bad("graph input id out of range");
+    // Inputs get the batch dimension (0) at run time and are copied in from the caller.
+    if (g.values[v].constant) bad(cat("graph input '", g.values[v].name, "' is a constant"));
+    if (g.values[v].shape.empty()) bad(cat("graph input '", g.values[v].name, "' has no batch dimension (rank 0)"));
+    if (available[v]) bad(cat("graph input '", g.values[v].name, "' is listed twice"));
     available[v] = 1;
   }
   for (int v = 0; v < nv; ++v) {

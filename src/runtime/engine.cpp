@@ -10,8 +10,6 @@ namespace kiln {
 
 const char* version() { return KILN_VERSION; }
 
-namespace {
-
 std::vector<std::string> parse_labels(const std::string& text, const std::string& source) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_array()) fail_input(source, ": expected a JSON list of strings");
@@ -22,6 +20,8 @@ std::vector<std::string> parse_labels(const std::string& text, const std::string
   }
   return labels;
 }
+
+namespace {
 
 TensorInfo info_of(const Graph& g, int v) {
   return {g.values[v].name, g.values[v].shape, dtype_name(g.values[v].dtype)};
@@ -58,9 +58,14 @@ ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& s
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
-  auto impl = std::make_unique<Impl>();
-  impl->bundle = Bundle::open(bundle_path);
+namespace {
+
+// Everything Engine::load does after the container is validated; the
+// memory and the path entry points differ only in how the Bundle is made.
+std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& options) {
+  const std::string bundle_path = bundle.path().string();
+  auto impl = std::make_unique<Engine::Impl>();
+  impl->bundle = std::move(bundle);
   const Bundle& b = impl->bundle;
   const std::string src = bundle_path + ": ";
   impl->graph = deserialize_graph(b.section_text("graph.json"), b.section("weights.bin"), src + "graph.json");
@@ -75,7 +80,18 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
   impl->backend = options.backend.empty() ? b.info().backend : options.backend;
   const auto build = impl->provenance.value("build", nlohmann::json::object());
   if (!build.is_object()) fail_input(src, "provenance.json: 'build' must be an object");
-  impl->precision = build.value("precision", "f32");
+  auto field = [&](const char* key, nlohmann::json fallback, bool ok(const nlohmann::json&), const char* want) {
+    const auto it = build.find(key);
+    if (it == build.end()) return fallback;
+    if (!ok(*it)) fail_input(src, "provenance.json: build.", key, " must be ", want, ", got ", it->dump());
+    return *it;
+  };
+  impl->precision = field("precision", "f32", [](const nlohmann::json& j) { return j.is_string(); }, "a string")
+                        .get<std::string>();
+  [[maybe_unused]] const int opt_level = field("opt_level", 3, [](const nlohmann::json& j) { return j.is_number_integer(); }, "an integer")
+                            .get<int>();
+  [[maybe_unused]] const bool allow_tf32 = field("allow_tf32", false, [](const nlohmann::json& j) { return j.is_boolean(); }, "true or false")
+                              .get<bool>();
   impl->switches = EngineSwitches::from_json(build.value("switches", nlohmann::json()), src + "provenance.json: build");
   const auto max_batch = build.value("max_batch", nlohmann::json(4096));
   if (!max_batch.is_number_integer() || max_batch.get<int64_t>() < 1 || max_batch.get<int64_t>() > 4096)
@@ -96,8 +112,8 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
     if (!cuda::device_available(&why))
       fail_runtime(src, "this is a CUDA bundle and ", why, "; run it on the CPU with --backend cpu (LoadOptions::backend = \"cpu\")");
     cuda::CudaOptions co;
-    co.opt_level = build.value("opt_level", 3);
-    co.allow_tf32 = build.value("allow_tf32", false);
+    co.opt_level = opt_level;
+    co.allow_tf32 = allow_tf32;
     co.switches = impl->switches;  // co.tactic_cache stays empty: loading never reads or writes the cache
     co.log = options.log;
     const std::string mine = "tactics." + cuda::gpu_slug(cuda::current_gpu_key().gpu) + ".json";
@@ -118,7 +134,19 @@ std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const
   } else {
     fail_usage("unknown backend '", impl->backend, "' (cpu, cuda)");
   }
-  return std::shared_ptr<const Engine>(new Engine(std::move(impl)));
+  return impl;
+}
+
+}  // namespace
+
+std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
+  return std::shared_ptr<const Engine>(new Engine(load_impl(Bundle::open(bundle_path), options)));
+}
+
+std::shared_ptr<const Engine> Engine::load_from_memory(const void* data, size_t size, const LoadOptions& options,
+                                                       const std::string& name) {
+  Bundle b = Bundle::from_bytes(Blob::copy_of(data, size), name);
+  return std::shared_ptr<const Engine>(new Engine(load_impl(std::move(b), options)));
 }
 
 const std::string& Engine::family() const { return impl_->family; }

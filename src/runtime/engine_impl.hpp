@@ -44,6 +44,9 @@ struct ShapedPlan {
 // dense: no channel views or fused adds (nodes forced onto the plain reference need dense values).
 ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches = {}, bool dense = false);
 
+// labels.json: a JSON list of strings; Error(Input) naming `source` otherwise.
+std::vector<std::string> parse_labels(const std::string& text, const std::string& source);
+
 struct ExecutionContext::Impl {
   std::shared_ptr<const Engine> engine;
   std::map<int64_t, ShapedPlan> plans;  // per batch size: shapes are planned once

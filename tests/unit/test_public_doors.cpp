@@ -243,6 +243,12 @@ TEST_F(Doors, BundlesFromOtherKilnVersions) {
   bad_batch["build"]["max_batch"] = 0;
   rewrite(dir_ / "bad_batch.bundle", b.info(), bad_batch);
   expect_input_error(error_of([&] { Engine::load((dir_ / "bad_batch.bundle").string()); }), "max_batch");
+  for (const char* key : {"precision", "opt_level", "allow_tf32"}) {
+    auto bad = prov;
+    bad["build"][key] = nlohmann::json::array({1, 2});
+    rewrite(dir_ / "bad_field.bundle", b.info(), bad);
+    expect_input_error(error_of([&] { Engine::load((dir_ / "bad_field.bundle").string()); }), std::string("build.") + key);
+  }
 }
 
 // ---------------------------------------------------------------- CLI

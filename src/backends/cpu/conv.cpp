@@ -197,8 +197,16 @@ void conv2d_impl(const Conv2dParams& p, const float* x, const SumInput& sum, con
       }
       src = col.data();
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, int(n_cols), int(k), 1.f, wg, int(k), src,
-                int(n_cols), 0.f, yg, int(n_cols));
+    auto gemm_rows = [&](int64_t r0, int64_t r1) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(r1 - r0), int(n_cols), int(k), 1.f, wg + r0 * k,
+                  int(k), src, int(n_cols), 0.f, yg + r0 * n_cols, int(n_cols));
+    };
+    if (inner) {
+      // Rows of output channels per chunk, each at least ~256K multiply-adds.
+      inner->parallel_for(m, gemm_rows, std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, k * n_cols)));
+    } else {
+      gemm_rows(0, m);
+    }
     auto epilogue = [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t oc = g * m + r;
@@ -215,17 +223,15 @@ void conv2d_impl(const Conv2dParams& p, const float* x, const SumInput& sum, con
     }
   };
 
+  use_single_threaded_blas();
   if (pool.threads() > 1 && items >= pool.threads()) {
-    // Enough independent GEMMs to occupy every thread: single-threaded BLAS
-    // inside each, so pool threads and BLAS threads do not oversubscribe.
-    set_blas_threads(1);
+    // Enough independent GEMMs to occupy every thread: one per chunk.
     pool.parallel_for(items, [&](int64_t begin, int64_t end) {
       std::vector<float> col;  // one buffer per chunk, reused across its items
       for (int64_t it = begin; it < end; ++it) run_item(it, col, nullptr);
     });
   } else {
-    // Few large GEMMs: let OpenBLAS spread each one over the pool's budget.
-    set_blas_threads(pool.threads());
+    // Few large GEMMs: the pool splits each one by rows.
     std::vector<float> col;
     for (int64_t it = 0; it < items; ++it) run_item(it, col, &pool);
   }

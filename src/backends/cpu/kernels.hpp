@@ -79,9 +79,9 @@ void concat_channels(int n, int hw, const std::vector<std::pair<const float*, in
 // y = x[:, c_begin : c_begin + c_count] on NCHW.
 void slice_channels(int n, int c_total, int hw, int c_begin, int c_count, const float* x, float* y);
 
-// Sets OpenBLAS's (process-global) thread count, skipping the call when it is
-// already the requested value. Kernels use 1 while the pool parallelises
-// across items, and pool.threads() when a single GEMM gets the whole machine.
-void set_blas_threads(int threads);
+// Sets OpenBLAS (process-global) to one thread, once: the pool does all the
+// parallel work, so results do not depend on other contexts running at the
+// same time (linear.cpp says why).
+void use_single_threaded_blas();
 
 }  // namespace kiln::cpu

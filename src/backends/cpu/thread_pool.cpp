@@ -10,6 +10,17 @@ namespace {
 // Set in worker threads so a kernel that calls parallel_for from inside a
 // chunk runs inline instead of waiting on workers that are all busy.
 thread_local const ThreadPool* t_worker_of = nullptr;
+
+int64_t chunk_begin(int64_t n, int64_t chunks, int64_t i);
+}  // namespace
+
+// Start of chunk i of [0, n) split evenly into `chunks` (the first n % chunks
+// chunks get one extra item); chunk_begin(n, chunks, chunks) == n.
+namespace {
+int64_t chunk_begin(int64_t n, int64_t chunks, int64_t i) {
+  const int64_t base = n / chunks, extra = n % chunks;
+  return i * base + std::min(i, extra);
+}
 }  // namespace
 
 // Each parallel_for gets a fresh Job so a worker that wakes late and still
@@ -30,10 +41,7 @@ struct ThreadPool::Job {
     for (;;) {
       const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= chunks) return;
-      // Even split: the first n % chunks chunks get one extra item.
-      const int64_t base = n / chunks, extra = n % chunks;
-      const int64_t begin = i * base + std::min(i, extra);
-      const int64_t end = begin + base + (i < extra ? 1 : 0);
+      const int64_t begin = chunk_begin(n, chunks, i), end = chunk_begin(n, chunks, i + 1);
       std::exception_ptr err;
       try {
         (*fn)(begin, end);
@@ -83,13 +91,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t chunks = std::min<int64_t>(threads_, (n + grain - 1) / grain);
+  // Serial fallbacks walk the very chunks the workers would get, so a kernel
+  // whose arithmetic follows its chunk boundaries (a GEMM split by rows) gives
+  // the same bits whether or not another context is using the pool.
+  auto serial = [&] {
+    for (int64_t i = 0; i < chunks; ++i) fn(chunk_begin(n, chunks, i), chunk_begin(n, chunks, i + 1));
+  };
   if (chunks <= 1 || t_worker_of == this) {
-    fn(0, n);
+    serial();
     return;
   }
   std::unique_lock<std::mutex> submit(submit_mutex_, std::try_to_lock);
   if (!submit.owns_lock()) {
-    fn(0, n);
+    serial();
     return;
   }
   auto job = std::make_shared<Job>();

@@ -24,12 +24,12 @@ class ThreadPool {
   int threads() const { return threads_; }
 
   // Splits [0, n) into at most threads() contiguous chunks of at least
-  // `grain` items and calls fn(begin, end) on each. Runs inline (one call
-  // fn(0, n)) when there is a single chunk, when the pool has one thread,
-  // when called from inside one of this pool's workers (nesting would
-  // deadlock) or while another thread is using the pool (better to run
-  // serially than to block). The first exception thrown by any chunk is
-  // rethrown here after every chunk has finished.
+  // `grain` items and calls fn(begin, end) on each. Runs the same chunks
+  // inline, one after another, when called from inside one of this pool's
+  // workers (nesting would deadlock) or while another thread is using the
+  // pool (better to run serially than to block): the chunk boundaries never
+  // depend on contention. The first exception thrown by any chunk is
+  // rethrown here (after every chunk has finished, when run in parallel).
   void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn, int64_t grain = 1);
 
  private:
