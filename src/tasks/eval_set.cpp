@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <fstream>
+#include <sstream>
 #include <set>
 
 #include "core/error.hpp"
@@ -53,7 +54,13 @@ EvalSet read_image_folder(const fs::path& dir, const std::vector<std::string>& l
 EvalSet read_label_file(const fs::path& file, const fs::path& images_dir, int num_classes) {
   std::ifstream in(file);
   if (!in) fail_input(file.string(), ": cannot open label file");
-  const fs::path base = images_dir.empty() ? file.parent_path() : images_dir;
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (in.bad()) fail_input(file.string(), ": read error");
+  return parse_label_file(text, file, images_dir.empty() ? file.parent_path() : images_dir, num_classes);
+}
+
+EvalSet parse_label_file(const std::string& text, const fs::path& file, const fs::path& base, int num_classes) {
+  std::istringstream in(text);
   EvalSet set;
   std::set<int> ids;
   std::string line;
@@ -79,7 +86,6 @@ EvalSet read_label_file(const fs::path& file, const fs::path& images_dir, int nu
     set.items.push_back({(p.is_absolute() ? p : base / p).string(), id});
     ids.insert(id);
   }
-  if (in.bad()) fail_input(file.string(), ": read error");
   if (set.items.empty()) fail_input(file.string(), ": no 'path class_id' lines");
   set.classes = ids.size();
   return set;

@@ -32,5 +32,9 @@ EvalSet read_image_folder(const std::filesystem::path& dir, const std::vector<st
 // input error naming the file and line, e.g. "val.txt:7: class id 'x' ...".
 EvalSet read_label_file(const std::filesystem::path& file, const std::filesystem::path& images_dir,
                         int num_classes);
+// The same rules on the file's text (`file` names it in errors; relative
+// paths are taken against `base`); the fuzzers and read_label_file use it.
+EvalSet parse_label_file(const std::string& text, const std::filesystem::path& file, const std::filesystem::path& base,
+                         int num_classes);
 
 }  // namespace kiln

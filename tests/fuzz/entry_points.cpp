@@ -1,3 +1,4 @@
+#include "tasks/eval_set.hpp"
 #include "tests/fuzz/entry_points.hpp"
 
 #include <cstdio>
@@ -157,6 +158,14 @@ void labels_json(const uint8_t* data, size_t size) {
     touch(reinterpret_cast<const uint8_t*>(l.data()), l.size());
 }
 
+void eval_labels(const uint8_t* data, size_t size) {
+  const EvalSet set = parse_label_file(as_text(data, size), "fuzz val.txt", "/images", 1000);
+  for (const auto& item : set.items) {
+    touch(reinterpret_cast<const uint8_t*>(item.path.data()), item.path.size());
+    check(item.class_id >= 0 && item.class_id < 1000, "label file class id outside [0, classes)");
+  }
+}
+
 void npy(const uint8_t* data, size_t size) {
   HostTensor t = read_npy_bytes(data, size, "fuzz.npy");
   touch(t.blob.data, t.blob.size);
@@ -175,7 +184,7 @@ const std::vector<Target>& targets() {
       {"safetensors", safetensors}, {"safetensors_index", safetensors_index},
       {"bundle", bundle},           {"bundle_sections", bundle_sections},
       {"hf_config", hf_config},     {"runtime_json", runtime_json},
-      {"labels_json", labels_json}, {"npy", npy},
+      {"labels_json", labels_json}, {"eval_labels", eval_labels}, {"npy", npy},
       {"jpeg", image},              {"png", image},
   };
   return kTargets;

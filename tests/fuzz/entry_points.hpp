@@ -27,6 +27,7 @@ void hf_config(const uint8_t* data, size_t size);          // timm config.json
 void runtime_json(const uint8_t* data, size_t size);       // runtime.json
 void labels_json(const uint8_t* data, size_t size);        // labels.json
 void npy(const uint8_t* data, size_t size);                // .npy
+void eval_labels(const uint8_t* data, size_t size);        // kiln eval --labels FILE ("path class_id" lines)
 void image(const uint8_t* data, size_t size);              // JPEG / PNG decode (the jpeg and png targets)
 
 // Every target, in the order tools/fuzz.sh runs them.
