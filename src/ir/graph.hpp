@@ -56,8 +56,28 @@ class Graph {
   void mark_output(int value_id);
 
   bool is_constant(int value_id) const { return values.at(value_id).constant.has_value(); }
-  // Nodes (indices) that read value_id.
+  // Nodes (indices, ascending, each once) that read value_id. Served from the
+  // use-list, so passes that ask per node stay linear.
   std::vector<int> consumers(int value_id) const;
+
+  // Use-list upkeep. The use-list (value -> reader node indices) is a cache
+  // built on the first consumers() call. The methods above and below keep it
+  // exact; code that edits `nodes`, `values` or node inputs directly must call
+  // invalidate_uses() (the next consumers() rebuilds it, O(n)). A maintained
+  // cache rather than a mandatory index because the members are public and
+  // older code (families, tests, set_precision's prologue) edits them in place:
+  // a stale cache is caught by the verifier (uses_are_current), a missing one
+  // just costs a rebuild.
+  void invalidate_uses() const { uses_valid_ = false; }
+  // Replaces node `node`'s inputs, updating the use-list.
+  void set_node_inputs(int node, const std::vector<int>& new_inputs);
+  // Moves node `from`'s outputs to node `to` (which now produces them) and
+  // detaches `from`: no inputs, no outputs. Detached nodes are dropped by
+  // canonicalize(); until then they read nothing and produce nothing.
+  void hand_over_outputs(int from, int to);
+  // False when the cached use-list disagrees with the nodes (someone edited
+  // them without invalidate_uses()); true when it matches or is not built.
+  bool uses_are_current() const;
   bool is_graph_output(int value_id) const;
   int count_ops(Op op) const;
   const Node* find_node(const std::string& name) const;
@@ -67,6 +87,13 @@ class Graph {
   void canonicalize();
   // Re-runs shape inference over all nodes (after changing input shapes).
   void infer_shapes();
+
+ private:
+  void build_uses() const;
+  void add_use(int value_id, int node);
+  void drop_use(int value_id, int node);
+  mutable std::vector<std::vector<int>> uses_;  // per value: reader node per input slot
+  mutable bool uses_valid_ = false;
 };
 
 // Shape and dtype rule of one node given its inputs; throws naming the node.

@@ -47,6 +47,7 @@ void verify_graph(const Graph& g, const std::string& stage) {
     if (v < 0 || v >= nv) bad("graph output id out of range");
     if (!available[v]) bad(cat("graph output '", g.values[v].name, "' is never produced"));
   }
+  if (!g.uses_are_current()) bad("stale use-list: node inputs were edited without Graph::invalidate_uses()");
 }
 
 }  // namespace kiln
