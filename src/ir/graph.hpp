@@ -18,6 +18,10 @@ namespace kiln {
 using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>>;
 using Attrs = std::map<std::string, AttrValue>;
 
+// Highest rank a value may have (transformer graphs need 5-6; 8 is headroom).
+// Rank 0 (a scalar) is allowed. Checked by the verifier and the graph.json reader.
+inline constexpr size_t kMaxRank = 8;
+
 struct Value {
   std::string name;
   DType dtype = DType::F32;

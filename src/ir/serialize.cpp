@@ -107,6 +107,7 @@ Graph deserialize_graph(const std::string& graph_json, const Blob& weights, cons
     v.dtype = *t;
     const json& shape = need(jv, "shape", where);
     if (!shape.is_array()) fail_input(where, ": shape must be a list");
+    if (shape.size() > kMaxRank) fail_input(where, ": rank ", shape.size(), " is more than ", kMaxRank);
     for (const auto& d : shape) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t{1} << 31))
         fail_input(where, ": bad shape");

@@ -2,6 +2,9 @@
 // the IR (issue 10): the machinery below the op table, tested directly.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <functional>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -69,6 +72,72 @@ TEST(UseList, VerifierCatchesDirectEditWithoutInvalidate) {
   g.invalidate_uses();
   EXPECT_TRUE(g.uses_are_current());
   EXPECT_EQ(g.consumers(g.inputs[0]), (std::vector<int>{0, 2}));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(IrDtypes, Int8IsADtype) {
+  EXPECT_EQ(dtype_from_name("i8"), DType::I8);
+  EXPECT_EQ(dtype_from_safetensors("I8"), DType::I8);
+  EXPECT_EQ(dtype_size(DType::I8), 1u);
+  EXPECT_FALSE(dtype_is_float(DType::I8));
+  const std::vector<uint8_t> bytes = {0x80, 0xff, 0x07};
+  HostTensor t{DType::I8, {3}, Blob::from_vector(bytes)};
+  EXPECT_EQ(t.to_f32(), (std::vector<float>{-128.f, -1.f, 7.f}));
+  const std::vector<int32_t> idx = {-5, 0, 1 << 20};
+  std::vector<uint8_t> raw(idx.size() * 4);
+  std::memcpy(raw.data(), idx.data(), raw.size());
+  HostTensor ti{DType::I32, {3}, Blob::from_vector(raw)};
+  EXPECT_EQ(ti.to_f32(), (std::vector<float>{-5.f, 0.f, 1048576.f}));
+}
+
+TEST(IrDtypes, AnyDtypeAndRankRoundTrips) {
+  Graph g;
+  for (size_t rank = 0; rank <= kMaxRank; ++rank) {
+    const DType t = rank % 2 ? DType::I64 : DType::F8E4M3;
+    int v = g.add_input("in" + std::to_string(rank), t, Shape(rank, 2));
+    g.mark_output(g.add_node(Op::Activation, "act" + std::to_string(rank), {v}));
+  }
+  const std::vector<int64_t> codes = {1, -2, 3};
+  std::vector<uint8_t> raw(24);
+  std::memcpy(raw.data(), codes.data(), 24);
+  int c = g.add_constant("indices", HostTensor{DType::I64, {3}, Blob::from_vector(raw)});
+  g.mark_output(g.add_node(Op::Slice, "pick", {c}, {{"axis", int64_t{0}}, {"start", int64_t{1}}, {"end", int64_t{3}}}));
+  verify_graph(g, "test");
+  EXPECT_EQ(g.values[g.outputs[5]].dtype, DType::I64);
+  EXPECT_EQ(g.values[g.outputs[5]].shape, Shape(5, 2));
+  SerializedGraph s = serialize_graph(g);
+  Graph back = deserialize_graph(s.graph_json, Blob::from_vector(s.weights), "graph.json");
+  EXPECT_EQ(print_graph(back), print_graph(g));
+  EXPECT_EQ(back.values[back.find_node("pick")->inputs[0]].constant->to_f32(), (std::vector<float>{1.f, -2.f, 3.f}));
+  EXPECT_NE(print_graph(back).find("f8e4m3[]"), std::string::npos);  // rank 0 prints as []
+
+  auto j = nlohmann::json::parse(s.graph_json);
+  j["values"][0]["shape"] = std::vector<int64_t>(kMaxRank + 1, 1);
+  EXPECT_NE(error_of([&] { deserialize_graph(j.dump(), Blob::from_vector(s.weights), "graph.json"); }).find("in0"),
+            std::string::npos);
+}
+
+TEST(IrDtypes, ShapeRulesCheckDtypesAndRank) {
+  Graph g;
+  int a = g.add_input("a", DType::F32, {2, 3});
+  int b = g.add_input("b", DType::I32, {2, 3});
+  int s = g.add_input("s", DType::F32, {});
+  std::string e = error_of([&] { g.add_node(Op::Add, "sum", {a, b}); });
+  EXPECT_NE(e.find("sum"), std::string::npos) << e;
+  EXPECT_NE(e.find("'b' is i32"), std::string::npos) << e;
+  e = error_of([&] { g.add_node(Op::Concat, "cat", {a, b}, {{"axis", int64_t{0}}}); });
+  EXPECT_NE(e.find("cat"), std::string::npos) << e;
+  e = error_of([&] { g.add_node(Op::Flatten, "flat", {s}); });
+  EXPECT_NE(e.find("flat: flatten of rank-0 input 's'"), std::string::npos) << e;
+  EXPECT_EQ(g.values[g.add_node(Op::Flatten, "flat1", {g.add_input("v", DType::I64, {4})})].shape, (Shape{4, 1}));
 }
 
 }  // namespace
