@@ -1,6 +1,7 @@
 #include "ir/graph.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 
 #include "core/error.hpp"
@@ -40,6 +41,18 @@ Activation Node::activation() const {
   auto a = activation_from_name(attr_str("activation"));
   if (!a) fail_runtime("node '", name, "': unknown activation '", attr_str("activation"), "'");
   return *a;
+}
+
+std::string quant_problem(const Value& v, const QuantParams& q) {
+  if (q.scales.empty()) return "has no quantization scales";
+  for (float s : q.scales)
+    if (!std::isfinite(s) || s <= 0) return cat("has quantization scale ", s, " (scales must be positive and finite)");
+  if (q.axis == -1) return q.scales.size() == 1 ? "" : cat("has ", q.scales.size(), " per-tensor scales (axis -1 takes one)");
+  if (q.axis < 0 || static_cast<size_t>(q.axis) >= v.shape.size())
+    return cat("has quantization axis ", q.axis, " outside its shape ", shape_str(v.shape));
+  if (static_cast<int64_t>(q.scales.size()) != v.shape[q.axis])
+    return cat("has ", q.scales.size(), " scales for axis ", q.axis, " of extent ", v.shape[q.axis]);
+  return "";
 }
 
 int Graph::add_input(const std::string& name, DType dtype, const Shape& shape) {

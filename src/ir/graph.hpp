@@ -22,13 +22,29 @@ using Attrs = std::map<std::string, AttrValue>;
 // Rank 0 (a scalar) is allowed. Checked by the verifier and the graph.json reader.
 inline constexpr size_t kMaxRank = 8;
 
+// How a value is quantized: real = code * scale, per tensor (one scale,
+// axis -1) or per channel along `axis` (one scale per index of that axis).
+// `dtype` is the code type it quantizes to (f8e4m3, i8, ...); the value's own
+// dtype may still be the wide one before a pass lowers it.
+struct QuantParams {
+  std::vector<float> scales;
+  int axis = -1;
+  DType dtype = DType::F8E4M3;
+  bool operator==(const QuantParams&) const = default;
+};
+
 struct Value {
   std::string name;
   DType dtype = DType::F32;
   Shape shape;
   std::optional<HostTensor> constant;  // weights; dtype/shape mirror the fields above
   int producer = -1;                   // node index, -1 for graph inputs and constants
+  std::optional<QuantParams> quant;    // FP8/int8 recipes: scales chosen at build time
 };
+
+// Why `q` cannot describe value `v`, or "" when it can: scales positive and
+// finite, one scale (axis -1) or one per index of `axis`.
+std::string quant_problem(const Value& v, const QuantParams& q);
 
 struct Node {
   Op op = Op::Activation;

@@ -19,6 +19,10 @@ void verify_graph(const Graph& g, const std::string& stage) {
     if (val.shape.size() > kMaxRank) bad(cat("value '", val.name, "' has rank ", val.shape.size(), " (at most ", kMaxRank, ")"));
     for (int64_t d : val.shape)
       if (d < 0) bad(cat("value '", val.name, "' has a negative dimension in ", shape_str(val.shape)));
+    if (val.quant) {
+      const std::string why = quant_problem(val, *val.quant);
+      if (!why.empty()) bad(cat("value '", val.name, "' ", why));
+    }
     if (!val.constant) continue;
     available[v] = 1;
     if (val.constant->dtype != val.dtype || val.constant->shape != val.shape)

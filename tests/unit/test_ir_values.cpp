@@ -2,6 +2,7 @@
 // the IR (issue 10): the machinery below the op table, tested directly.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -138,6 +139,67 @@ TEST(IrDtypes, ShapeRulesCheckDtypesAndRank) {
   e = error_of([&] { g.add_node(Op::Flatten, "flat", {s}); });
   EXPECT_NE(e.find("flat: flatten of rank-0 input 's'"), std::string::npos) << e;
   EXPECT_EQ(g.values[g.add_node(Op::Flatten, "flat1", {g.add_input("v", DType::I64, {4})})].shape, (Shape{4, 1}));
+}
+
+Graph quantized_conv(std::mt19937& rng) {
+  Graph g;
+  int x = g.add_input("x", DType::F32, {1, 2, 3, 3});
+  int w = g.add_constant("w", random_tensor({3, 2, 1, 1}, rng));
+  g.values[w].quant = QuantParams{{0.5f, 0.25f, 2.f}, 0, DType::F8E4M3};
+  g.values[x].quant = QuantParams{{0.125f}, -1, DType::I8};
+  g.mark_output(g.add_node(Op::Conv2d, "conv", {x, w}));
+  return g;
+}
+
+TEST(IrQuant, RoundTripsAndPrints) {
+  std::mt19937 rng(4);
+  Graph g = quantized_conv(rng);
+  verify_graph(g, "test");
+  const std::string text = print_graph(g);
+  EXPECT_NE(text.find("\"x\" : f32[1,2,3,3] quant(i8, scale 0.125)"), std::string::npos) << text;
+  EXPECT_NE(text.find("const @w : f32[3,2,1,1] quant(f8e4m3, axis 0, 3 scales)"), std::string::npos) << text;
+  SerializedGraph s = serialize_graph(g);
+  Graph back = deserialize_graph(s.graph_json, Blob::from_vector(s.weights), "graph.json");
+  ASSERT_TRUE(back.values[back.find_node("conv")->inputs[1]].quant.has_value());
+  EXPECT_EQ(*back.values[back.find_node("conv")->inputs[1]].quant, *g.values[g.find_node("conv")->inputs[1]].quant);
+  EXPECT_EQ(print_graph(back), text);
+}
+
+TEST(IrQuant, StrictReaderAndVerifierNameTheValue) {
+  std::mt19937 rng(5);
+  Graph g = quantized_conv(rng);
+  SerializedGraph s = serialize_graph(g);
+  const Blob weights = Blob::from_vector(s.weights);
+  auto j = nlohmann::json::parse(s.graph_json);
+  int wi = -1;
+  for (size_t i = 0; i < j["values"].size(); ++i)
+    if (j["values"][i]["name"] == "w") wi = static_cast<int>(i);
+  ASSERT_GE(wi, 0);
+  auto load_error = [&](const nlohmann::json& bad) {
+    return error_of([&] { deserialize_graph(bad.dump(), weights, "graph.json"); });
+  };
+  auto two = j;
+  two["values"][wi]["quant"]["scales"] = {0.5, 0.25};
+  EXPECT_NE(load_error(two).find("value 'w': has 2 scales for axis 0 of extent 3"), std::string::npos) << load_error(two);
+  auto neg = j;
+  neg["values"][wi]["quant"]["scales"][1] = -1.0;
+  EXPECT_NE(load_error(neg).find("value 'w': has quantization scale -1"), std::string::npos) << load_error(neg);
+  auto axis = j;
+  axis["values"][wi]["quant"]["axis"] = 4;
+  EXPECT_NE(load_error(axis).find("value 'w': has quantization axis 4"), std::string::npos) << load_error(axis);
+  auto dt = j;
+  dt["values"][wi]["quant"]["dtype"] = "f7";
+  EXPECT_NE(load_error(dt).find("value 'w': unknown quant dtype"), std::string::npos) << load_error(dt);
+  auto missing = j;
+  missing["values"][wi]["quant"].erase("axis");
+  EXPECT_NE(load_error(missing).find("missing key 'axis'"), std::string::npos) << load_error(missing);
+
+  g.values[g.inputs[0]].quant->scales = {0.1f, 0.2f};  // per-tensor takes one
+  std::string e = error_of([&] { verify_graph(g, "test"); });
+  EXPECT_NE(e.find("value 'x' has 2 per-tensor scales"), std::string::npos) << e;
+  g.values[g.inputs[0]].quant->scales = {std::nanf("")};
+  e = error_of([&] { verify_graph(g, "test"); });
+  EXPECT_NE(e.find("value 'x' has quantization scale nan"), std::string::npos) << e;
 }
 
 }  // namespace
