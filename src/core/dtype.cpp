@@ -15,7 +15,15 @@ constexpr DTypeInfo kInfo[] = {
     {DType::BF16, 2, "bf16", "BF16", true},     {DType::F8E4M3, 1, "f8e4m3", "F8_E4M3", true},
     {DType::F8E5M2, 1, "f8e5m2", "F8_E5M2", true}, {DType::I32, 4, "i32", "I32", false},
     {DType::I64, 8, "i64", "I64", false},       {DType::U8, 1, "u8", "U8", false},
+    {DType::I8, 1, "i8", "I8", false},
 };
+static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::I8) + 1, "one row per dtype");
+constexpr bool in_enum_order() {
+  for (size_t i = 0; i < sizeof(kInfo) / sizeof(kInfo[0]); ++i)
+    if (static_cast<size_t>(kInfo[i].type) != i) return false;
+  return true;
+}
+static_assert(in_enum_order(), "dtype table must list dtypes in enum order");
 const DTypeInfo& info(DType t) { return kInfo[static_cast<size_t>(t)]; }
 }  // namespace
 

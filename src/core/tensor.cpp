@@ -60,6 +60,27 @@ std::vector<float> HostTensor::to_f32() const {
     case DType::F8E4M3:
       for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(p[i]);
       break;
+    // Integers convert exactly up to 2^24 (indices, quantized codes).
+    case DType::U8:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
+      break;
+    case DType::I8:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<int8_t>(p[i]));
+      break;
+    case DType::I32:
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t v;
+        std::memcpy(&v, p + 4 * i, 4);
+        out[i] = static_cast<float>(v);
+      }
+      break;
+    case DType::I64:
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t v;
+        std::memcpy(&v, p + 8 * i, 8);
+        out[i] = static_cast<float>(v);
+      }
+      break;
     default:
       fail_input("cannot convert a ", dtype_name(dtype), " tensor to f32");
   }

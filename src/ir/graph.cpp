@@ -1,6 +1,7 @@
 #include "ir/graph.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 
 #include "core/error.hpp"
@@ -42,12 +43,25 @@ Activation Node::activation() const {
   return *a;
 }
 
+std::string quant_problem(const Value& v, const QuantParams& q) {
+  if (q.scales.empty()) return "has no quantization scales";
+  for (float s : q.scales)
+    if (!std::isfinite(s) || s <= 0) return cat("has quantization scale ", s, " (scales must be positive and finite)");
+  if (q.axis == -1) return q.scales.size() == 1 ? "" : cat("has ", q.scales.size(), " per-tensor scales (axis -1 takes one)");
+  if (q.axis < 0 || static_cast<size_t>(q.axis) >= v.shape.size())
+    return cat("has quantization axis ", q.axis, " outside its shape ", shape_str(v.shape));
+  if (static_cast<int64_t>(q.scales.size()) != v.shape[q.axis])
+    return cat("has ", q.scales.size(), " scales for axis ", q.axis, " of extent ", v.shape[q.axis]);
+  return "";
+}
+
 int Graph::add_input(const std::string& name, DType dtype, const Shape& shape) {
   Value v;
   v.name = name;
   v.dtype = dtype;
   v.shape = shape;
   values.push_back(std::move(v));
+  if (uses_valid_) uses_.emplace_back();
   inputs.push_back(static_cast<int>(values.size()) - 1);
   return inputs.back();
 }
@@ -59,6 +73,7 @@ int Graph::add_constant(const std::string& name, HostTensor tensor) {
   v.shape = tensor.shape;
   v.constant = std::move(tensor);
   values.push_back(std::move(v));
+  if (uses_valid_) uses_.emplace_back();
   return static_cast<int>(values.size()) - 1;
 }
 
@@ -75,22 +90,79 @@ int Graph::add_node(Op op, const std::string& name, const std::vector<int>& node
   infer_node(*this, n, &out.dtype, &out.shape);
   out.producer = static_cast<int>(nodes.size());
   values.push_back(std::move(out));
+  if (uses_valid_) uses_.emplace_back();
   n.outputs = {static_cast<int>(values.size()) - 1};
   nodes.push_back(std::move(n));
+  for (int in : nodes.back().inputs) add_use(in, static_cast<int>(nodes.size()) - 1);
   return nodes.back().outputs[0];
 }
 
 void Graph::mark_output(int value_id) { outputs.push_back(value_id); }
 
-std::vector<int> Graph::consumers(int value_id) const {
-  std::vector<int> r;
+void Graph::build_uses() const {
+  uses_.assign(values.size(), {});
   for (size_t i = 0; i < nodes.size(); ++i)
     for (int in : nodes[i].inputs)
-      if (in == value_id) {
-        r.push_back(static_cast<int>(i));
-        break;
-      }
+      if (in >= 0 && in < static_cast<int>(values.size())) uses_[in].push_back(static_cast<int>(i));
+  uses_valid_ = true;
+}
+
+void Graph::add_use(int value_id, int node) {
+  if (!uses_valid_) return;
+  if (uses_.size() < values.size()) uses_.resize(values.size());
+  uses_.at(value_id).push_back(node);
+}
+
+void Graph::drop_use(int value_id, int node) {
+  if (!uses_valid_) return;
+  auto& u = uses_.at(value_id);
+  auto it = std::find(u.begin(), u.end(), node);
+  if (it == u.end()) {  // the cache was stale: forget it rather than guess
+    uses_valid_ = false;
+    return;
+  }
+  u.erase(it);
+}
+
+std::vector<int> Graph::consumers(int value_id) const {
+  if (!uses_valid_ || uses_.size() != values.size()) build_uses();
+  std::vector<int> r = uses_.at(value_id);
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
   return r;
+}
+
+bool Graph::uses_are_current() const {
+  if (!uses_valid_) return true;
+  if (uses_.size() != values.size()) return true;  // consumers() rebuilds it before any use
+  std::vector<std::vector<int>> fresh(values.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (int in : nodes[i].inputs)
+      if (in >= 0 && in < static_cast<int>(values.size())) fresh[in].push_back(static_cast<int>(i));
+  for (size_t v = 0; v < values.size(); ++v) {
+    std::vector<int> cached = uses_[v];
+    std::sort(cached.begin(), cached.end());
+    if (cached != fresh[v]) return false;
+  }
+  return true;
+}
+
+void Graph::set_node_inputs(int node, const std::vector<int>& new_inputs) {
+  Node& n = nodes.at(node);
+  for (int in : new_inputs)
+    if (in < 0 || in >= static_cast<int>(values.size())) fail_runtime("node '", n.name, "': bad input id ", in);
+  for (int in : n.inputs) drop_use(in, node);
+  n.inputs = new_inputs;
+  for (int in : n.inputs) add_use(in, node);
+}
+
+void Graph::hand_over_outputs(int from, int to) {
+  Node& src = nodes.at(from);
+  Node& dst = nodes.at(to);
+  dst.outputs = std::move(src.outputs);
+  src.outputs.clear();
+  for (int o : dst.outputs) values.at(o).producer = to;
+  set_node_inputs(from, {});
 }
 
 bool Graph::is_graph_output(int value_id) const {
@@ -108,6 +180,11 @@ const Node* Graph::find_node(const std::string& name) const {
 }
 
 void Graph::canonicalize() {
+  // Detached nodes (hand_over_outputs) go first; indices shift, so the
+  // use-list is rebuilt on demand.
+  invalidate_uses();
+  nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.inputs.empty() && n.outputs.empty(); }),
+              nodes.end());
   // Topological order (Kahn), taking ready nodes in their current order so
   // the printed graph stays close to the checkpoint's layer order.
   const size_t nn = nodes.size();

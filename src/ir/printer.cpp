@@ -18,6 +18,19 @@ std::string attr_to_string(const AttrValue& v) {
   return os.str();
 }
 
+namespace {
+// " quant(f8e4m3, axis 0, 3 scales)" or " quant(i8, scale 0.5)"; "" without.
+std::string quant_str(const Value& v) {
+  if (!v.quant) return "";
+  std::ostringstream os;
+  os << " quant(" << dtype_name(v.quant->dtype);
+  if (v.quant->axis < 0 && v.quant->scales.size() == 1) os << ", scale " << v.quant->scales[0];
+  else os << ", axis " << v.quant->axis << ", " << v.quant->scales.size() << " scales";
+  os << ")";
+  return os.str();
+}
+}  // namespace
+
 std::string print_graph(const Graph& g) {
   std::ostringstream os;
   auto ref = [&](int v) {
@@ -26,7 +39,9 @@ std::string print_graph(const Graph& g) {
   };
   for (int v : g.inputs)
     os << "input %" << v << " \"" << g.values[v].name << "\" : " << dtype_name(g.values[v].dtype)
-       << shape_str(g.values[v].shape) << "\n";
+       << shape_str(g.values[v].shape) << quant_str(g.values[v]) << "\n";
+  for (const Value& v : g.values)  // only quantized constants: the rest print as @name where used
+    if (v.constant && v.quant) os << "const @" << v.name << " : " << dtype_name(v.dtype) << shape_str(v.shape) << quant_str(v) << "\n";
   for (const Node& n : g.nodes) {
     const Value& out = g.values[n.outputs[0]];
     os << "%" << n.outputs[0] << " = " << op_name(n.op) << " \"" << n.name << "\"(";
@@ -41,7 +56,7 @@ std::string print_graph(const Graph& g) {
       }
       os << "}";
     }
-    os << " : " << dtype_name(out.dtype) << shape_str(out.shape) << "\n";
+    os << " : " << dtype_name(out.dtype) << shape_str(out.shape) << quant_str(out) << "\n";
   }
   for (int v : g.outputs) os << "output %" << v << " \"" << g.values[v].name << "\"\n";
   return os.str();

@@ -59,6 +59,26 @@ std::vector<int> need_ids(const json& obj, const char* key, const std::string& w
   return ids;
 }
 
+// Optional "quant": {"scales": [floats], "axis": int, "dtype": name}; strict,
+// since a wrong scale silently scales a whole layer.
+QuantParams quant_from_json(const json& jq, const Value& v, const std::string& where) {
+  QuantParams q;
+  const json& scales = need(jq, "scales", where);
+  if (!scales.is_array()) fail_input(where, ": quant scales must be a list");
+  for (const auto& s : scales) {
+    if (!s.is_number()) fail_input(where, ": quant scales must be numbers");
+    q.scales.push_back(s.get<float>());
+  }
+  q.axis = static_cast<int>(need_int(jq, "axis", where));
+  const json& dt = need(jq, "dtype", where);
+  auto t = dt.is_string() ? dtype_from_name(dt.get<std::string>()) : std::nullopt;
+  if (!t) fail_input(where, ": unknown quant dtype");
+  q.dtype = *t;
+  const std::string why = quant_problem(v, q);
+  if (!why.empty()) fail_input(where, ": ", why);
+  return q;
+}
+
 }  // namespace
 
 SerializedGraph serialize_graph(const Graph& g) {
@@ -73,6 +93,7 @@ SerializedGraph serialize_graph(const Graph& g) {
       out.weights.insert(out.weights.end(), v.constant->blob.data, v.constant->blob.data + nbytes);
       jv["data"] = {{"offset", off}, {"nbytes", nbytes}};
     }
+    if (v.quant) jv["quant"] = {{"scales", v.quant->scales}, {"axis", v.quant->axis}, {"dtype", dtype_name(v.quant->dtype)}};
     values.push_back(std::move(jv));
   }
   json nodes = json::array();
@@ -108,6 +129,7 @@ Graph deserialize_graph(const std::string& graph_json, const Blob& weights, cons
     v.dtype = *t;
     const json& shape = need(jv, "shape", where);
     if (!shape.is_array()) fail_input(where, ": shape must be a list");
+    if (shape.size() > kMaxRank) fail_input(where, ": rank ", shape.size(), " is more than ", kMaxRank);
     for (const auto& d : shape) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t{1} << 31))
         fail_input(where, ": bad shape");
@@ -133,6 +155,7 @@ Graph deserialize_graph(const std::string& graph_json, const Blob& weights, cons
       t.blob.size = static_cast<size_t>(nbytes);
       v.constant = std::move(t);
     }
+    if (jv.contains("quant")) v.quant = quant_from_json(jv["quant"], v, where);
     g.values.push_back(std::move(v));
   }
   const json& nodes = need(j, "nodes", source);

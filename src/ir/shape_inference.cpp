@@ -93,9 +93,19 @@ Shape infer_linear(const Graph& g, const Node& n) {
   return {x.shape[0], w.shape[0]};
 }
 
+// Ops that combine activations elementwise need one dtype: the output takes
+// input 0's, so an i32 + f32 add would silently reinterpret.
+void expect_same_dtype(const Graph& g, const Node& n) {
+  for (size_t i = 1; i < n.inputs.size(); ++i)
+    if (input(g, n, i).dtype != input(g, n, 0).dtype)
+      fail_input(n.name, ": input '", input(g, n, i).name, "' is ", dtype_name(input(g, n, i).dtype), ", input '",
+                 input(g, n, 0).name, "' is ", dtype_name(input(g, n, 0).dtype));
+}
+
 Shape infer_binary(const Graph& g, const Node& n) {
   const Value& a = input(g, n, 0);
   const Value& b = input(g, n, 1);
+  expect_same_dtype(g, n);
   if (a.shape == b.shape) return a.shape;
   // mul also allows a per-channel scale [N,C,1,1] (squeeze-excitation).
   if (n.op == Op::Mul && a.shape.size() == 4 && b.shape == Shape{a.shape[0], a.shape[1], 1, 1}) return a.shape;
@@ -109,6 +119,7 @@ int64_t norm_axis(const Node& n, int64_t axis, size_t rank) {
 }
 
 Shape infer_concat(const Graph& g, const Node& n) {
+  expect_same_dtype(g, n);
   Shape y = input(g, n, 0).shape;
   int64_t axis = norm_axis(n, n.attr_int("axis"), y.size());
   for (size_t i = 1; i < n.inputs.size(); ++i) {
@@ -152,8 +163,10 @@ void infer_node(const Graph& g, const Node& n, DType* dtype, Shape* shape) {
       *shape = {x.shape[0], x.shape[1], 1, 1};
       break;
     case Op::Flatten:
-      if (x.shape.empty()) fail_input(n.name, ": flatten needs an input of rank >= 1, got a scalar '", x.name, "'");
-      *shape = {x.shape[0], x.shape.empty() ? 0 : shape_numel(x.shape) / std::max<int64_t>(1, x.shape[0])}; break;
+      // [N, ...] -> [N, prod(...)]; rank 1 gives [N, 1]. A rank-0 value has no batch axis.
+      if (x.shape.empty()) fail_input(n.name, ": flatten of rank-0 input '", x.name, "'");
+      *shape = {x.shape[0], x.shape[0] == 0 ? 0 : shape_numel(x.shape) / x.shape[0]};
+      break;
     case Op::Linear: *shape = infer_linear(g, n); break;
     case Op::Concat: *shape = infer_concat(g, n); break;
     case Op::Slice: *shape = infer_slice(g, n); break;

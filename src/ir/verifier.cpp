@@ -20,6 +20,13 @@ void verify_graph(const Graph& g, const std::string& stage) {
   }
   for (int v = 0; v < nv; ++v) {
     const Value& val = g.values[v];
+    if (val.shape.size() > kMaxRank) bad(cat("value '", val.name, "' has rank ", val.shape.size(), " (at most ", kMaxRank, ")"));
+    for (int64_t d : val.shape)
+      if (d < 0) bad(cat("value '", val.name, "' has a negative dimension in ", shape_str(val.shape)));
+    if (val.quant) {
+      const std::string why = quant_problem(val, *val.quant);
+      if (!why.empty()) bad(cat("value '", val.name, "' ", why));
+    }
     if (!val.constant) continue;
     available[v] = 1;
     if (val.constant->dtype != val.dtype || val.constant->shape != val.shape)
@@ -51,6 +58,7 @@ void verify_graph(const Graph& g, const std::string& stage) {
     if (v < 0 || v >= nv) bad("graph output id out of range");
     if (!available[v]) bad(cat("graph output '", g.values[v].name, "' is never produced"));
   }
+  if (!g.uses_are_current()) bad("stale use-list: node inputs were edited without Graph::invalidate_uses()");
 }
 
 }  // namespace kiln

@@ -26,7 +26,8 @@ bool matches(const Graph& g, const Node& bn) {
 
 void rewrite(Graph& g, size_t bn_index) {
   const Node bn = g.nodes[bn_index];
-  Node& conv = g.nodes[g.values[bn.inputs[0]].producer];
+  const int conv_index = g.values[bn.inputs[0]].producer;
+  const Node& conv = g.nodes[conv_index];
   const HostTensor& w = *g.values[conv.inputs[1]].constant;  // valid until the first add_constant below
   const Shape w_shape = w.shape;
   const int64_t out_ch = w.shape[0];
@@ -46,13 +47,10 @@ void rewrite(Graph& g, size_t bn_index) {
   }
   const int new_w = g.add_constant(conv.name + ".weight", HostTensor::from_f32(w_shape, wv));
   const int new_b = g.add_constant(conv.name + ".bias", HostTensor::from_f32({out_ch}, bias));
-  conv.inputs.resize(3);  // nodes are untouched by add_constant, so `conv` is still valid
-  conv.inputs[1] = new_w;
-  conv.inputs[2] = new_b;
-  // The conv now produces what the batch norm produced (producer links are
-  // rebuilt by canonicalize); the BN disappears.
-  conv.outputs = bn.outputs;
-  g.nodes.erase(g.nodes.begin() + static_cast<long>(bn_index));
+  // nodes are untouched by add_constant, so `conv` is still valid
+  g.set_node_inputs(conv_index, {conv.inputs[0], new_w, new_b});
+  // The conv now produces what the batch norm produced; the BN is detached.
+  g.hand_over_outputs(static_cast<int>(bn_index), conv_index);
 }
 
 }  // namespace

@@ -16,11 +16,10 @@ int fuse_activation(Graph& g) {
     return p >= 0 && can_carry_activation(g.nodes[p].op) && g.nodes[p].activation() == Activation::None && single_use(g, x);
   };
   auto rewrite = [](Graph& g, size_t i) {
-    const Node act = g.nodes[i];
-    Node& prod = g.nodes[g.values[act.inputs[0]].producer];
-    prod.attrs["activation"] = act.attr_str("activation");
-    prod.outputs = act.outputs;
-    g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
+    const Node& act = g.nodes[i];
+    const int p = g.values[act.inputs[0]].producer;
+    g.nodes[p].attrs["activation"] = act.attr_str("activation");
+    g.hand_over_outputs(static_cast<int>(i), p);
   };
   return rewrite_each(g, matches, rewrite);
 }

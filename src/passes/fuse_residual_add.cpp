@@ -29,18 +29,17 @@ int fuse_residual_add(Graph& g) {
     const Node add = g.nodes[i];
     const int which = fusable_operand(g, add);
     const int p = g.values[add.inputs[which]].producer;
-    if (g.nodes[p].inputs.size() == 2) {
+    std::vector<int> conv_in = g.nodes[p].inputs;
+    if (conv_in.size() == 2) {
       // The fused form needs a bias slot before the residual slot.
-      const Value& w = g.values[g.nodes[p].inputs[1]];
+      const Value& w = g.values[conv_in[1]];
       HostTensor zero = HostTensor::from_f32_as(w.dtype, {w.shape[0]}, std::vector<float>(w.shape[0], 0.f));
-      const int b = g.add_constant(g.nodes[p].name + ".bias", std::move(zero));
-      g.nodes[p].inputs.push_back(b);
+      conv_in.push_back(g.add_constant(g.nodes[p].name + ".bias", std::move(zero)));
     }
-    Node& conv = g.nodes[p];
-    conv.inputs.push_back(add.inputs[1 - which]);
-    if (add.activation() != Activation::None) conv.attrs["activation"] = add.attr_str("activation");
-    conv.outputs = add.outputs;
-    g.nodes.erase(g.nodes.begin() + static_cast<long>(i));  // rewrite_each re-sorts: the skip may come after the conv
+    conv_in.push_back(add.inputs[1 - which]);
+    g.set_node_inputs(p, conv_in);
+    if (add.activation() != Activation::None) g.nodes[p].attrs["activation"] = add.attr_str("activation");
+    g.hand_over_outputs(static_cast<int>(i), p);  // rewrite_each re-sorts: the skip may come after the conv
   };
   return rewrite_each(g, matches, rewrite);
 }

@@ -168,7 +168,9 @@ void repack_conv(Graph& g, int ni, const ChunkMap* in_map, const ChunkMap* out_m
   }
   const DType wdt = wv.dtype;
   const std::string wname = wv.name;
-  n.inputs[1] = g.add_constant(wname, HostTensor::from_f32_as(wdt, {kp, cp, ws[2], ws[3]}, nw));
+  std::vector<int> new_in = n.inputs;
+  new_in[1] = g.add_constant(wname, HostTensor::from_f32_as(wdt, {kp, cp, ws[2], ws[3]}, nw));
+  g.set_node_inputs(ni, new_in);
   if (out_map && g.nodes[ni].inputs.size() > 2) {
     const Value& bv = g.values[g.nodes[ni].inputs[2]];
     const std::vector<float> b = bv.constant->to_f32();
@@ -176,7 +178,8 @@ void repack_conv(Graph& g, int ni, const ChunkMap* in_map, const ChunkMap* out_m
     for (int64_t o = 0; o < k; ++o) nb[out_map->at(o)] = b[o];
     const DType bdt = bv.dtype;
     const std::string bname = bv.name;
-    g.nodes[ni].inputs[2] = g.add_constant(bname, HostTensor::from_f32_as(bdt, {kp}, nb));
+    new_in[2] = g.add_constant(bname, HostTensor::from_f32_as(bdt, {kp}, nb));
+    g.set_node_inputs(ni, new_in);
   }
 }
 

@@ -21,9 +21,11 @@ void replace_uses(Graph& g, int from, int to);
 // producer may be rewritten in place without changing other readers.
 bool single_use(const Graph& g, int value_id);
 
-// Match-and-rewrite driver shared by the passes: for each node (in order)
-// where `matches` holds, `rewrite` changes the graph (typically erasing that
-// node); the graph is re-canonicalized and the scan resumes at the same index.
+// Match-and-rewrite driver shared by the passes: for each node i (in order)
+// where `matches` holds, `rewrite` folds node i into another node: it edits
+// inputs with Graph::set_node_inputs and ends with g.hand_over_outputs(i, to),
+// which detaches node i (checked). Nodes are not erased during the sweep, so
+// indices stay valid; the graph is canonicalized once at the end.
 int rewrite_each(Graph& g, const std::function<bool(const Graph&, const Node&)>& matches,
                  const std::function<void(Graph&, size_t)>& rewrite);
 

@@ -10,6 +10,7 @@ void replace_uses(Graph& g, int from, int to) {
       if (in == from) in = to;
   for (int& o : g.outputs)
     if (o == from) o = to;
+  g.invalidate_uses();  // inputs edited in place; this is O(n) already
 }
 
 bool single_use(const Graph& g, int value_id) {
@@ -18,16 +19,24 @@ bool single_use(const Graph& g, int value_id) {
 
 int rewrite_each(Graph& g, const std::function<bool(const Graph&, const Node&)>& matches,
                  const std::function<void(Graph&, size_t)>& rewrite) {
+  // One sweep, one canonicalize at the end: re-canonicalizing after every
+  // rewrite made the pipeline quadratic (a 10,000-node graph has thousands of
+  // rewrites). Producer links and the use-list stay exact through the sweep
+  // (rewrites go through set_node_inputs / hand_over_outputs), so later
+  // matches see the rewritten graph; only node order may be stale until the
+  // canonicalize (e.g. a fused skip input that comes after the conv).
   int count = 0;
-  for (size_t i = 0; i < g.nodes.size();) {
-    if (matches(g, g.nodes[i])) {
-      rewrite(g, i);
-      g.canonicalize();
-      ++count;
-    } else {
-      ++i;
-    }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.inputs.empty() && n.outputs.empty()) continue;  // detached earlier in this sweep
+    if (!matches(g, n)) continue;
+    rewrite(g, i);
+    const Node& after = g.nodes[i];
+    if (!after.outputs.empty() || !after.inputs.empty())
+      fail_runtime("pass rewrite of node '", after.name, "' did not hand its outputs over");
+    ++count;
   }
+  if (count) g.canonicalize();
   return count;
 }
 

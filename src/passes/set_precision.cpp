@@ -38,6 +38,7 @@ int set_precision(Graph& g, DType dtype) {
     ++count;
   }
   g.nodes.insert(g.nodes.begin(), prologue.begin(), prologue.end());
+  g.invalidate_uses();  // node indices shifted
   for (size_t k = 0; k < old_outputs.size(); ++k) {
     int out = g.outputs[k];
     std::string name = g.values[out].name;

@@ -28,6 +28,10 @@ CpuProgram::CpuProgram(const Graph& g) : constants_(g.values.size(), nullptr) {
     if (c->dtype == DType::F32 && reinterpret_cast<uintptr_t>(c->blob.data) % alignof(float) == 0) {
       constants_[v] = reinterpret_cast<const float*>(c->blob.data);
     } else {
+      // The CPU backend computes in f32; an integer constant (indices) has no
+      // CPU kernel to read it, so refuse by name rather than convert.
+      if (!dtype_is_float(c->dtype))
+        fail_input("constant '", g.values[v].name, "' is ", dtype_name(c->dtype), ": the CPU backend computes in float only");
       converted_.push_back(c->to_f32());
       constants_[v] = converted_.back().data();
     }
