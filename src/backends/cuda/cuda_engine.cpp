@@ -155,13 +155,13 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
       m.bn.emplace(n.name, std::make_pair(upload_f32(scale), upload_f32(shift)));
     }
   }
-  if (opts.opt_level >= 3) load_tuned(opts.tactic_cache, m.key, &m.tuned);
+  if (opts.tune && opts.opt_level >= 3) load_tuned(opts.tactic_cache, m.key, &m.tuned);
   const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape.at(0);
   m.programs[batch] = m.build_program(batch);
   for (int64_t b : opts.batches)
     if (!m.programs.count(b)) m.programs[b] = m.build_program(b);
   m.opts.progress = nullptr;  // it may capture the caller's locals
-  if (opts.opt_level >= 3) save_tuned(opts.tactic_cache, m.key, m.tuned);
+  if (opts.tune && opts.opt_level >= 3) save_tuned(opts.tactic_cache, m.key, m.tuned);
 }
 
 CudaEngine::~CudaEngine() = default;
