@@ -1,368 +1,252 @@
-// ConvOp: see conv.hpp. The cuDNN frontend headers are heavy, so they stay in
-// this file behind a pimpl.
-#include "backends/cuda/conv.hpp"
-
-#include <dlfcn.h>
-
-#include <algorithm>
-#include <cudnn_frontend.h>
-#include <unordered_map>
-#include <unordered_set>
-
+// Conv2d's CUDA lowering: cuDNN's fused conv (cudnn_conv.hpp), kiln's
+// depthwise kernel (depthwise.cu) and kiln's window conv (window_conv.cu), the
+// alternatives handed to the one tactic selector (tactics.hpp).
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
-
-// Built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING so the frontend's optional
-// NVRTC engines do not make libnvrtc a link dependency; that mode resolves
-// cuDNN through this handle. libcudnn is linked anyway, so dlopen just
-// returns the already-loaded library.
-#if defined NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
-namespace cudnn_frontend {
-void* cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
-}
-#endif
+#include "ir/attrs.hpp"
 
 namespace kiln::cuda {
+
 namespace {
 
-namespace fe = cudnn_frontend;
+constexpr const char* kDepthwiseTactic = "kiln depthwise";
 
-// Fixed uids so the variant pack can be filled without keeping tensor handles.
-constexpr int64_t kUidX = 1, kUidW = 2, kUidBias = 3, kUidResidual = 4, kUidY = 5;
-constexpr int kWarmup = 2, kTimed = 5;
-
-// The frontend keeps each engine config's notes in a protected member; a
-// subclass is the only way to read them without re-querying the backend.
-class NotedGraph : public fe::graph::Graph {
+// Zeroed device scratch for timing, allocated on first use (most layers of a
+// build take their tactic from the cache and never need it).
+class Scratch {
  public:
-  const std::vector<fe::NumericalNote_t>& numeric_notes_at(int64_t i) const { return plans.numeric_notes.at(i); }
-  const std::vector<fe::BehaviorNote_t>& behavior_notes_at(int64_t i) const { return plans.behavior_notes.at(i); }
+  explicit Scratch(size_t bytes) : bytes_(bytes) {}
+  void* get(cudaStream_t s) {
+    if (!buf_.get() && bytes_) {
+      buf_ = DeviceBuffer(bytes_);
+      KILN_CUDA_CHECK(cudaMemsetAsync(buf_.get(), 0, bytes_, s));
+    }
+    return buf_.get();
+  }
+
+ private:
+  size_t bytes_;
+  DeviceBuffer buf_;
 };
 
-fe::DataType_t to_fe(DType t) {
-  switch (t) {
-    case DType::F32: return fe::DataType_t::FLOAT;
-    case DType::F16: return fe::DataType_t::HALF;
-    case DType::BF16: return fe::DataType_t::BFLOAT16;
-    default: fail_runtime("cuda conv: unsupported dtype ", dtype_name(t));
-  }
+LayerSignature conv_signature(const ConvDesc& d) {
+  LayerSignature s{"conv", d.dtype, {{d.n, d.c, d.h, d.w}, {d.k, d.c / d.groups, d.r, d.s}}, {}};
+  s.attr("stride_h", d.stride_h).attr("stride_w", d.stride_w).attr("pad_t", d.pad_t).attr("pad_l", d.pad_l);
+  s.attr("pad_b", d.pad_b).attr("pad_r", d.pad_r).attr("dil_h", d.dil_h).attr("dil_w", d.dil_w).attr("groups", d.groups);
+  s.attr("bias", d.has_bias).attr("residual", d.has_residual).attr("act", static_cast<int64_t>(d.act));
+  s.attr("tf32", d.allow_tf32).attr("x_stride", d.x_stride).attr("y_stride", d.y_stride);
+  return s;
 }
 
-std::vector<int64_t> nhwc_strides(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pixel_stride = 0) {
-  (void)n;
-  const int64_t p = pixel_stride > 0 ? pixel_stride : c;
-  return {h * w * p, 1, w * p, p};
-}
-
-bool has_epilogue(const ConvDesc& d) { return d.has_bias || d.has_residual || d.act != Activation::None; }
-
-fe::graph::Pointwise_attributes activation_attrs(Activation a) {
-  auto p = fe::graph::Pointwise_attributes().set_name("act").set_compute_data_type(fe::DataType_t::FLOAT);
-  switch (a) {
-    case Activation::Relu: p.set_mode(fe::PointwiseMode_t::RELU_FWD); break;
-    case Activation::Relu6:
-      p.set_mode(fe::PointwiseMode_t::RELU_FWD).set_relu_lower_clip(0.f).set_relu_upper_clip(6.f);
-      break;
-    case Activation::Silu: p.set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f); break;
-    case Activation::Sigmoid: p.set_mode(fe::PointwiseMode_t::SIGMOID_FWD); break;
-    case Activation::None: break;
-    default: fail_unknown_activation(a, "cuda conv epilogue");
+// One enqueue of a cuDNN conv as the program runs it: the fused graph, or
+// (when cuDNN fused no epilogue for this shape) the plain conv followed by
+// bias, residual and activation as kernels.
+struct CudnnConvRun {
+  ConvOp* op;
+  const void *w, *bias;
+  const float *one, *shift;  // unfused epilogue: per-channel 1 and bias, f32
+  Activation act;
+  DType dt;
+  int64_t count;
+  int k;
+  void operator()(cudnnHandle_t h, const void* x, const void* r, void* y, void* ws, cudaStream_t s) const {
+    if (op->epilogue_fused()) return op->run(h, x, w, bias, r, y, ws, s);
+    op->run(h, x, w, nullptr, nullptr, y, ws, s);
+    batch_norm_nhwc(y, y, dt, count / k, k, one, shift, r ? Activation::None : act, s);
+    if (r) add(y, r, y, dt, count, act, s);
   }
-  return p;
-}
+};
 
-std::string notes_string(const std::vector<fe::NumericalNote_t>& num, const std::vector<fe::BehaviorNote_t>& beh) {
-  std::string out;
-  auto add = [&](const char* s) {
-    if (!out.empty()) out += ',';
-    out += s;
-  };
-  for (auto n : num) {
-    switch (n) {
-      case fe::NumericalNote_t::TENSOR_CORE: add("tensor_core"); break;
-      case fe::NumericalNote_t::DOWN_CONVERT_INPUTS: add("down_convert"); break;
-      case fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION: add("reduced_precision"); break;
-      case fe::NumericalNote_t::FFT: add("fft"); break;
-      case fe::NumericalNote_t::NONDETERMINISTIC: add("nondeterministic"); break;
-      case fe::NumericalNote_t::WINOGRAD: add("winograd"); break;
-      default: break;  // the frontend pads the list with NOT_SET
-    }
+// Per-channel (1, bias) in f32 for the unfused epilogue of node n.
+std::pair<const float*, const float*> unfused_epilogue(Lowering& L, const Node& n, const ConvDesc& d) {
+  auto& bn = L.m.bn;
+  const std::string key = n.name + "#epilogue";
+  if (!bn.count(key)) {
+    auto bias = d.has_bias ? L.m.graph->values[n.inputs[2]].constant->to_f32() : std::vector<float>(d.k, 0.f);
+    std::vector<float> ones(d.k, 1.f);
+    DeviceBuffer one_b(ones.size() * 4), bias_b(bias.size() * 4);
+    KILN_CUDA_CHECK(cudaMemcpy(one_b.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    KILN_CUDA_CHECK(cudaMemcpy(bias_b.get(), bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+    bn.emplace(key, std::make_pair(std::move(one_b), std::move(bias_b)));
   }
-  for (auto b : beh)
-    if (b == fe::BehaviorNote_t::RUNTIME_COMPILATION) add("runtime_compiled");
-  return out;
+  return {static_cast<const float*>(bn.at(key).first.get()), static_cast<const float*>(bn.at(key).second.get())};
 }
 
 }  // namespace
 
-struct ConvOp::Impl {
-  enum class State { Unbuilt, Built, Failed };
-  struct Tactic {
-    int64_t index;  // engine-config index inside the frontend graph
-    std::string name, notes;
-    State state = State::Unbuilt;
-    size_t workspace = 0;
-    float time_us = -1.f;
-  };
-
+ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride, int y_stride) {
+  const Shape xs = g.values[n.inputs[0]].shape;
+  const Shape ws = g.values[n.inputs[1]].shape;
+  const ConvAttrs a = conv_attrs(n);
   ConvDesc d;
-  bool fused = false;
-  std::unique_ptr<NotedGraph> graph;
-  std::vector<Tactic> tactics;
-  int selected = -1;
-  std::string last_error;
-
-  // Builds the operation graph and its candidate list; false (with last_error)
-  // when cuDNN rejects the pattern or offers no usable engine config.
-  bool make_graph(cudnnHandle_t h, bool fuse);
-  bool build(int i);
-};
-
-bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
-  namespace g = fe::graph;
-  const fe::DataType_t dt = to_fe(d.dtype);
-  auto gr = std::make_unique<NotedGraph>();
-  gr->set_io_data_type(dt).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
-
-  const int64_t cg = d.c / d.groups, oh = d.out_h(), ow = d.out_w();
-  auto x = gr->tensor(g::Tensor_attributes()
-                          .set_name("x")
-                          .set_uid(kUidX)
-                          .set_data_type(dt)
-                          .set_dim({d.n, d.c, d.h, d.w})
-                          .set_stride(nhwc_strides(d.n, d.c, d.h, d.w, d.x_stride)));
-  // Groups are implied by the filter's channel count (c/groups), as in cuDNN's backend.
-  auto w = gr->tensor(g::Tensor_attributes()
-                          .set_name("w")
-                          .set_uid(kUidW)
-                          .set_data_type(dt)
-                          .set_dim({d.k, cg, d.r, d.s})
-                          .set_stride(nhwc_strides(d.k, cg, d.r, d.s)));
-  auto conv_attrs = g::Conv_fprop_attributes()
-                        .set_name("conv")
-                        .set_pre_padding({d.pad_t, d.pad_l})
-                        .set_post_padding({d.pad_b, d.pad_r})
-                        .set_stride({d.stride_h, d.stride_w})
-                        .set_dilation({d.dil_h, d.dil_w})
-                        .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto cur = gr->conv_fprop(x, w, conv_attrs);
-  if (fuse) {
-    auto add = g::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD).set_compute_data_type(fe::DataType_t::FLOAT);
-    cur->set_data_type(fe::DataType_t::FLOAT);
-    if (d.has_bias) {
-      auto b = gr->tensor(g::Tensor_attributes()
-                              .set_name("bias")
-                              .set_uid(kUidBias)
-                              .set_data_type(dt)
-                              .set_dim({1, d.k, 1, 1})
-                              .set_stride({d.k, 1, d.k, d.k}));
-      cur = gr->pointwise(cur, b, add.set_name("bias_add"));
-      cur->set_data_type(fe::DataType_t::FLOAT);
-    }
-    if (d.has_residual) {
-      auto r = gr->tensor(g::Tensor_attributes()
-                              .set_name("residual")
-                              .set_uid(kUidResidual)
-                              .set_data_type(dt)
-                              .set_dim({d.n, d.k, oh, ow})
-                              .set_stride(nhwc_strides(d.n, d.k, oh, ow)));
-      cur = gr->pointwise(cur, r, add.set_name("residual_add"));
-      cur->set_data_type(fe::DataType_t::FLOAT);
-    }
-    if (d.act != Activation::None) cur = gr->pointwise(cur, activation_attrs(d.act));
-  }
-  cur->set_output(true)
-      .set_name("y")
-      .set_uid(kUidY)
-      .set_data_type(dt)
-      .set_dim({d.n, d.k, oh, ow})
-      .set_stride(nhwc_strides(d.n, d.k, oh, ow, d.y_stride));
-
-  auto check = [&](fe::error_t e, const char* what) {
-    if (e.is_good()) return true;
-    last_error = std::string(what) + ": " + e.get_message();
-    return false;
-  };
-  if (!check(gr->validate(), "validate")) return false;
-  if (!check(gr->build_operation_graph(h), "build_operation_graph")) return false;
-  if (!check(gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans"))
-    return false;
-
-  // f32 must stay f32: engines noted TENSOR_CORE run TF32 and DOWN_CONVERT
-  // ones round the inputs, both far outside the 1e-4 accuracy f32 promises.
-  const bool strict_f32 = d.dtype == DType::F32 && !d.allow_tf32;
-  std::vector<Tactic> list;
-  std::unordered_set<std::string> seen;  // heuristics A and fallback overlap
-  for (int64_t i = 0; i < gr->get_execution_plan_count(); ++i) {
-    const auto& num = gr->numeric_notes_at(i);
-    auto has = [&](fe::NumericalNote_t n) { return std::find(num.begin(), num.end(), n) != num.end(); };
-    if (strict_f32 && (has(fe::NumericalNote_t::TENSOR_CORE) || has(fe::NumericalNote_t::DOWN_CONVERT_INPUTS)))
-      continue;
-    std::string name;
-    if (gr->get_plan_name_at_index(i, name).is_bad()) continue;
-    if (!seen.insert(name).second) continue;
-    list.push_back(Tactic{i, name, notes_string(num, gr->behavior_notes_at(i))});
-  }
-  if (list.empty()) {
-    last_error = "no engine config left after filtering";
-    return false;
-  }
-  graph = std::move(gr);
-  tactics = std::move(list);
-  selected = -1;
-  // Default: the first candidate (heuristics order) that actually builds.
-  for (int i = 0; i < static_cast<int>(tactics.size()); ++i)
-    if (build(i)) {
-      selected = i;
-      return true;
-    }
-  last_error = "no engine config builds: " + last_error;
-  graph.reset();
-  tactics.clear();
-  return false;
+  d.dtype = g.values[n.outputs[0]].dtype;
+  d.n = as_int(xs[0]), d.c = as_int(xs[1]), d.h = as_int(xs[2]), d.w = as_int(xs[3]);
+  d.k = as_int(ws[0]), d.r = as_int(ws[2]), d.s = as_int(ws[3]);
+  d.stride_h = a.stride_h, d.stride_w = a.stride_w, d.dil_h = a.dil_h, d.dil_w = a.dil_w, d.groups = a.groups;
+  d.pad_t = a.pad_t, d.pad_l = a.pad_l, d.pad_b = a.pad_b, d.pad_r = a.pad_r;
+  d.has_bias = n.inputs.size() > 2;
+  d.has_residual = n.inputs.size() > 3;
+  d.act = n.activation();
+  d.allow_tf32 = allow_tf32;
+  d.x_stride = x_stride, d.y_stride = y_stride;
+  return d;
 }
 
-bool ConvOp::Impl::build(int i) {
-  Tactic& t = tactics[i];
-  if (t.state == State::Built) return true;
-  if (t.state == State::Failed) return false;
-  auto e = graph->build_plan_at_index(t.index);
-  if (e.is_good()) {
-    int64_t ws = 0;
-    e = graph->get_workspace_size_plan_at_index(t.index, ws);
-    t.workspace = static_cast<size_t>(ws);
-  }
-  if (e.is_bad()) {
-    last_error = t.name + ": " + e.get_message();
-    t.state = State::Failed;
-    return false;
-  }
-  t.state = State::Built;
-  return true;
-}
+void lower_Conv2d(Lowering& L, size_t ni) {
+  if (L.f.wp.launches.count(ni)) return lower_window_conv(L, ni);
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const Value& ov = g.values[out];
+  const DType dt = ov.dtype;
+  const ConvDesc d = conv_desc(g, n, L.m.opts.allow_tf32, L.stride_or_0(in0), L.stride_or_0(out));
+  std::unique_ptr<ConvOp> owned =
+      L.f.view_convs.count(ni) ? std::move(L.f.view_convs.at(ni)) : std::make_unique<ConvOp>(L.m.cudnn.h, d);
+  ConvOp* op = owned.get();
+  L.p.convs.push_back(std::move(owned));
+  const void* w = L.weight(n.inputs[1]);
+  const void* b = d.has_bias ? L.weight(n.inputs[2]) : nullptr;
+  const int res = d.has_residual ? n.inputs[3] : -1;
+  const int64_t count = shape_numel(ov.shape);
+  auto [one, shift] = op->epilogue_fused() ? std::pair<const float*, const float*>{} : unfused_epilogue(L, n, d);
+  const CudnnConvRun conv{op, w, b, one, shift, d.act, dt, count, d.k};
 
-ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d) : impl_(std::make_unique<Impl>()) {
-  if (d.groups < 1 || d.c % d.groups != 0 || d.k % d.groups != 0)
-    fail_runtime("cuda conv: channels ", d.c, "->", d.k, " not divisible by groups ", d.groups);
-  if (d.out_h() < 1 || d.out_w() < 1) fail_runtime("cuda conv: empty output");
-  if ((d.x_stride != 0 && d.x_stride < d.c) || (d.y_stride != 0 && d.y_stride < d.k))
-    fail_runtime("cuda conv: pixel strides ", d.x_stride, "/", d.y_stride, " below the channel counts ", d.c, "/", d.k);
-  impl_->d = d;
-  if (has_epilogue(d) && impl_->make_graph(h, true)) {
-    impl_->fused = true;
+  // Scratch for timing: a strided tensor spans its root's pixel stride.
+  Scratch xb(value_bytes(g.values[in0]) / size_t(d.c) * size_t(d.x_stride ? d.x_stride : d.c));
+  Scratch yb(value_bytes(ov) / size_t(d.k) * size_t(d.y_stride ? d.y_stride : d.k));
+  Scratch rb(d.has_residual ? value_bytes(ov) : 0);
+  cudnnHandle_t h = L.m.cudnn.h;
+  bool own_kernel = false;
+  std::vector<Candidate> cands;
+  for (int t = 0; t < op->tactic_count(); ++t)
+    cands.push_back({op->tactic_name(t), [op, t, &own_kernel] { return own_kernel = false, op->try_select(t); },
+                     [&, op](cudaStream_t s, void* ws, size_t cap) {
+                       if (op->workspace_bytes() > cap) return false;
+                       conv(h, xb.get(s), rb.get(s), yb.get(s), ws, s);
+                       return true;
+                     }});
+  const int heuristic = op->selected();
+  // kiln's own depthwise kernel (dense tensors only) is a candidate next to cuDNN's.
+  const bool depthwise = d.groups == d.c && d.k == d.c && d.c > 1 && d.x_stride == 0 && d.y_stride == 0;
+  const DepthwiseShape dws{d.n, d.h, d.w, d.c, d.out_h(), d.out_w(), d.r, d.s, d.stride_h, d.stride_w,
+                           d.pad_t, d.pad_l, d.dil_h, d.dil_w};
+  const void* taps = nullptr;
+  if (depthwise) {
+    auto tap_major = [&] {
+      auto f = L.m.graph->values[n.inputs[1]].constant->to_f32();
+      HostTensor t = HostTensor::from_f32_as(dt, {d.r * d.s, d.c}, depthwise_weights_tap_major(f.data(), d.c, d.r, d.s));
+      DeviceBuffer buf(t.nbytes());
+      KILN_CUDA_CHECK(cudaMemcpy(buf.get(), t.blob.data, t.nbytes(), cudaMemcpyHostToDevice));
+      return buf;
+    };
+    Candidate own{kDepthwiseTactic, [&] { return taps = L.engine_buffer(n.name + "#tap_major", tap_major), own_kernel = true; },
+                  [&](cudaStream_t s, void*, size_t) {
+                    depthwise_conv_nhwc(xb.get(s), taps, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, dws, d.act, s);
+                    return true;
+                  }};
+    own.always_time = true;
+    cands.push_back(std::move(own));
+  }
+  const TacticChoice c = L.tactics.choose(n.name, conv_signature(d), cands, heuristic);
+  L.tactics.finish();  // scratch buffers die with this function
+  L.record(n.name, cands[c.index].name, c.us);
+  const ValuePtr ptr = L.ptr;
+  if (own_kernel) {
+    const Activation act = d.act;
+    L.step(kDepthwiseTactic, [=](const Exec& x) {
+      depthwise_conv_nhwc(ptr(x, in0), taps, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), dt, dws, act, x.stream);
+    });
     return;
   }
-  std::string fused_error = impl_->last_error;
-  if (!impl_->make_graph(h, false))
-    fail_runtime("cuda conv: cuDNN supports no engine for ", d.n, "x", d.c, "x", d.h, "x", d.w, " k=", d.k, " ",
-                 d.r, "x", d.s, " groups=", d.groups, " ", dtype_name(d.dtype), ": ", impl_->last_error,
-                 fused_error.empty() ? "" : " (fused attempt: ", fused_error, fused_error.empty() ? "" : ")");
+  L.p.workspace_bytes = std::max(L.p.workspace_bytes, op->workspace_bytes());
+  L.step(cat("cudnn ", op->tactic_name(op->selected()), op->epilogue_fused() ? "" : " +epilogue kernels"),
+         [=](const Exec& x) {
+           conv(x.cudnn, ptr(x, in0), res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), x.workspace, x.stream);
+         });
 }
 
-ConvOp::~ConvOp() = default;
-ConvOp::ConvOp(ConvOp&&) noexcept = default;
-ConvOp& ConvOp::operator=(ConvOp&&) noexcept = default;
-
-const ConvDesc& ConvOp::desc() const { return impl_->d; }
-bool ConvOp::epilogue_fused() const { return impl_->fused || !has_epilogue(impl_->d); }
-int ConvOp::tactic_count() const { return static_cast<int>(impl_->tactics.size()); }
-int ConvOp::selected() const { return impl_->selected; }
-
-static void check_index(int i, int n) {
-  if (i < 0 || i >= n) fail_runtime("cuda conv: tactic ", i, " out of range [0, ", n, ")");
-}
-
-std::string ConvOp::tactic_name(int i) const {
-  check_index(i, tactic_count());
-  return impl_->tactics[i].name;
-}
-
-std::string ConvOp::tactic_notes(int i) const {
-  check_index(i, tactic_count());
-  return impl_->tactics[i].notes;
-}
-
-bool ConvOp::try_select(int i) {
-  check_index(i, tactic_count());
-  if (!impl_->build(i)) return false;
-  impl_->selected = i;
-  return true;
-}
-
-void ConvOp::select(int i) {
-  if (!try_select(i)) fail_runtime("cuda conv: tactic ", i, " does not build: ", impl_->last_error);
-}
-
-size_t ConvOp::workspace_bytes() const { return impl_->tactics[impl_->selected].workspace; }
-
-float ConvOp::tuned_time_us(int i) const {
-  check_index(i, tactic_count());
-  return impl_->tactics[i].time_us;
-}
-
-void ConvOp::run(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
-                 void* workspace, cudaStream_t s) const {
-  const Impl& m = *impl_;
-  KILN_CUDNN_CHECK(cudnnSetStream(h, s));
-  // Only uids that exist in the graph: the conv-only fallback has no bias/residual slot.
-  std::unordered_map<int64_t, void*> pack{{kUidX, const_cast<void*>(x)},
-                                          {kUidW, const_cast<void*>(w)},
-                                          {kUidY, y}};
-  if (m.fused && m.d.has_bias) pack[kUidBias] = const_cast<void*>(bias);
-  if (m.fused && m.d.has_residual) pack[kUidResidual] = const_cast<void*>(residual);
-  auto e = m.graph->execute_plan_at_index(h, pack, workspace, m.tactics[m.selected].index);
-  if (e.is_bad()) fail_runtime("cuda conv: execute ", m.tactics[m.selected].name, ": ", e.get_message());
-}
-
-int ConvOp::autotune(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
-                     void* workspace, size_t ws_cap, cudaStream_t s, int max_candidates) {
-  Impl& m = *impl_;
-  const int original = m.selected;
-  cudaEvent_t ev[kTimed + 1];
-  for (auto& e : ev) KILN_CUDA_CHECK(cudaEventCreate(&e));
-  int best = -1;
-  float best_us = 0.f;
-  const int n = std::min(tactic_count(), std::max(1, max_candidates));
-  for (int i = 0; i < n; ++i) {
-    m.tactics[i].time_us = -1.f;
-    if (!m.build(i) || m.tactics[i].workspace > ws_cap) continue;
-    m.selected = i;
-    try {
-      for (int k = 0; k < kWarmup; ++k) run(h, x, w, bias, residual, y, workspace, s);
-      // One event between consecutive runs: each interval is one run.
-      KILN_CUDA_CHECK(cudaEventRecord(ev[0], s));
-      for (int k = 0; k < kTimed; ++k) {
-        run(h, x, w, bias, residual, y, workspace, s);
-        KILN_CUDA_CHECK(cudaEventRecord(ev[k + 1], s));
-      }
-      KILN_CUDA_CHECK(cudaEventSynchronize(ev[kTimed]));
-    } catch (const Error&) {
-      cudaStreamSynchronize(s);
-      continue;  // an engine that fails to execute is simply not a candidate
-    }
-    float t[kTimed];
-    for (int k = 0; k < kTimed; ++k) KILN_CUDA_CHECK(cudaEventElapsedTime(&t[k], ev[k], ev[k + 1]));
-    std::sort(t, t + kTimed);
-    m.tactics[i].time_us = t[kTimed / 2] * 1000.f;
-    if (best < 0 || m.tactics[i].time_us < best_us) {
-      best = i;
-      best_us = m.tactics[i].time_us;
-    }
+// One launch of kiln's window conv: the group led by conv `lead` (its
+// filters and biases side by side in one buffer when several), the chain
+// add fused into its load, and its side job (pass-through pool or copy).
+void lower_window_conv(Lowering& L, size_t lead) {
+  const Graph& g = L.g;
+  const GraphFacts& f = L.f;
+  const Node& n = g.nodes[lead];
+  const std::vector<size_t>& run = f.wp.launches.at(lead);
+  const size_t add = f.wp.convs.at(lead);
+  const int xv = add == kNoNode ? n.inputs[0] : g.nodes[add].inputs[0], xa = add == kNoNode ? -1 : g.nodes[add].inputs[1];
+  const int out = n.outputs[0];
+  const DType dt = g.values[out].dtype;
+  WindowConvShape ws = window_conv_shape(g, f.cv, n, xv, xa);
+  const bool has_bias = n.inputs.size() > 2;
+  const void* w = L.weight(n.inputs[1]);
+  const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
+  if (run.size() > 1) {
+    ws.groups = as_int(static_cast<int64_t>(run.size()));
+    ws.x_group_step = f.cv.root_offset(g.nodes[run[1]].inputs[0]) - f.cv.root_offset(n.inputs[0]);
+    ws.y_group_step = f.cv.root_offset(g.nodes[run[1]].outputs[0]) - f.cv.root_offset(out);
+    auto side_by_side = [&](int input, const char* tag) -> const void* {
+      return L.engine_buffer(n.name + tag, [&] {
+        const size_t one = L.m.weights.at(n.inputs[input]).size();
+        DeviceBuffer buf(one * run.size());
+        for (size_t k = 0; k < run.size(); ++k)
+          KILN_CUDA_CHECK(cudaMemcpy(static_cast<char*>(buf.get()) + k * one, L.m.weights.at(g.nodes[run[k]].inputs[input]).get(),
+                                     one, cudaMemcpyDeviceToDevice));
+        return buf;
+      });
+    };
+    w = side_by_side(1, "#window_group_w");
+    if (has_bias) b = side_by_side(2, "#window_group_b");
   }
-  for (auto& e : ev) cudaEventDestroy(e);
-  m.selected = best >= 0 ? best : original;
-  return m.selected;
-}
+  const auto sd = f.wp.sides.find(lead);
+  const bool has_side = sd != f.wp.sides.end();
+  const WindowPlan::Side side = has_side ? sd->second : WindowPlan::Side{};
+  const PoolShape ps = has_side ? window_side_shape(g, f.cv, side) : PoolShape{};
+  const size_t dst_at = size_t(side.dst_at) * dtype_size(dt);
+  const Activation act = n.activation();
 
-std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, int s) {
-  std::vector<float> out(static_cast<size_t>(k) * c_per_group * r * s);
-  for (int ko = 0; ko < k; ++ko)
-    for (int ci = 0; ci < c_per_group; ++ci)
-      for (int y = 0; y < r; ++y)
-        for (int x = 0; x < s; ++x)
-          out[((static_cast<size_t>(ko) * r + y) * s + x) * c_per_group + ci] =
-              w[((static_cast<size_t>(ko) * c_per_group + ci) * r + y) * s + x];
-  return out;
+  // Launch shapes: every tile width and warp count, timed on scratch buffers.
+  const int64_t in_px = int64_t(ws.n) * ws.h * ws.w, out_px = int64_t(ws.n) * ws.out_h * ws.out_w;
+  const size_t es = dtype_size(dt);
+  Scratch xb((in_px * ws.x_stride + (ws.groups - 1) * ws.x_group_step + ws.c) * es);
+  Scratch ab(xa >= 0 ? (in_px * ws.x_add_stride + ws.c) * es : 0);
+  Scratch yb((out_px * ws.y_stride + (ws.groups - 1) * ws.y_group_step + ws.k) * es);
+  WindowLaunch l{};
+  std::vector<WindowLaunch> shapes;
+  for (int nt : {1, 2, 4})
+    for (int warps : {1, 2, 4, 8, 16}) shapes.push_back({nt, warps});
+  const WindowLaunch guess = window_conv_launch(ws);
+  int heuristic = -1;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    if (shapes[i].nt == guess.nt && shapes[i].warps == guess.warps) heuristic = static_cast<int>(i);
+  if (heuristic < 0) heuristic = static_cast<int>(shapes.size()), shapes.push_back(guess);
+  std::vector<Candidate> cands;
+  for (const WindowLaunch& s : shapes) {
+    Candidate c{window_tactic_name(s), [&l, s] { return l = s, true; }, [&, s](cudaStream_t st, void*, size_t) {
+                  window_conv_nhwc(xb.get(st), xa >= 0 ? ab.get(st) : nullptr, w, b, yb.get(st), dt, ws, act, st, {}, s);
+                  return true;
+                }};
+    c.always_time = true;  // cheap to time, and the heuristic is rough
+    cands.push_back(std::move(c));
+  }
+  LayerSignature sig{"window conv", dt, {{ws.n, ws.h, ws.w, ws.c}, {ws.k, ws.r, ws.s}}, {}};
+  sig.attr("out_h", ws.out_h).attr("out_w", ws.out_w).attr("stride_h", ws.stride_h).attr("stride_w", ws.stride_w);
+  sig.attr("pad_t", ws.pad_t).attr("pad_l", ws.pad_l).attr("dil_h", ws.dil_h).attr("dil_w", ws.dil_w);
+  sig.attr("groups", ws.groups).attr("add", xa >= 0).attr("x_stride", ws.x_stride).attr("x_add_stride", ws.x_add_stride);
+  sig.attr("y_stride", ws.y_stride).attr("act", static_cast<int64_t>(act));
+  const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
+  L.tactics.finish();
+  const std::string note = cat(run.size() > 1 ? cat(" x", run.size()) : "", add == kNoNode ? "" : cat(" +", g.nodes[add].name),
+                               !has_side ? "" : side.pool_node != kNoNode ? " +pass-through pool" : " +pass-through copy");
+  L.record(n.name, cands[c.index].name + note, c.us);
+  const ValuePtr ptr = L.ptr;
+  L.step(cands[c.index].name + note, [=](const Exec& x) {
+    WindowSide wsd;
+    if (has_side) wsd.src = ptr(x, side.src), wsd.dst = static_cast<char*>(ptr(x, side.dst)) + dst_at, wsd.pool = ps;
+    window_conv_nhwc(ptr(x, xv), xa >= 0 ? ptr(x, xa) : nullptr, w, b, ptr(x, out), dt, ws, act, x.stream, wsd, l);
+  });
 }
 
 }  // namespace kiln::cuda

@@ -42,8 +42,7 @@ nlohmann::json read_tactic_cache(const std::filesystem::path& path) {
   }
 }
 
-void load_tuned(const std::filesystem::path& path, const GpuKey& key,
-                std::map<std::string, std::pair<std::string, float>>* tuned) {
+void load_tuned(const std::filesystem::path& path, const GpuKey& key, TunedCache* tuned) {
   auto j = read_tactic_cache(path);
   auto it = j.find(key.str());
   if (it == j.end() || !it->is_object()) return;
@@ -52,8 +51,7 @@ void load_tuned(const std::filesystem::path& path, const GpuKey& key,
       (*tuned)[sig] = {v[0].get<std::string>(), v[1].get<float>()};
 }
 
-void save_tuned(const std::filesystem::path& path, const GpuKey& key,
-                const std::map<std::string, std::pair<std::string, float>>& tuned) {
+void save_tuned(const std::filesystem::path& path, const GpuKey& key, const TunedCache& tuned) {
   if (path.empty() || tuned.empty()) return;
   try {
     std::filesystem::create_directories(path.parent_path());
@@ -183,6 +181,8 @@ nlohmann::json CudaEngine::tactics_json() const {
     }
     if (first.is_null()) first = layers;
     batches[std::to_string(batch)] = {{"layers", layers}};
+    auto prog = m.programs.find(batch);
+    if (prog != m.programs.end()) batches[std::to_string(batch)]["plan"] = prog->second->plan_json();
   }
   return {{"key", {{"gpu", m.key.gpu}, {"driver", m.key.driver}, {"cudnn", m.key.cudnn}, {"cublaslt", m.key.cublaslt}}},
           {"opt_level", m.opts.opt_level},
@@ -203,6 +203,18 @@ const nlohmann::json* CudaEngine::Impl::recorded_layers(int64_t batch) const {
   const int64_t built = graph->inputs.empty() ? 1 : graph->values[graph->inputs[0]].shape.at(0);
   auto l = opts.tactics.find("layers");
   return batch == built && l != opts.tactics.end() && l->is_object() ? &*l : nullptr;
+}
+
+const nlohmann::json* CudaEngine::Impl::recorded_plan(int64_t batch) const {
+  if (retuned || !opts.tactics.is_object()) return nullptr;
+  auto bs = opts.tactics.find("batches");
+  if (bs == opts.tactics.end() || !bs->is_object()) return nullptr;
+  auto it = bs->find(std::to_string(batch));
+  if (it == bs->end() || !it->is_object()) return nullptr;
+  auto p = it->find("plan");
+  if (p == it->end()) return nullptr;  // bundles from before the plan section
+  if (!p->is_object()) fail_input("the bundle's CUDA plan for batch ", batch, " is not an object");
+  return &*p;
 }
 
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::program_for(int64_t batch) {

@@ -5,15 +5,14 @@
 #include <mutex>
 #include <vector>
 
-#include "backends/cuda/conv.hpp"
+#include "backends/cuda/cudnn_conv.hpp"
 #include "backends/cuda/cuda_engine.hpp"
 #include "backends/cuda/device_buffer.hpp"
-#include "backends/cuda/linear.hpp"
+#include "backends/cuda/cublaslt_linear.hpp"
+#include "backends/cuda/tactics.hpp"
 #include "runtime/memory_planner.hpp"
 
 namespace kiln::cuda {
-
-inline constexpr size_t kWorkspaceCapForTuning = size_t(256) << 20;  // largest workspace a timed tactic may use
 
 // Everything one enqueue of the program needs from its context.
 struct Exec {
@@ -32,12 +31,18 @@ struct CudaEngine::Program {
   int views_used = 0;               // slices read in place + concat inputs written in place
   std::vector<std::function<void(const Exec&)>> steps;  // one or more launches per node
   std::vector<std::string> step_names;                  // node name of each step (for profiles)
+  std::vector<std::string> step_kernels;                // what each step launches (the plan section)
+  bool window_mode = false, channel_views = false;      // the plan's graph-wide decisions
   std::vector<std::unique_ptr<ConvOp>> convs;
   std::vector<std::unique_ptr<LinearOp>> linears;
   size_t workspace_bytes = 0;
   size_t staging_in_bytes = 0;
   std::vector<size_t> staging_in_offsets;  // per graph input, in the staging buffer
   const void* value_ptr(const Exec& x, int v) const;
+  // The plan as the bundle records it: graph-wide decisions, arena and
+  // workspace bytes, every step (node, kernel or tactic) and every value's
+  // [arena offset, view byte offset].
+  nlohmann::json plan_json() const;
 };
 
 struct CudaEngine::Impl {
@@ -54,7 +59,7 @@ struct CudaEngine::Impl {
   std::map<int64_t, std::map<std::string, float>> chosen_us;
   // Layer signature (op, dtype, shapes, attributes) -> tactic timed for it, so
   // repeated layers (e.g. resnet50's identical blocks) are timed once.
-  std::map<std::string, std::pair<std::string, float>> tuned;
+  TunedCache tuned;
   bool retuned = false;
   int timed_layers = 0;  // layers timed so far (builds only: loading never times)
   std::mutex mu;
@@ -64,6 +69,9 @@ struct CudaEngine::Impl {
   // The bundle's {node: {"tactic": ...}} for `batch` on this GPU, or null
   // (not built for that batch, or tactics from another GPU/driver/library).
   const nlohmann::json* recorded_layers(int64_t batch) const;
+  // The bundle's plan for `batch` on this GPU ({"window_conv", "channel_views",
+  // "arena_bytes", "workspace_bytes", "steps", "values"}), or null.
+  const nlohmann::json* recorded_plan(int64_t batch) const;
   std::shared_ptr<Program> build_program(int64_t batch);
 };
 

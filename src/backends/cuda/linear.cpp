@@ -1,152 +1,46 @@
-// cuBLASLt plumbing for LinearOp. cuBLASLt is column-major, so the row-major
-// product y[m,n] = x[m,k] · W[n,k]^T is computed as its transpose
-// D[n,m] = op_T(A) · B with A = W viewed column-major as [k, n] (ld k),
-// B = x viewed as [k, m] (ld k) and D = y viewed as [n, m] (ld n). This is
-// the "TN" form cuBLASLt supports best, and the bias (length n = rows of D)
-// is exactly what its BIAS epilogue adds.
-#include "backends/cuda/linear.hpp"
-
-#include <cstdint>
-
+// Linear's CUDA lowering: cuBLASLt (cublaslt_linear.hpp), its algorithms
+// handed to the one tactic selector (tactics.hpp).
 #include "backends/cuda/cuda_check.hpp"
-#include "backends/cuda/kernels.hpp"
-#include "core/error.hpp"
+#include "backends/cuda/lower.hpp"
 
 namespace kiln::cuda {
-namespace {
 
-cudaDataType_t cuda_type(DType dt) {
-  switch (dt) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: fail_runtime("cuda linear: unsupported dtype ", dtype_name(dt));
-  }
-}
-
-template <typename T>
-T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
-  T v{};
-  size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return T{};
-  return v;
-}
-
-}  // namespace
-
-LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
-                   bool allow_tf32)
-    : handle_(handle), dt_(dt), m_(m), k_(k), n_(n), has_bias_(has_bias), act_(act), post_act_(Activation::None) {
-  if (m < 1 || k < 1 || n < 1) fail_runtime("cuda linear: invalid shape m=", m, " k=", k, " n=", n);
-  const cudaDataType_t t = cuda_type(dt);
-  const cublasComputeType_t compute =
-      dt == DType::F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  try {
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F));
-    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-
-    // Only ReLU has an epilogue among kiln's activations; the rest follow as a kernel.
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (act == Activation::Relu) epi = has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    else if (has_bias) epi = CUBLASLT_EPILOGUE_BIAS;
-    if (act != Activation::None && act != Activation::Relu) post_act_ = act;
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    if (has_bias) {
-      // The bias has the output type (f16 bias for f16 output): cuBLASLt's
-      // default for non-fp8, non-integer kernels, stated explicitly.
-      const int32_t bias_type = t;
-      KILN_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-      // The heuristic reads the bias pointer's alignment; a stand-in with the
-      // 16-byte alignment run() guarantees keeps the chosen algorithms valid.
-      const void* stand_in = reinterpret_cast<const void*>(uintptr_t(16));
-      KILN_CUBLAS_CHECK(
-          cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &stand_in, sizeof(stand_in)));
-    }
-
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, t, k, n, k));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, t, k, m, k));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, t, n, m, n));
-
-    cublasLtMatmulPreference_t pref = nullptr;
-    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t max_ws = kMaxWorkspace;
-    const uint32_t align = 16;
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
-                                                             sizeof(max_ws));
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
-    cublasLtMatmulHeuristicResult_t results[kMaxTactics] = {};
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmulAlgoGetHeuristic(handle_, op_, a_, b_, d_, d_, pref, kMaxTactics, results, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    // NOT_SUPPORTED means "no algorithm", reported below with the layer's shape.
-    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
-      ::kiln::cuda::throw_cublas(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    for (int i = 0; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) algos_.push_back(results[i]);
-    if (algos_.empty())
-      fail_runtime("cuda linear: cuBLASLt offers no algorithm for ", dtype_name(dt), " m=", m, " k=", k, " n=", n,
-                   has_bias ? " with bias" : "", " act ", activation_name(act));
-  } catch (...) {
-    release();  // the destructor does not run for a constructor that throws
-    throw;
-  }
-}
-
-LinearOp::~LinearOp() { release(); }
-
-void LinearOp::release() {
-  if (d_) cublasLtMatrixLayoutDestroy(d_);
-  if (b_) cublasLtMatrixLayoutDestroy(b_);
-  if (a_) cublasLtMatrixLayoutDestroy(a_);
-  if (op_) cublasLtMatmulDescDestroy(op_);
-  d_ = b_ = a_ = nullptr;
-  op_ = nullptr;
-}
-
-std::string LinearOp::tactic_name(int i) const {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda linear: tactic ", i, " of ", tactic_count());
-  const cublasLtMatmulAlgo_t& a = algos_[size_t(i)].algo;
-  return cat("cublasLt algo ", algo_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_ID), " tile ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_STAGES_ID), " splitk ",
-             algo_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " red ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), " swizzle ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), " custom ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), " cluster ",
-             algo_attr<uint16_t>(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
-}
-
-void LinearOp::select(int i) {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda linear: tactic ", i, " of ", tactic_count());
-  selected_ = i;
-}
-
-size_t LinearOp::workspace_bytes() const { return algos_[size_t(selected_)].workspaceSize; }
-
-void LinearOp::run(const void* x, const void* w, const void* bias, void* y, void* workspace, size_t workspace_size,
-                   cudaStream_t s) const {
-  const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(x) || misaligned(w) || misaligned(y) || (has_bias_ && misaligned(bias)))
-    fail_runtime("cuda linear: x, w, bias and y must be 16-byte aligned");
-  if (has_bias_ && bias == nullptr) fail_runtime("cuda linear: layer has a bias but none was passed");
-  const cublasLtMatmulHeuristicResult_t& h = algos_[size_t(selected_)];
-  if (workspace_size < h.workspaceSize)
-    fail_runtime("cuda linear: tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
-  const float alpha = 1.f, beta = 0.f;
-  {
-    std::lock_guard<std::mutex> lock(run_mutex_);
-    if (has_bias_)
-      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, w, a_, x, b_, &beta, y, d_, y, d_, &h.algo,
-                                     h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
-  }
-  if (post_act_ != Activation::None) activation(y, y, dt_, int64_t(m_) * n_, post_act_, s);
+void lower_Linear(Lowering& L, size_t ni) {
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const Shape xs = g.values[in0].shape, ws = g.values[n.inputs[1]].shape;
+  const DType dt = g.values[out].dtype;
+  const bool has_bias = n.inputs.size() > 2;
+  auto owned = std::make_unique<LinearOp>(L.m.lt.h, dt, as_int(xs[0]), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
+                                          L.m.opts.allow_tf32);
+  LinearOp* op = owned.get();
+  L.p.linears.push_back(std::move(owned));
+  const void* w = L.weight(n.inputs[1]);
+  const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
+  DeviceBuffer xb, yb;  // timing scratch, allocated when first timed
+  std::vector<Candidate> cands;
+  for (int t = 0; t < op->tactic_count(); ++t)
+    cands.push_back({op->tactic_name(t), [op, t] { return op->select(t), true; },
+                     [&, op](cudaStream_t s, void* wsp, size_t cap) {
+                       if (op->workspace_bytes() > cap) return false;
+                       if (!xb.get()) {
+                         xb = DeviceBuffer(value_bytes(g.values[in0])), yb = DeviceBuffer(value_bytes(g.values[out]));
+                         KILN_CUDA_CHECK(cudaMemsetAsync(xb.get(), 0, xb.size(), s));
+                       }
+                       op->run(xb.get(), w, b, yb.get(), wsp, cap, s);
+                       return true;
+                     }});
+  LayerSignature sig{"linear", dt, {xs, ws}, {}};
+  sig.attr("bias", has_bias).attr("act", static_cast<int64_t>(n.activation())).attr("tf32", L.m.opts.allow_tf32);
+  const TacticChoice c = L.tactics.choose(n.name, sig, cands, 0);
+  L.tactics.finish();
+  L.record(n.name, cands[c.index].name, c.us);
+  L.p.workspace_bytes = std::max(L.p.workspace_bytes, op->workspace_bytes());
+  const ValuePtr ptr = L.ptr;
+  L.step(cands[c.index].name, [op, w, b, in0, out, ptr](const Exec& x) {
+    op->run(ptr(x, in0), w, b, ptr(x, out), x.workspace, x.workspace_bytes, x.stream);
+  });
 }
 
 }  // namespace kiln::cuda

@@ -253,10 +253,4 @@ bool parse_window_tactic(const std::string& name, WindowLaunch& l) {
   return true;
 }
 
-std::string window_conv_signature(DType dt, const WindowConvShape& s, bool has_add, Activation act) {
-  return cat("wconv ", dtype_name(dt), " n", s.n, " ", s.h, "x", s.w, " c", s.c, " k", s.k, " ", s.r, "x", s.s, " s", s.stride_h,
-             ",", s.stride_w, " p", s.pad_t, ",", s.pad_l, " d", s.dil_h, ",", s.dil_w, " g", s.groups, " add", has_add, " px",
-             s.x_stride, ",", s.y_stride, " a", activation_name(act));
-}
-
 }  // namespace kiln::cuda

@@ -70,7 +70,4 @@ inline constexpr const char* kWindowConvTactic = "kiln window conv";
 std::string window_tactic_name(const WindowLaunch& l);
 bool parse_window_tactic(const std::string& name, WindowLaunch& l);
 
-// The key under which a launch shape is timed once per build and cached.
-std::string window_conv_signature(DType dt, const WindowConvShape& s, bool has_add, Activation act);
-
 }  // namespace kiln::cuda

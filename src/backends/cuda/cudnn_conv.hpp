@@ -77,7 +77,7 @@ class ConvOp {
   void run(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
            void* workspace, cudaStream_t s) const;
 
-  // Times up to max_candidates tactics (cudaEvents, 2 warm-ups, median of 5)
+  // Times up to max_candidates tactics (tactics.hpp's time_enqueue_us, the one protocol)
   // on the caller's scratch buffers, skipping those that do not build or need
   // more than ws_cap bytes of workspace, and selects the fastest. Synchronizes
   // s; not for use during capture. Returns the selected index.

@@ -1,0 +1,350 @@
+// ConvOp: see cudnn_conv.hpp. The cuDNN frontend headers are heavy, so they stay in
+// this file behind a pimpl.
+#include "backends/cuda/cudnn_conv.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cudnn_frontend.h>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/tactics.hpp"
+#include "core/error.hpp"
+
+// Built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING so the frontend's optional
+// NVRTC engines do not make libnvrtc a link dependency; that mode resolves
+// cuDNN through this handle. libcudnn is linked anyway, so dlopen just
+// returns the already-loaded library.
+#if defined NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
+namespace cudnn_frontend {
+void* cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+}
+#endif
+
+namespace kiln::cuda {
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// Fixed uids so the variant pack can be filled without keeping tensor handles.
+constexpr int64_t kUidX = 1, kUidW = 2, kUidBias = 3, kUidResidual = 4, kUidY = 5;
+
+// The frontend keeps each engine config's notes in a protected member; a
+// subclass is the only way to read them without re-querying the backend.
+class NotedGraph : public fe::graph::Graph {
+ public:
+  const std::vector<fe::NumericalNote_t>& numeric_notes_at(int64_t i) const { return plans.numeric_notes.at(i); }
+  const std::vector<fe::BehaviorNote_t>& behavior_notes_at(int64_t i) const { return plans.behavior_notes.at(i); }
+};
+
+fe::DataType_t to_fe(DType t) {
+  switch (t) {
+    case DType::F32: return fe::DataType_t::FLOAT;
+    case DType::F16: return fe::DataType_t::HALF;
+    case DType::BF16: return fe::DataType_t::BFLOAT16;
+    default: fail_runtime("cuda conv: unsupported dtype ", dtype_name(t));
+  }
+}
+
+std::vector<int64_t> nhwc_strides(int64_t n, int64_t c, int64_t h, int64_t w, int64_t pixel_stride = 0) {
+  (void)n;
+  const int64_t p = pixel_stride > 0 ? pixel_stride : c;
+  return {h * w * p, 1, w * p, p};
+}
+
+bool has_epilogue(const ConvDesc& d) { return d.has_bias || d.has_residual || d.act != Activation::None; }
+
+fe::graph::Pointwise_attributes activation_attrs(Activation a) {
+  auto p = fe::graph::Pointwise_attributes().set_name("act").set_compute_data_type(fe::DataType_t::FLOAT);
+  switch (a) {
+    case Activation::Relu: p.set_mode(fe::PointwiseMode_t::RELU_FWD); break;
+    case Activation::Relu6:
+      p.set_mode(fe::PointwiseMode_t::RELU_FWD).set_relu_lower_clip(0.f).set_relu_upper_clip(6.f);
+      break;
+    case Activation::Silu: p.set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f); break;
+    case Activation::Sigmoid: p.set_mode(fe::PointwiseMode_t::SIGMOID_FWD); break;
+    case Activation::None: break;
+    default: fail_unknown_activation(a, "cuda conv epilogue");
+  }
+  return p;
+}
+
+std::string notes_string(const std::vector<fe::NumericalNote_t>& num, const std::vector<fe::BehaviorNote_t>& beh) {
+  std::string out;
+  auto add = [&](const char* s) {
+    if (!out.empty()) out += ',';
+    out += s;
+  };
+  for (auto n : num) {
+    switch (n) {
+      case fe::NumericalNote_t::TENSOR_CORE: add("tensor_core"); break;
+      case fe::NumericalNote_t::DOWN_CONVERT_INPUTS: add("down_convert"); break;
+      case fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION: add("reduced_precision"); break;
+      case fe::NumericalNote_t::FFT: add("fft"); break;
+      case fe::NumericalNote_t::NONDETERMINISTIC: add("nondeterministic"); break;
+      case fe::NumericalNote_t::WINOGRAD: add("winograd"); break;
+      default: break;  // the frontend pads the list with NOT_SET
+    }
+  }
+  for (auto b : beh)
+    if (b == fe::BehaviorNote_t::RUNTIME_COMPILATION) add("runtime_compiled");
+  return out;
+}
+
+}  // namespace
+
+struct ConvOp::Impl {
+  enum class State { Unbuilt, Built, Failed };
+  struct Tactic {
+    int64_t index;  // engine-config index inside the frontend graph
+    std::string name, notes;
+    State state = State::Unbuilt;
+    size_t workspace = 0;
+    float time_us = -1.f;
+  };
+
+  ConvDesc d;
+  bool fused = false;
+  std::unique_ptr<NotedGraph> graph;
+  std::vector<Tactic> tactics;
+  int selected = -1;
+  std::string last_error;
+
+  // Builds the operation graph and its candidate list; false (with last_error)
+  // when cuDNN rejects the pattern or offers no usable engine config.
+  bool make_graph(cudnnHandle_t h, bool fuse);
+  bool build(int i);
+};
+
+bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
+  namespace g = fe::graph;
+  const fe::DataType_t dt = to_fe(d.dtype);
+  auto gr = std::make_unique<NotedGraph>();
+  gr->set_io_data_type(dt).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+
+  const int64_t cg = d.c / d.groups, oh = d.out_h(), ow = d.out_w();
+  auto x = gr->tensor(g::Tensor_attributes()
+                          .set_name("x")
+                          .set_uid(kUidX)
+                          .set_data_type(dt)
+                          .set_dim({d.n, d.c, d.h, d.w})
+                          .set_stride(nhwc_strides(d.n, d.c, d.h, d.w, d.x_stride)));
+  // Groups are implied by the filter's channel count (c/groups), as in cuDNN's backend.
+  auto w = gr->tensor(g::Tensor_attributes()
+                          .set_name("w")
+                          .set_uid(kUidW)
+                          .set_data_type(dt)
+                          .set_dim({d.k, cg, d.r, d.s})
+                          .set_stride(nhwc_strides(d.k, cg, d.r, d.s)));
+  auto conv_attrs = g::Conv_fprop_attributes()
+                        .set_name("conv")
+                        .set_pre_padding({d.pad_t, d.pad_l})
+                        .set_post_padding({d.pad_b, d.pad_r})
+                        .set_stride({d.stride_h, d.stride_w})
+                        .set_dilation({d.dil_h, d.dil_w})
+                        .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto cur = gr->conv_fprop(x, w, conv_attrs);
+  if (fuse) {
+    auto add = g::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD).set_compute_data_type(fe::DataType_t::FLOAT);
+    cur->set_data_type(fe::DataType_t::FLOAT);
+    if (d.has_bias) {
+      auto b = gr->tensor(g::Tensor_attributes()
+                              .set_name("bias")
+                              .set_uid(kUidBias)
+                              .set_data_type(dt)
+                              .set_dim({1, d.k, 1, 1})
+                              .set_stride({d.k, 1, d.k, d.k}));
+      cur = gr->pointwise(cur, b, add.set_name("bias_add"));
+      cur->set_data_type(fe::DataType_t::FLOAT);
+    }
+    if (d.has_residual) {
+      auto r = gr->tensor(g::Tensor_attributes()
+                              .set_name("residual")
+                              .set_uid(kUidResidual)
+                              .set_data_type(dt)
+                              .set_dim({d.n, d.k, oh, ow})
+                              .set_stride(nhwc_strides(d.n, d.k, oh, ow)));
+      cur = gr->pointwise(cur, r, add.set_name("residual_add"));
+      cur->set_data_type(fe::DataType_t::FLOAT);
+    }
+    if (d.act != Activation::None) cur = gr->pointwise(cur, activation_attrs(d.act));
+  }
+  cur->set_output(true)
+      .set_name("y")
+      .set_uid(kUidY)
+      .set_data_type(dt)
+      .set_dim({d.n, d.k, oh, ow})
+      .set_stride(nhwc_strides(d.n, d.k, oh, ow, d.y_stride));
+
+  auto check = [&](fe::error_t e, const char* what) {
+    if (e.is_good()) return true;
+    last_error = std::string(what) + ": " + e.get_message();
+    return false;
+  };
+  if (!check(gr->validate(), "validate")) return false;
+  if (!check(gr->build_operation_graph(h), "build_operation_graph")) return false;
+  if (!check(gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans"))
+    return false;
+
+  // f32 must stay f32: engines noted TENSOR_CORE run TF32 and DOWN_CONVERT
+  // ones round the inputs, both far outside the 1e-4 accuracy f32 promises.
+  const bool strict_f32 = d.dtype == DType::F32 && !d.allow_tf32;
+  std::vector<Tactic> list;
+  std::unordered_set<std::string> seen;  // heuristics A and fallback overlap
+  for (int64_t i = 0; i < gr->get_execution_plan_count(); ++i) {
+    const auto& num = gr->numeric_notes_at(i);
+    auto has = [&](fe::NumericalNote_t n) { return std::find(num.begin(), num.end(), n) != num.end(); };
+    if (strict_f32 && (has(fe::NumericalNote_t::TENSOR_CORE) || has(fe::NumericalNote_t::DOWN_CONVERT_INPUTS)))
+      continue;
+    std::string name;
+    if (gr->get_plan_name_at_index(i, name).is_bad()) continue;
+    if (!seen.insert(name).second) continue;
+    list.push_back(Tactic{i, name, notes_string(num, gr->behavior_notes_at(i))});
+  }
+  if (list.empty()) {
+    last_error = "no engine config left after filtering";
+    return false;
+  }
+  graph = std::move(gr);
+  tactics = std::move(list);
+  selected = -1;
+  // Default: the first candidate (heuristics order) that actually builds.
+  for (int i = 0; i < static_cast<int>(tactics.size()); ++i)
+    if (build(i)) {
+      selected = i;
+      return true;
+    }
+  last_error = "no engine config builds: " + last_error;
+  graph.reset();
+  tactics.clear();
+  return false;
+}
+
+bool ConvOp::Impl::build(int i) {
+  Tactic& t = tactics[i];
+  if (t.state == State::Built) return true;
+  if (t.state == State::Failed) return false;
+  auto e = graph->build_plan_at_index(t.index);
+  if (e.is_good()) {
+    int64_t ws = 0;
+    e = graph->get_workspace_size_plan_at_index(t.index, ws);
+    t.workspace = static_cast<size_t>(ws);
+  }
+  if (e.is_bad()) {
+    last_error = t.name + ": " + e.get_message();
+    t.state = State::Failed;
+    return false;
+  }
+  t.state = State::Built;
+  return true;
+}
+
+ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d) : impl_(std::make_unique<Impl>()) {
+  if (d.groups < 1 || d.c % d.groups != 0 || d.k % d.groups != 0)
+    fail_runtime("cuda conv: channels ", d.c, "->", d.k, " not divisible by groups ", d.groups);
+  if (d.out_h() < 1 || d.out_w() < 1) fail_runtime("cuda conv: empty output");
+  if ((d.x_stride != 0 && d.x_stride < d.c) || (d.y_stride != 0 && d.y_stride < d.k))
+    fail_runtime("cuda conv: pixel strides ", d.x_stride, "/", d.y_stride, " below the channel counts ", d.c, "/", d.k);
+  impl_->d = d;
+  if (has_epilogue(d) && impl_->make_graph(h, true)) {
+    impl_->fused = true;
+    return;
+  }
+  std::string fused_error = impl_->last_error;
+  if (!impl_->make_graph(h, false))
+    fail_runtime("cuda conv: cuDNN supports no engine for ", d.n, "x", d.c, "x", d.h, "x", d.w, " k=", d.k, " ",
+                 d.r, "x", d.s, " groups=", d.groups, " ", dtype_name(d.dtype), ": ", impl_->last_error,
+                 fused_error.empty() ? "" : " (fused attempt: ", fused_error, fused_error.empty() ? "" : ")");
+}
+
+ConvOp::~ConvOp() = default;
+ConvOp::ConvOp(ConvOp&&) noexcept = default;
+ConvOp& ConvOp::operator=(ConvOp&&) noexcept = default;
+
+const ConvDesc& ConvOp::desc() const { return impl_->d; }
+bool ConvOp::epilogue_fused() const { return impl_->fused || !has_epilogue(impl_->d); }
+int ConvOp::tactic_count() const { return static_cast<int>(impl_->tactics.size()); }
+int ConvOp::selected() const { return impl_->selected; }
+
+static void check_index(int i, int n) {
+  if (i < 0 || i >= n) fail_runtime("cuda conv: tactic ", i, " out of range [0, ", n, ")");
+}
+
+std::string ConvOp::tactic_name(int i) const {
+  check_index(i, tactic_count());
+  return impl_->tactics[i].name;
+}
+
+std::string ConvOp::tactic_notes(int i) const {
+  check_index(i, tactic_count());
+  return impl_->tactics[i].notes;
+}
+
+bool ConvOp::try_select(int i) {
+  check_index(i, tactic_count());
+  if (!impl_->build(i)) return false;
+  impl_->selected = i;
+  return true;
+}
+
+void ConvOp::select(int i) {
+  if (!try_select(i)) fail_runtime("cuda conv: tactic ", i, " does not build: ", impl_->last_error);
+}
+
+size_t ConvOp::workspace_bytes() const { return impl_->tactics[impl_->selected].workspace; }
+
+float ConvOp::tuned_time_us(int i) const {
+  check_index(i, tactic_count());
+  return impl_->tactics[i].time_us;
+}
+
+void ConvOp::run(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
+                 void* workspace, cudaStream_t s) const {
+  const Impl& m = *impl_;
+  KILN_CUDNN_CHECK(cudnnSetStream(h, s));
+  // Only uids that exist in the graph: the conv-only fallback has no bias/residual slot.
+  std::unordered_map<int64_t, void*> pack{{kUidX, const_cast<void*>(x)},
+                                          {kUidW, const_cast<void*>(w)},
+                                          {kUidY, y}};
+  if (m.fused && m.d.has_bias) pack[kUidBias] = const_cast<void*>(bias);
+  if (m.fused && m.d.has_residual) pack[kUidResidual] = const_cast<void*>(residual);
+  auto e = m.graph->execute_plan_at_index(h, pack, workspace, m.tactics[m.selected].index);
+  if (e.is_bad()) fail_runtime("cuda conv: execute ", m.tactics[m.selected].name, ": ", e.get_message());
+}
+
+int ConvOp::autotune(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
+                     void* workspace, size_t ws_cap, cudaStream_t s, int max_candidates) {
+  Impl& m = *impl_;
+  const int original = m.selected;
+  int best = -1;
+  const int n = std::min(tactic_count(), std::max(1, max_candidates));
+  for (int i = 0; i < n; ++i) {
+    m.tactics[i].time_us = -1.f;
+    if (!m.build(i) || m.tactics[i].workspace > ws_cap) continue;
+    m.selected = i;
+    try {
+      m.tactics[i].time_us = time_enqueue_us(s, [&] { run(h, x, w, bias, residual, y, workspace, s); });
+    } catch (const Error&) {
+      cudaStreamSynchronize(s);
+      continue;  // an engine that fails to execute is simply not a candidate
+    }
+    if (best < 0 || m.tactics[i].time_us < m.tactics[best].time_us) best = i;
+  }
+  m.selected = best >= 0 ? best : original;
+  return m.selected;
+}
+
+std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, int s) {
+  std::vector<float> out(static_cast<size_t>(k) * c_per_group * r * s);
+  for (int ko = 0; ko < k; ++ko)
+    for (int ci = 0; ci < c_per_group; ++ci)
+      for (int y = 0; y < r; ++y)
+        for (int x = 0; x < s; ++x)
+          out[((static_cast<size_t>(ko) * r + y) * s + x) * c_per_group + ci] =
+              w[((static_cast<size_t>(ko) * c_per_group + ci) * r + y) * s + x];
+  return out;
+}
+
+}  // namespace kiln::cuda

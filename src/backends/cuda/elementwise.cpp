@@ -1,0 +1,73 @@
+// The CUDA lowering of the elementwise ops (kernels in elementwise.cu).
+#include "backends/cuda/lower.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cuda {
+
+void lower_BatchNorm(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const DType dt = L.g.values[out].dtype;
+  const int64_t count = shape_numel(L.g.values[out].shape);
+  const int c = as_int(L.g.values[in0].shape[1]);
+  auto* s1 = static_cast<const float*>(L.m.bn.at(n.name).first.get());
+  auto* s2 = static_cast<const float*>(L.m.bn.at(n.name).second.get());
+  const ValuePtr ptr = L.ptr;
+  L.step("batch_norm_nhwc", [=](const Exec& x) {
+    batch_norm_nhwc(ptr(x, in0), ptr(x, out), dt, count / c, c, s1, s2, Activation::None, x.stream);
+  });
+}
+
+void lower_Activation(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const DType dt = L.g.values[out].dtype;
+  const int64_t count = shape_numel(L.g.values[out].shape);
+  const Activation a = n.activation();
+  const ValuePtr ptr = L.ptr;
+  L.step(cat("activation ", activation_name(a)), [=](const Exec& x) { activation(ptr(x, in0), ptr(x, out), dt, count, a, x.stream); });
+}
+
+void lower_Add(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
+  const Value& ov = L.g.values[out];
+  const DType dt = ov.dtype;
+  const int64_t count = shape_numel(ov.shape);
+  const Activation a = n.activation();
+  const ValuePtr ptr = L.ptr;
+  if (L.strided(in0) || L.strided(in1) || L.strided(out)) {
+    const int c = as_int(ov.shape[1]);
+    const int sa = L.strided(in0) ? L.pixel_stride(in0) : c, sb = L.strided(in1) ? L.pixel_stride(in1) : c;
+    const int sy = L.strided(out) ? L.pixel_stride(out) : c;
+    const int64_t rows = count / c;
+    L.step("add_strided_nhwc", [=](const Exec& x) {
+      add_strided_nhwc(ptr(x, in0), sa, ptr(x, in1), sb, ptr(x, out), sy, rows, c, dt, a, x.stream);
+    });
+    return;
+  }
+  L.step("add", [=](const Exec& x) { add(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, count, a, x.stream); });
+}
+
+void lower_Mul(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
+  const Shape xs = L.g.values[in0].shape;
+  if (L.g.values[in1].shape == xs) fail_input(n.name, ": elementwise mul of equal shapes is not in the CUDA backend yet");
+  const DType dt = L.g.values[out].dtype;
+  const ValuePtr ptr = L.ptr;
+  L.step("mul_channel_nhwc", [=](const Exec& x) {
+    mul_channel_nhwc(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, as_int(xs[0]), as_int(xs[2] * xs[3]), as_int(xs[1]), x.stream);
+  });
+}
+
+void lower_Cast(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const DType from = L.g.values[in0].dtype, dt = L.g.values[out].dtype;
+  const int64_t count = shape_numel(L.g.values[out].shape);
+  const ValuePtr ptr = L.ptr;
+  L.step("cast", [=](const Exec& x) { cast(ptr(x, in0), from, ptr(x, out), dt, count, x.stream); });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,121 @@
+// The CUDA lowering of the layout ops (kernels in layout.cu): engine inputs
+// (NCHW f32 -> NHWC), Flatten, Concat and Slice with channel views and
+// split runs.
+#include "backends/cuda/lower.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+// Consecutive slices of one input as one launch: worth it where the copies
+// are small and launch-bound. Measured on the H200 (res2net50_26w_4s fp16):
+// batch 1 0.736 ms with one launch vs 0.801 ms with a copy per slice; batch
+// 32 2.43 vs 2.17 ms the other way round (split_channels_nhwc moves one
+// element per thread, copy_channels_nhwc 16-byte vectors). So: one launch
+// when the run moves at most kSplitFuseBytes (all of batch 1's Res2Net
+// splits, none of batch 32's); switch fuse_split off: never, on: always.
+constexpr size_t kSplitFuseBytes = size_t(1) << 20;
+
+}  // namespace
+
+void lower_engine_inputs(Lowering& L) {
+  const Graph& g = L.g;
+  const ValuePtr ptr = L.ptr;
+  for (size_t k = 0; k < g.inputs.size(); ++k) {
+    const int v = g.inputs[k];
+    const Shape s = g.values[v].shape;
+    if (s.size() != 4) fail_input("engine input '", g.values[v].name, "' must be 4-D for the CUDA backend");
+    // When the only reader is a cast (f16/bf16 engines), it is folded into this copy.
+    int target = v;
+    auto readers = g.consumers(v);
+    if (readers.size() == 1 && g.nodes[readers[0]].op == Op::Cast) {
+      L.f.folded_cast[readers[0]] = 1;
+      target = g.nodes[readers[0]].outputs[0];
+    }
+    const DType dt = g.values[target].dtype;
+    L.node_name = g.values[v].name + ".to_nhwc";
+    L.step("nchw_f32_to_nhwc", [k, target, dt, s, ptr](const Exec& x) {
+      nchw_f32_to_nhwc(x.staging_in[k], ptr(x, target), dt, as_int(s[0]), as_int(s[1]), as_int(s[2]), as_int(s[3]), x.stream);
+    });
+  }
+}
+
+// NHWC [N,1,1,C] and [N,C] share bytes (the alias is planned with the facts).
+void lower_Flatten(Lowering&, size_t) {}
+
+void lower_Concat(Lowering& L, size_t ni) {
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  const int out = n.outputs[0];
+  const Value& ov = g.values[out];
+  const DType dt = ov.dtype;
+  if (n.attr_int("axis") != 1 || ov.shape.size() != 4) fail_input(n.name, ": CUDA concat supports the channel axis of 4-D tensors");
+  const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
+  std::vector<int> ins = n.inputs, cs;
+  for (int in : ins) cs.push_back(as_int(g.values[in].shape[1]));
+  const ValuePtr ptr = L.ptr;
+  if (L.f.use_views) {
+    // Inputs written in place by their producers are already there; copy the others.
+    const int yc = L.strided(out) ? L.pixel_stride(out) : as_int(ov.shape[1]);
+    int begin = 0;
+    for (size_t k = 0; k < ins.size(); ++k) {
+      const int in = ins[k], ck = cs[k], xc = L.strided(in) ? L.pixel_stride(in) : ck, at = begin;
+      begin += ck;
+      if (L.f.cv.parent[in] == out || L.f.wp.copied_inputs.count({ni, k})) continue;  // in place, or copied by a window conv
+      L.step("copy_channels_nhwc", [=](const Exec& x) {
+        copy_channels_nhwc(ptr(x, in), xc, 0, ptr(x, out), yc, at, ck, rows, dt, x.stream);
+      });
+    }
+    return;
+  }
+  L.step("concat_channels_nhwc", [=](const Exec& x) {
+    std::vector<const void*> srcs;
+    for (int in : ins) srcs.push_back(ptr(x, in));
+    concat_channels_nhwc(srcs, cs, ptr(x, out), rows, dt, x.stream);
+  });
+}
+
+void lower_Slice(Lowering& L, size_t ni) {
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const Shape xs = g.values[in0].shape;
+  const DType dt = g.values[out].dtype;
+  if (n.attr_int("axis") != 1 || xs.size() != 4) fail_input(n.name, ": CUDA slice supports the channel axis of 4-D tensors");
+  if (L.strided(out) || L.f.split_done[ni]) return;  // a window of its input, or copied by the first slice of its run
+  const int xc = L.strided(in0) ? L.pixel_stride(in0) : as_int(xs[1]), start = as_int(n.attr_int("start"));
+  const int c = as_int(g.values[out].shape[1]);
+  const int64_t rows = g.values[out].shape[0] * g.values[out].shape[2] * g.values[out].shape[3];
+  const ValuePtr ptr = L.ptr;
+  // A run of consecutive slices of the same input (Res2Net's chunks) is one launch.
+  // Safe for the memory plan: the nodes in between are those slices, which read only
+  // the input, and the input stays alive through the last of them.
+  std::vector<size_t> run = {ni};
+  for (size_t nj = ni + 1; L.f.fuse_split && nj < g.nodes.size() && run.size() < size_t(kMaxSplitOutputs); ++nj) {
+    const Node& m = g.nodes[nj];
+    if (m.op != Op::Slice || m.inputs[0] != in0 || m.attr_int("axis") != 1 || L.strided(m.outputs[0])) break;
+    run.push_back(nj);
+  }
+  size_t run_bytes = 0;
+  for (size_t nj : run) run_bytes += value_bytes(g.values[g.nodes[nj].outputs[0]]);
+  if (run.size() > 1 && (L.f.split_always || run_bytes <= kSplitFuseBytes)) {
+    std::vector<int> outs, begins, cs;
+    for (size_t nj : run) {
+      const Node& m = g.nodes[nj];
+      outs.push_back(m.outputs[0]);
+      begins.push_back(as_int(m.attr_int("start")));
+      cs.push_back(as_int(g.values[m.outputs[0]].shape[1]));
+      L.f.split_done[nj] = 1;
+    }
+    L.step(cat("split_channels_nhwc x", run.size()), [=](const Exec& x) {
+      std::vector<void*> ys;
+      for (int o : outs) ys.push_back(ptr(x, o));
+      split_channels_nhwc(ptr(x, in0), xc, ys, begins, cs, rows, dt, x.stream);
+    });
+    return;
+  }
+  L.step("copy_channels_nhwc", [=](const Exec& x) { copy_channels_nhwc(ptr(x, in0), xc, start, ptr(x, out), c, 0, c, rows, dt, x.stream); });
+}
+
+}  // namespace kiln::cuda

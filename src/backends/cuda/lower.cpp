@@ -1,0 +1,42 @@
+// The dispatch from a node to its op's lowering, generated from ops.def, and
+// the Lowering helpers every op's lowering uses. See lower.hpp.
+#include "backends/cuda/lower.hpp"
+
+#include "core/error.hpp"
+
+namespace kiln::cuda {
+
+void Lowering::step(const std::string& kernel, std::function<void(const Exec&)> fn) {
+  p.steps.push_back(std::move(fn));
+  p.step_names.push_back(node_name);
+  p.step_kernels.push_back(kernel);
+}
+
+void Lowering::record(const std::string& node, const std::string& tactic, float us) {
+  m.chosen[batch][node] = tactic;
+  if (us >= 0) m.chosen_us[batch][node] = us;
+}
+
+const void* Lowering::engine_buffer(const std::string& key, const std::function<DeviceBuffer()>& make) {
+  auto it = m.extra.find(key);
+  if (it == m.extra.end()) it = m.extra.emplace(key, make()).first;
+  return it->second.get();
+}
+
+void lower_node(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  if (L.f.folded_cast[ni] || L.f.fused_away[ni]) return;
+  L.node_name = n.name;
+  if (L.f.se.scale_at.count(ni)) return lower_se_mlp_scale(L, ni);
+  if (L.f.se.mlp_at.count(ni)) return lower_se_mlp(L, ni);
+  switch (n.op) {
+#define KILN_OP(E, ...) \
+  case Op::E: return lower_##E(L, ni);
+#include "ir/ops.def"
+#undef KILN_OP
+    default: break;
+  }
+  fail_input(n.name, ": the CUDA backend has no lowering for op ", op_name(n.op));
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,96 @@
+// Internal to the CUDA backend: lowering graph nodes to program steps.
+//
+// build_program (cuda_program.cpp) shapes the graph for a batch, gathers the
+// facts below (which nodes are fused into others, which values are channel
+// views, what the bundle's plan says), plans memory, then calls lower_node
+// for every node. Each op's lowering lives beside its kernels:
+//   conv.cpp         Conv2d: cuDNN fused conv, kiln's depthwise and window conv
+//   linear.cpp       Linear: cuBLASLt
+//   pool.cpp         MaxPool2d, AvgPool2d, GlobalAvgPool
+//   elementwise.cpp  BatchNorm, Activation, Add, Mul, Cast
+//   layout.cpp       Flatten, Concat, Slice (views, split runs), engine inputs
+//   se.cpp           the squeeze-excitation group (se_plan.hpp)
+// reached through lower_node's dispatch, generated from ops.def (lower.cpp):
+// an op added to ops.def without a lower_<Op> does not link.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_program.hpp"
+#include "backends/cuda/se_plan.hpp"
+#include "backends/cuda/tactics.hpp"
+#include "backends/cuda/window_plan.hpp"
+#include "runtime/views.hpp"
+
+namespace kiln::cuda {
+
+// The facts of one shaped graph that decide how its nodes run.
+struct GraphFacts {
+  std::vector<char> fused_away;   // nodes with no step of their own
+  std::vector<char> folded_cast;  // casts folded into the engine-input copy
+  std::vector<char> split_done;   // slices copied by the first slice of their run
+  std::vector<int> alias;         // value -> the value whose bytes it shares (-1: its own)
+  std::map<int, int> live_until;  // value -> the last node index whose step reads it
+  SePlan se;
+  ChannelViews cv;
+  WindowPlan wp;
+  bool window_mode = false;  // Res2Net blocks as window convs over channel views
+  bool use_views = false;    // channel views in use (window mode, or switch cuda_views)
+  bool fuse_split = true, split_always = false;
+  std::map<size_t, std::unique_ptr<ConvOp>> view_convs;  // conv node -> its strided cuDNN op (views without window mode)
+};
+
+// A value's device address in one enqueue; small, copied into step closures.
+struct ValuePtr {
+  const CudaEngine::Program* p = nullptr;
+  void* operator()(const Exec& x, int v) const { return const_cast<void*>(p->value_ptr(x, v)); }
+};
+
+inline int as_int(int64_t v) { return static_cast<int>(v); }
+inline size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
+
+struct Lowering {
+  CudaEngine::Impl& m;
+  CudaEngine::Program& p;
+  const Graph& g;  // p.shaped
+  int64_t batch;
+  GraphFacts& f;
+  TacticSelector& tactics;
+  ValuePtr ptr;
+
+  const void* weight(int v) const { return m.weights.at(v).get(); }
+  int pixel_stride(int v) const { return as_int(g.values[f.cv.root(v)].shape[1]); }  // channels of v's root buffer
+  bool strided(int v) const { return f.use_views && f.cv.is_view(v); }
+  int stride_or_0(int v) const { return strided(v) ? pixel_stride(v) : 0; }
+  // Appends a step; `kernel` says what it launches (the plan section and
+  // `kiln inspect` show it). The step is labelled with the current node.
+  void step(const std::string& kernel, std::function<void(const Exec&)> fn);
+  // The tactic chosen for node `n` (and its time when measured or cached).
+  void record(const std::string& node, const std::string& tactic, float us = -1.f);
+  // A per-engine device buffer (re-laid-out weights ...) made once under `key`.
+  const void* engine_buffer(const std::string& key, const std::function<DeviceBuffer()>& make);
+  std::string node_name;  // the node being lowered
+};
+
+// One per op of ops.def, defined in the files listed above.
+#define KILN_OP(E, ...) void lower_##E(Lowering& L, size_t ni);
+#include "ir/ops.def"
+#undef KILN_OP
+
+// Fusion groups a node leads instead of its own op's lowering.
+void lower_se_mlp(Lowering& L, size_t ni);        // second SE conv: both convs as one se_mlp step
+void lower_se_mlp_scale(Lowering& L, size_t ni);  // SE mul: convs + gate as one se_mlp_scale step
+void lower_window_conv(Lowering& L, size_t lead); // a window-conv launch (conv.cpp)
+
+// The cuDNN description of Conv2d node n (pixel strides 0: dense), conv.cpp.
+ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride, int y_stride);
+
+// Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
+void lower_node(Lowering& L, size_t ni);
+// The NCHW f32 -> NHWC steps of the engine inputs (layout.cpp), first in every program.
+void lower_engine_inputs(Lowering& L);
+
+}  // namespace kiln::cuda
