@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.hpp"
-#include "backends/cuda/conv.hpp"
+#include "backends/cuda/cudnn_conv.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "core/half.hpp"
 #include "cuda_test_util.hpp"

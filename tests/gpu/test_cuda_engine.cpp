@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <random>
 #include <thread>
@@ -58,7 +59,8 @@ fs::path build(const std::string& fixture, DType precision, int opt_level = 3, i
   std::string flat = fixture + (switches.empty() ? "" : "_" + switches);
   for (char& c : flat)
     if (c == '/' || c == ',' || c == '=') c = '_';
-  fs::path out = temp_dir("b") / (flat + "_" + dtype_name(precision) + "_o" + std::to_string(opt_level) + ".bundle");
+  fs::path out = temp_dir("b") / (flat + "_" + dtype_name(precision) + "_o" + std::to_string(opt_level) + "_b" +
+                                          std::to_string(batch) + ".bundle");
   if (fs::exists(out)) return out;
   BuildOptions o;
   for (size_t start = 0; start < switches.size();) {
@@ -455,32 +457,99 @@ TEST(CudaEngine, BatchesBuiltAreReplayedOthersGetHeuristicsNeverTiming) {
   EXPECT_EQ(e->impl().cuda->timed_layers(), 0) << "loading timed layers";
 }
 
+// The bundle's tactics section (tactics.<gpu>.json) and its name.
+std::pair<std::string, nlohmann::json> tactics_of(const Bundle& bundle) {
+  for (const auto& s : bundle.section_names())
+    if (s.rfind("tactics.", 0) == 0) return {s, nlohmann::json::parse(bundle.section_text(s))};
+  return {"", nlohmann::json()};
+}
+
+// A copy of bundle `b` with its tactics section replaced by `tactics`.
+fs::path with_tactics(const fs::path& b, const nlohmann::json& tactics, const std::string& name) {
+  const Bundle bundle = Bundle::open(b);
+  const std::string section = tactics_of(bundle).first;
+  BundleWriter w(bundle.info());
+  for (const auto& s : bundle.section_names()) {
+    Blob blob = bundle.section(s);
+    if (s == section) w.add_section(s, tactics.dump());
+    else w.add_section(s, std::vector<uint8_t>(blob.data, blob.data + blob.size));
+  }
+  fs::path out = b.parent_path() / (name + ".bundle");
+  w.write(out);
+  return out;
+}
+
 TEST(CudaEngine, BundleCarriesTacticsAndReselectsOnOtherGpu) {
   REQUIRE_GPU();
   fs::path b = build("resnet/basic", DType::F16);
-  Bundle bundle = Bundle::open(b);
-  std::string tactics;
-  for (const auto& s : bundle.section_names())
-    if (s.rfind("tactics.", 0) == 0) tactics = s;
-  ASSERT_FALSE(tactics.empty());
-  auto j = nlohmann::json::parse(bundle.section_text(tactics));
+  auto [section, j] = tactics_of(Bundle::open(b));
+  ASSERT_FALSE(section.empty());
   EXPECT_FALSE(j["layers"].empty());
   EXPECT_TRUE(j["layers"].contains("layer1.0.conv1"));
   // Same bundle claiming another GPU: loads, says it re-selects, same numbers.
   j["key"]["gpu"] = "NVIDIA Imaginary GPU";
-  BundleWriter w(bundle.info());
-  for (const auto& s : bundle.section_names()) {
-    Blob blob = bundle.section(s);
-    if (s == tactics) w.add_section(s, j.dump());
-    else w.add_section(s, std::vector<uint8_t>(blob.data, blob.data + blob.size));
-  }
-  fs::path other = b.parent_path() / "other_gpu.bundle";
-  w.write(other);
+  const fs::path other = with_tactics(b, j, "other_gpu");
   std::ostringstream log;
   auto e = Engine::load(other.string(), LoadOptions{"", &log});
   EXPECT_NE(log.str().find("re-selecting"), std::string::npos) << log.str();
   HostTensor x = read_npy(kFixtures / "resnet" / "basic" / "input.npy");
   EXPECT_GE(testing::cosine(run(other, x), run(b, x)), 0.9999);
+}
+
+// The plan travels in the bundle: per built batch, the graph-wide decisions,
+// every step (node, kernel or tactic) and every value's arena offset. Loading
+// replays it without timing, the program it builds is the recorded one, and
+// the numbers are those of the engine the build made.
+TEST(CudaEngine, PlanIsRecordedAndReplayedExactly) {
+  REQUIRE_GPU();
+  for (const char* fixture : {"resnet/basic", "res2net/s4_26w", "efficientnet/b0_narrow"}) {
+    SCOPED_TRACE(fixture);
+    const fs::path b = build(fixture, DType::F16, 3, 1);
+    const nlohmann::json recorded = tactics_of(Bundle::open(b)).second;
+    const nlohmann::json& plan = recorded["batches"]["1"]["plan"];
+    ASSERT_TRUE(plan.is_object()) << recorded.dump();
+    EXPECT_GT(plan["arena_bytes"].get<int64_t>(), 0);
+    EXPECT_GT(plan["steps"].size(), 3u);
+    EXPECT_TRUE(plan["values"].contains("pixel_values"));
+    if (std::string(fixture).rfind("res2net", 0) == 0) EXPECT_TRUE(plan["window_conv"].get<bool>()) << "batch 1 Res2Net runs window convs";
+    auto e = Engine::load(b.string());
+    EXPECT_EQ(e->impl().cuda->timed_layers(), 0);
+    EXPECT_EQ(e->impl().cuda->tactics_json()["batches"]["1"]["plan"], plan);
+    HostTensor x = read_npy(kFixtures / fixture / "input.npy");
+    Shape s = x.shape;
+    s[0] = 1;
+    std::vector<float> one(x.to_f32().begin(), x.to_f32().begin() + shape_numel(s));
+    auto a = e->create_context()->run({{"pixel_values", s, one}}).at(0).data;
+    auto again = Engine::load(b.string())->create_context()->run({{"pixel_values", s, one}}).at(0).data;
+    EXPECT_EQ(a, again) << "two loads of one bundle ran different programs";
+  }
+}
+
+// A bundle whose recorded plan is not what this kiln builds from it (edited,
+// or from a kiln that plans differently) is refused with a clear error, never
+// run as something else.
+TEST(CudaEngine, PlanThatDoesNotMatchIsRefused) {
+  REQUIRE_GPU();
+  const fs::path b = build("resnet/basic", DType::F16, 3, 1);
+  const nlohmann::json good = tactics_of(Bundle::open(b)).second;
+  auto refused = [&](const char* what, const std::function<void(nlohmann::json&)>& edit, const std::string& says) {
+    nlohmann::json t = good;
+    edit(t["batches"]["1"]["plan"]);
+    const fs::path bad = with_tactics(b, t, std::string("bad_plan_") + what);
+    try {
+      Engine::load(bad.string());
+      ADD_FAILURE() << what << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Input) << what;
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  refused("arena", [](nlohmann::json& p) { p["arena_bytes"] = p["arena_bytes"].get<int64_t>() + 64; }, "arena_bytes");
+  refused("step", [](nlohmann::json& p) { p["steps"][2][1] = "cudnn eng999"; }, "step 2");
+  refused("offset", [](nlohmann::json& p) { p["values"]["pixel_values"][0] = 12345; }, "arena offsets");
+  refused("window", [](nlohmann::json& p) { p["window_conv"] = true; }, "runs window convs");
+  refused("flag", [](nlohmann::json& p) { p["channel_views"] = "yes"; }, "not true/false");
+  refused("type", [](nlohmann::json& p) { p = 7; }, "not an object");
 }
 
 }  // namespace

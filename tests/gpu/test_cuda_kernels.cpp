@@ -8,7 +8,7 @@
 
 #include "backends/cpu/kernels.hpp"
 #include "backends/cuda/kernels.hpp"
-#include "backends/cuda/linear.hpp"
+#include "backends/cuda/cublaslt_linear.hpp"
 #include "core/error.hpp"
 #include "cuda_test_util.hpp"
 

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "backends/cuda/kernels.hpp"
-#include "backends/cuda/linear.hpp"
+#include "backends/cuda/cublaslt_linear.hpp"
 #include "cuda_test_util.hpp"
 
 namespace kiln::cuda::test {

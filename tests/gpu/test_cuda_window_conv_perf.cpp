@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "backends/cuda/conv.hpp"
+#include "backends/cuda/cudnn_conv.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "cuda_test_util.hpp"

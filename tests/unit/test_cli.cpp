@@ -205,5 +205,39 @@ TEST_F(Cli, InspectJson) {
   EXPECT_EQ(j["op_counts"].value("batch_norm", 0), 0);  // folded
 }
 
+// The CUDA plan recorded in a bundle is shown without a GPU (`kiln inspect
+// --plan`, and "plans" in --json). The tactics section here is written by
+// hand in the form the CUDA backend records (tests/gpu checks the real one).
+TEST_F(Cli, InspectShowsTheRecordedCudaPlanWithoutAGpu) {
+  Bundle b = Bundle::open(bundle());
+  BundleWriter w(b.info());
+  for (const auto& s : b.section_names()) {
+    Blob blob = b.section(s);
+    w.add_section(s, std::vector<uint8_t>(blob.data, blob.data + blob.size));
+  }
+  const nlohmann::json plan = {{"window_conv", false}, {"channel_views", false}, {"arena_bytes", 4096},
+                               {"workspace_bytes", 256},
+                               {"steps", nlohmann::json::array({nlohmann::json::array({"pixel_values.to_nhwc", "nchw_f32_to_nhwc"}),
+                                                                  nlohmann::json::array({"conv1", "cudnn eng0_k1=2"})})},
+                               {"values", {{"pixel_values", {0, 0}}}}};
+  const nlohmann::json tactics = {{"key", {{"gpu", "Test GPU"}, {"driver", 1}, {"cudnn", 1}, {"cublaslt", 1}}},
+                                  {"layers", {{"conv1", {{"tactic", "eng0_k1=2"}}}}},
+                                  {"batches", {{"4", {{"layers", {{"conv1", {{"tactic", "eng0_k1=2"}}}}}, {"plan", plan}}}}}};
+  w.add_section("tactics.test_gpu.json", tactics.dump());
+  const fs::path with_plan = dir_ / "with_plan.bundle";
+  w.write(with_plan);
+  Result r = kiln("inspect --plan " + with_plan.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("CUDA plan for batch 4 (Test GPU for batch 4 (first shown)): 2 steps, arena 4096 bytes"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("cudnn eng0_k1=2"), std::string::npos) << r.out;
+  r = kiln("inspect --json " + with_plan.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["plans"]["4"], plan);
+  r = kiln("inspect --plan " + bundle().string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("no CUDA plan recorded"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace kiln

@@ -64,7 +64,7 @@ double pipeline_seconds(int nodes, int reps, size_t* nodes_after) {
 TEST(PipelineScaling, TenThousandNodesIsLinear) {
   size_t small_after = 0, big_after = 0;
   const double small = pipeline_seconds(1000, 5, &small_after);
-  const double big = pipeline_seconds(10000, 2, &big_after);
+  const double big = pipeline_seconds(10000, 3, &big_after);  // best of 3: one run can land on a busy machine
   std::printf("pipeline: 1,000-node graph %.4f s, 10,000-node graph %.4f s (ratio %.1f)\n", small, big, big / small);
   // Each block folds to conv(+relu), conv(+residual add+relu): 2 nodes of 7.
   EXPECT_EQ(small_after, static_cast<size_t>(1000 / kNodesPerBlock * 2));

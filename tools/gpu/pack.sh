@@ -12,6 +12,8 @@ export PATH=/usr/local/cuda/bin:$PATH
 cmake --build build-cuda -j"$(nproc)"
 rm -rf .gpu/pack && mkdir -p .gpu/pack/lib .gpu/pack/bin
 cp build-cuda/kiln build-cuda/kiln_tests build-cuda/kiln_gpu_tests build-cuda/kiln_ops_tests .gpu/pack/bin/
+# KILN_BASE_KILN: an older kiln binary to compare against (bench/regress.sh), packed as bin/kiln-base.
+[ -n "${KILN_BASE_KILN:-}" ] && cp "$KILN_BASE_KILN" .gpu/pack/bin/kiln-base
 strip .gpu/pack/bin/* || true
 for lib in libjpeg.so.62; do cp -L "/usr/lib/x86_64-linux-gnu/$lib" .gpu/pack/lib/; done
 tar -C .gpu/pack -cJf .gpu/payload.tar.xz bin lib

@@ -34,13 +34,31 @@ std::string fused(const Graph& g, const Node& n, const ChannelViews& cv, const c
   return s;
 }
 
+// The recorded CUDA plans (`kiln inspect --plan`): no GPU needed, they are read from the bundle.
+void print_plans(const nlohmann::json& plans, const std::string& gpu) {
+  if (plans.empty()) {
+    std::cout << "  no CUDA plan recorded (a CPU bundle, or one built before kiln recorded plans)\n";
+    return;
+  }
+  for (const auto& [batch, p] : plans.items()) {
+    const auto steps = p.value("steps", nlohmann::json::array());
+    std::cout << "  CUDA plan for batch " << batch << " (" << gpu << "): " << steps.size() << " steps, arena "
+              << p.value("arena_bytes", 0) << " bytes, workspace " << p.value("workspace_bytes", 0) << " bytes, window convs "
+              << (p.value("window_conv", false) ? "on" : "off") << ", channel views " << (p.value("channel_views", false) ? "on" : "off")
+              << "\n";
+    for (const auto& st : steps)
+      if (st.is_array() && st.size() == 2 && st[0].is_string() && st[1].is_string())
+        std::cout << "    " << std::left << std::setw(44) << st[0].get<std::string>() << std::right << st[1].get<std::string>() << "\n";
+  }
+}
+
 }  // namespace
 
 void add_inspect(CLI::App& app) {
   struct Opts {
     std::string backend;
     std::string bundle;
-    bool json = false, graph = false;
+    bool json = false, graph = false, plan = false;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("inspect", "Show a bundle's header, sections, layers, precisions and sizes");
@@ -48,6 +66,7 @@ void add_inspect(CLI::App& app) {
   add_load_backend_option(sub, o->backend);
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_flag("--graph", o->graph, "Print the graph in kiln's text IR");
+  sub->add_flag("--plan", o->plan, "Print the CUDA plan recorded per batch (every step and its kernel or tactic)");
   sub->callback([o] {
     // Inspecting needs no GPU: a CUDA bundle is opened through the CPU backend
     // unless --backend cuda asks for the GPU (its memory plan is then the GPU's).
@@ -57,6 +76,7 @@ void add_inspect(CLI::App& app) {
     // Tactics recorded in the bundle (CUDA builds): node name -> tactic, per GPU section.
     std::map<std::string, std::string> tactic_of;
     std::string tactic_gpu;
+    nlohmann::json plans = nlohmann::json::object();  // batch -> the recorded CUDA plan
     for (const auto& sec : e.bundle.section_names()) {
       if (sec.rfind("tactics.", 0) != 0) continue;
       auto t = nlohmann::json::parse(e.bundle.section_text(sec), nullptr, false);
@@ -64,7 +84,10 @@ void add_inspect(CLI::App& app) {
       tactic_gpu = t.value("key", nlohmann::json::object()).value("gpu", sec);
       if (t.contains("batches") && t["batches"].is_object()) {
         std::string built;
-        for (const auto& [b, v] : t["batches"].items()) built += (built.empty() ? "" : ", ") + b;
+        for (const auto& [b, v] : t["batches"].items()) {
+          built += (built.empty() ? "" : ", ") + b;
+          if (v.is_object() && v.contains("plan") && v["plan"].is_object()) plans[b] = v["plan"];
+        }
         tactic_gpu += " for batch " + built + " (first shown)";
       }
       for (const auto& [name, v] : t["layers"].items())
@@ -111,6 +134,7 @@ void add_inspect(CLI::App& app) {
                                      {"adds_in_conv_prologue", adds.count}}},
                           {"memory", {{"arena_bytes", mem.arena_bytes}, {"naive_bytes", mem.naive_bytes}}},
                           {"layers", layers},
+                          {"plans", plans},
                           {"runtime", nlohmann::json::parse(e.runtime_text)},
                           {"provenance", e.provenance}};
       std::cout << j.dump(2) << "\n";
@@ -150,6 +174,7 @@ void add_inspect(CLI::App& app) {
                 << fused(e.graph, n, views, adds, i) << std::setw(26) << (dtype_name(out.dtype) + shape_str(out.shape)) << std::right
                 << (tactic_of.count(n.name) ? "  " + tactic_of[n.name] : "") << "\n";
     }
+    if (o->plan) print_plans(plans, tactic_gpu);
     if (o->graph) std::cout << print_graph(e.graph);
   });
 }

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Must-not-regress bench (issue #10): two kiln binaries, the same models, one GPU job.
+#   bench/regress.sh OLD_KILN NEW_KILN OUTDIR [MODEL...]
+# MODEL: timm names (default: resnet50 res2net50_26w_4s efficientnet_b0), made as seeded
+# full-size checkpoints by tools/reference/make_fixtures*.py (needs torch + timm). For each model
+# and batch (KILN_REGRESS_BATCHES, default "1 32"), each binary builds its own fp16 bundle at opt
+# level 3 (tactic cache off: both time every layer afresh), then the bundles are benched back to
+# back, alternating old/new twice (old, new, old, new). A case's time is the mean of its two
+# `kiln bench` engine medians. Writes OUTDIR/regress.json and a table; exits 1 when any case of
+# NEW is more than KILN_REGRESS_LIMIT percent (default 3) slower than OLD.
+# Here (no GPU): build OLD from a git worktree at the old commit
+#   git worktree add /work/wt/base REV && (cd /work/wt/base && cp -r /work/main/third_party . &&
+#     cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-cuda --target kiln)
+#   KILN_BASE_KILN=/work/wt/base/build-cuda/kiln tools/gpu/pack.sh   # packs it as bin/kiln-base
+# then on the GPU machine: bench/regress.sh $work/bin/kiln-base $work/bin/kiln OUT
+set -uo pipefail
+cd "$(dirname "$0")/.."
+old=${1:?OLD_KILN}; new=${2:?NEW_KILN}; out=${3:?OUTDIR}; shift 3
+models=${*:-resnet50 res2net50_26w_4s efficientnet_b0}
+batches=${KILN_REGRESS_BATCHES:-1 32}
+work=${KILN_REGRESS_WORK:-/tmp/kiln_regress}
+mkdir -p "$out" "$work/full"
+for m in $models; do
+  [ -d "$work/full/$m" ] && continue
+  case $m in
+    res2net*|res2next*) script=make_fixtures_res2net.py ;;
+    *efficientnet*) script=make_fixtures_efficientnet.py ;;
+    *) script=make_fixtures.py ;;
+  esac
+  extra="--models $m"; [ $script = make_fixtures.py ] && extra=""
+  env -u LD_LIBRARY_PATH python3 tools/reference/$script --full-size "$work/full" $extra >> "$out/fixtures.log" 2>&1 ||
+    { echo "regress: could not make $m (see $out/fixtures.log)" >&2; exit 2; }
+done
+status=0
+for m in $models; do
+  for b in $batches; do
+    for tag in old new; do
+      bin=$old; [ $tag = new ] && bin=$new
+      $bin build "$work/full/$m" -o "$work/$m.b$b.$tag.bundle" --backend cuda --precision fp16 --batch $b --opt-level 3 \
+        --tactic-cache off > "$out/build_${m}_b${b}_$tag.log" 2>&1 || { echo "regress: $tag build of $m b$b failed" >&2; status=2; }
+    done
+    for round in 1 2; do
+      for tag in old new; do
+        bin=$old; [ $tag = new ] && bin=$new
+        $bin bench "$work/$m.b$b.$tag.bundle" --batch $b --json > "$out/bench_${m}_b${b}_${tag}_r$round.json" 2>/dev/null ||
+          { echo "regress: $tag bench of $m b$b failed" >&2; status=2; }
+      done
+    done
+  done
+done
+python3 - "$out" "${KILN_REGRESS_LIMIT:-3}" "$models" "$batches" <<'PY' || status=1
+import json, os, sys
+out, limit, models, batches = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+rows, worst = [], None
+def ms(m, b, tag, r):
+    p = os.path.join(out, f"bench_{m}_b{b}_{tag}_r{r}.json")
+    return json.load(open(p))["results"][0]["engine_ms"]["median"]
+print(f"{'model':20} {'batch':>5} {'old ms':>9} {'new ms':>9} {'change':>8}   (runs old: a/b, new: a/b)")
+for m in models:
+    for b in batches:
+        try:
+            o = [ms(m, b, "old", r) for r in (1, 2)]
+            n = [ms(m, b, "new", r) for r in (1, 2)]
+        except (OSError, KeyError, ValueError, IndexError) as e:
+            print(f"{m:20} {b:>5} missing result: {e}"); rows.append({"model": m, "batch": int(b), "error": str(e)}); continue
+        mo, mn = sum(o) / 2, sum(n) / 2
+        ch = (mn / mo - 1) * 100
+        rows.append({"model": m, "batch": int(b), "old_ms": mo, "new_ms": mn, "change_pct": ch, "old_runs": o, "new_runs": n})
+        print(f"{m:20} {b:>5} {mo:9.4f} {mn:9.4f} {ch:+7.2f}%   ({o[0]:.4f}/{o[1]:.4f}, {n[0]:.4f}/{n[1]:.4f})")
+bad = [r for r in rows if "error" in r or r["change_pct"] > limit]
+json.dump({"limit_pct": limit, "cases": rows, "pass": not bad}, open(os.path.join(out, "regress.json"), "w"), indent=1)
+print("PASS" if not bad else f"FAIL: {len(bad)} case(s) over {limit}% slower or missing")
+sys.exit(1 if bad else 0)
+PY
+exit $status
