@@ -91,6 +91,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   summary.nodes_before = fb.graph.nodes.size();
   PipelineOptions popts;
   popts.precision = o.precision;
+  popts.fusions = fusion_options(o.switches);
   popts.verify = o.verify;
   popts.log = o.log;
   // cuDNN's fast NHWC kernels want 16-byte channel rows; the CPU backend does not care.
@@ -133,7 +134,8 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
                       {"revision", model.revision},
                       {"files", ckpt.file_sha256()}}},
       {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"batches", planned_batches(o)}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32},
-                 {"max_batch", o.max_batch}, {"switches", o.switches.to_json()}, {"reference", o.reference}}},
+                 {"max_batch", o.max_batch}, {"switches", o.switches.to_json()}, {"reference", o.reference},
+                 {"fusion_marks", true}}},
       {"quantization", nullptr},
   };
   BundleWriter w(BundleInfo{kBundleFormat, KILN_VERSION, family.name(), fb.task, o.backend});

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "ir/fusion_marks.hpp"
 
 namespace kiln {
 
@@ -53,6 +54,10 @@ void verify_graph(const Graph& g, const std::string& stage) {
       bad(cat(n.name, ": recorded ", dtype_name(g.values[out].dtype), shape_str(g.values[out].shape), " but op rule gives ",
               dtype_name(t), shape_str(s)));
     available[out] = 1;
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const std::string why = fusion_mark_problem(g, i);
+    if (!why.empty()) bad(why);
   }
   for (int v : g.outputs) {
     if (v < 0 || v >= nv) bad("graph output id out of range");

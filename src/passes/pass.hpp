@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/switches.hpp"
 #include "ir/graph.hpp"
 
 namespace kiln {
@@ -41,9 +42,27 @@ int pad_channels(Graph& g, int64_t align);
 // casts so graph inputs and outputs stay f32 (the engine casts internally).
 int set_precision(Graph& g, DType dtype);
 
+// Fusion marks (ir/fusion_marks.hpp): attributes only, the graph computes the
+// same. Each returns the number of nodes it marked.
+int fuse_conv_input_add(Graph& g);
+int fuse_squeeze_excitation(Graph& g);
+int fuse_split_runs(Graph& g);
+
+// Which fusion-mark passes run: the bundle's engine switches fuse_add,
+// fuse_se and fuse_split (each runs unless its switch is off).
+struct FusionOptions {
+  bool input_add = true, squeeze_excitation = true, split_runs = true;
+};
+// The fusion-mark passes a bundle's engine switches enable.
+FusionOptions fusion_options(const EngineSwitches& switches);
+// Runs the fusion-mark passes `f` enables (the pipeline's last step; also
+// applied at load to bundles from before marks were recorded).
+void mark_fusions(Graph& g, const FusionOptions& f);
+
 struct PipelineOptions {
   DType precision = DType::F32;
   int64_t channel_align = 0;    // pad_channels alignment in channels (0: pass not run)
+  FusionOptions fusions;        // fusion marks, set last (after precision: they describe the final graph)
   bool verify = false;          // run the IR verifier after every pass (always on in debug builds)
   std::ostream* log = nullptr;  // one line per pass: name, rewrites, node count
 };

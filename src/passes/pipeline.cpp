@@ -55,7 +55,24 @@ std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
     p.push_back({"pad_channels", [a = opts.channel_align](Graph& g) { return pad_channels(g, a); }});
   if (opts.precision != DType::F32)
     p.push_back({"set_precision", [dt = opts.precision](Graph& g) { return set_precision(g, dt); }});
+  if (opts.fusions.input_add) p.push_back({"fuse_conv_input_add", fuse_conv_input_add});
+  if (opts.fusions.squeeze_excitation) p.push_back({"fuse_squeeze_excitation", fuse_squeeze_excitation});
+  if (opts.fusions.split_runs) p.push_back({"fuse_split_runs", fuse_split_runs});
   return p;
+}
+
+FusionOptions fusion_options(const EngineSwitches& sw) {
+  FusionOptions f;
+  f.input_add = sw.get(Switch::FuseAdd).value_or(true);
+  f.squeeze_excitation = sw.get(Switch::FuseSe).value_or(true);
+  f.split_runs = sw.get(Switch::FuseSplit).value_or(true);
+  return f;
+}
+
+void mark_fusions(Graph& g, const FusionOptions& f) {
+  if (f.input_add) fuse_conv_input_add(g);
+  if (f.squeeze_excitation) fuse_squeeze_excitation(g);
+  if (f.split_runs) fuse_split_runs(g);
 }
 
 void run_pipeline(Graph& g, const PipelineOptions& opts) {

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "ir/node_select.hpp"
 #include "ir/serialize.hpp"
+#include "passes/pass.hpp"
 #include "runtime/engine_impl.hpp"
 #include "tasks/runtime_config.hpp"
 
@@ -43,7 +44,7 @@ ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& s
   } else {
     p.views = plan_channel_views(p.graph);
   }
-  p.adds = cpu::plan_prologue_adds(p.graph, !dense && switches.get(Switch::FuseAdd).value_or(true));
+  p.adds = cpu::plan_prologue_adds(p.graph, !dense);
   if (batch > 1) p.one = with_batch(1);
   // A fused add's output is never written: it borrows its first operand's bytes instead of its own.
   std::vector<int> add_alias(p.graph.values.size(), -1);
@@ -93,6 +94,9 @@ std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& option
   [[maybe_unused]] const bool allow_tf32 = field("allow_tf32", false, [](const nlohmann::json& j) { return j.is_boolean(); }, "true or false")
                               .get<bool>();
   impl->switches = EngineSwitches::from_json(build.value("switches", nlohmann::json()), src + "provenance.json: build");
+  // Bundles from before fusion marks were recorded (no build.fusion_marks):
+  // the marks their build would have set, from the switches it recorded.
+  if (!build.contains("fusion_marks")) mark_fusions(impl->graph, fusion_options(impl->switches));
   const auto max_batch = build.value("max_batch", nlohmann::json(4096));
   if (!max_batch.is_number_integer() || max_batch.get<int64_t>() < 1 || max_batch.get<int64_t>() > 4096)
     fail_input(src, "provenance.json: build.max_batch must be an integer in 1..4096, got ", max_batch.dump());

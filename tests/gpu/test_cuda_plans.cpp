@@ -137,14 +137,15 @@ TEST(SePlan, EveryEfficientNetFixture) {
       EXPECT_EQ(p.mlp_at.size(), fuse_mul ? 0u : size_t(se_blocks)) << what;
       EXPECT_EQ(p.scale_at.size(), fuse_mul ? size_t(se_blocks) : 0u) << what;
       EXPECT_EQ(p.live_until.size(), size_t(se_blocks)) << what;
-      for (const auto& [second, first] : p.mlp_at) {
-        EXPECT_EQ(second, first + 1) << what;
+      for (const auto& [second, se] : p.mlp_at) {
+        EXPECT_EQ(second, se.expand) << what;
         EXPECT_EQ(g.nodes[second].activation(), Activation::Sigmoid) << g.nodes[second].name;
-        EXPECT_EQ(p.live_until.at(g.nodes[first].inputs[0]), static_cast<int>(second)) << g.nodes[first].name;
+        EXPECT_EQ(p.live_until.at(g.nodes[se.reduce].inputs[0]), static_cast<int>(second)) << g.nodes[se.reduce].name;
       }
-      for (const auto& [mul, first] : p.scale_at) {
+      for (const auto& [mul, se] : p.scale_at) {
         EXPECT_EQ(g.nodes[mul].op, Op::Mul) << g.nodes[mul].name;
-        EXPECT_EQ(p.live_until.at(g.nodes[first].inputs[0]), static_cast<int>(mul)) << g.nodes[first].name;
+        EXPECT_EQ(se.mul, mul) << what;
+        EXPECT_EQ(p.live_until.at(g.nodes[se.reduce].inputs[0]), static_cast<int>(mul)) << g.nodes[se.reduce].name;
       }
     }
   }

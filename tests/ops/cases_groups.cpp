@@ -1,7 +1,7 @@
 // Fused groups: the node patterns the backends lower as one unit or with
 // shared buffers, each checked end to end against the reference.
 //  - conv + bias + act + residual where the residual is another conv's output
-//  - the Res2Net chain add fused into the conv that reads it (cpu::plan_prologue_adds)
+//  - the Res2Net chain add fused into the conv that reads it (fusion mark input_add)
 //  - a Res2Net block and a stride-2 stage block: slices as channel views,
 //    3x3 outputs written in place into the concat, CUDA's window conv (f16/bf16)
 //  - squeeze-excitation (GlobalAvgPool -> conv -> act -> conv -> sigmoid -> mul: se_plan.cpp)
@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "op_harness.hpp"
+#include "passes/pass.hpp"
 
 namespace kiln::ops {
 
@@ -43,8 +44,11 @@ struct Group {
   int slice(const std::string& name, int x, int64_t start, int64_t end) {
     return b.node(Op::Slice, name, {x}, {{"axis", int64_t(1)}, {"start", start}, {"end", end}});
   }
+  // The fusion-mark passes run as in a build, so the backends lower the
+  // group as one unit where they can (the marks are what they read).
   OpCase done(int out) {
     c.graph = b.finish(out);
+    mark_fusions(c.graph, FusionOptions{});
     return std::move(c);
   }
 };

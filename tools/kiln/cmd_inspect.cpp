@@ -93,18 +93,16 @@ void add_inspect(CLI::App& app) {
       for (const auto& [name, v] : t["layers"].items())
         if (v.is_object() && v.contains("tactic") && v["tactic"].is_string()) tactic_of[name] = v["tactic"].get<std::string>();
     }
-    // Views and input adds are the CPU backend's plan (the default here); the
-    // CUDA backend (--backend cuda) decides its own, so none are shown for it.
+    // Input adds are fusion marks in the graph (both backends read them);
+    // views are the CPU backend's plan (the default here); the CUDA backend
+    // decides its own per batch, recorded in its plan (--plan).
     ChannelViews views;
-    cpu::PrologueAdds adds;
+    const cpu::PrologueAdds adds = cpu::plan_prologue_adds(e.graph);
     if (e.backend == "cpu") {
       views = plan_channel_views(e.graph);
-      adds = cpu::plan_prologue_adds(e.graph, e.switches.get(Switch::FuseAdd).value_or(true));
     } else {
       views.parent.assign(e.graph.values.size(), -1);
       views.channel_offset.assign(e.graph.values.size(), 0);
-      adds.add_of.assign(e.graph.nodes.size(), -1);
-      adds.fused.assign(e.graph.nodes.size(), 0);
     }
     std::map<std::string, int> ops;
     for (const auto& n : e.graph.nodes) ++ops[op_name(n.op)];

@@ -1,4 +1,6 @@
 #include "backends/cpu/cpu_backend.hpp"
+
+#include "ir/fusion_marks.hpp"
 #include "backends/cpu/ref/ref.hpp"
 
 #include <algorithm>
@@ -55,20 +57,10 @@ PrologueAdds plan_prologue_adds(const Graph& g, bool enabled) {
   a.fused.assign(g.nodes.size(), 0);
   if (!enabled) return a;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& add = g.nodes[i];
-    if (add.op != Op::Add || add.activation() != Activation::None) continue;
-    const int out = add.outputs[0];
-    const auto readers = g.consumers(out);
-    if (readers.size() != 1 || g.is_graph_output(out)) continue;
-    const Node& conv = g.nodes[readers[0]];
-    if (conv.op != Op::Conv2d || conv.inputs[0] != out || a.add_of[readers[0]] >= 0) continue;
-    bool only_input = true;  // not also the conv's residual
-    for (size_t k = 1; k < conv.inputs.size(); ++k) only_input &= conv.inputs[k] != out;
-    const Shape& s0 = g.values[add.inputs[0]].shape;
-    if (!only_input || s0 != g.values[add.inputs[1]].shape || s0 != g.values[out].shape) continue;
-    if (g.is_constant(add.inputs[0]) || g.is_constant(add.inputs[1])) continue;
-    a.add_of[readers[0]] = static_cast<int>(i);
-    a.fused[i] = 1;
+    const int add = input_add_of(g, i);  // the fusion mark fuse_conv_input_add set
+    if (add < 0) continue;
+    a.add_of[i] = add;
+    a.fused[add] = 1;
     ++a.count;
   }
   return a;

@@ -18,8 +18,8 @@ bool supports(const Graph& g, const Node& n);
 
 // Adds fused into the conv that reads them (Res2Net's chain adds): the conv
 // gathers its im2col columns from both operands and the sum is never stored.
-// An add qualifies when it has no activation, its output is read only by the
-// conv (as the conv's input, not its residual) and is not a graph output.
+// The facts come from the graph: convs the fuse_conv_input_add pass marked
+// input_add (ir/fusion_marks.hpp).
 struct PrologueAdds {
   std::vector<int> add_of;  // per node: for a conv, the index of the add it reads through, else -1
   std::vector<char> fused;  // per node: an add that runs inside its conv
@@ -30,7 +30,7 @@ struct PrologueAdds {
   // Keeps the add's operands alive through the conv's step (memory planner's live_until).
   std::map<int, int> live_until(const Graph& g) const;
 };
-// enabled = the bundle's fuse_add switch (auto: on); off plans no fused adds.
+// enabled = false plans no fused adds (nodes on the plain reference path need dense values).
 PrologueAdds plan_prologue_adds(const Graph& g, bool enabled = true);
 
 // Where activations live beyond the memory plan: channel views (slices,

@@ -38,14 +38,15 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   f.alias.assign(g.values.size(), -1);
   for (const Node& n : g.nodes)
     if (n.op == Op::Flatten) f.alias[n.outputs[0]] = n.inputs[0];  // NHWC [N,1,1,C] and [N,C] share bytes
-  // Squeeze-excitation as se_mlp steps (se_plan.hpp); switch fuse_se off: all unfused.
+  // Squeeze-excitation as se_mlp steps (se_plan.hpp) where the graph marks
+  // the blocks (switch fuse_se off at build: no marks, all unfused).
   // fuse_se_mul on also applies the gate inside the step. Off by default:
   // on the H200 (efficientnet_b0 fp16) it saved 16 launches but no time at
   // batch 1 (0.407 vs 0.405 ms) and cost time at batch 32 (1.19 vs 1.08 ms):
   // its gate-times-pixels loop moves 2-byte elements, where mul_channel_nhwc
   // moves 16-byte vectors.
   const EngineSwitches& sw = m.opts.switches;
-  if (sw.get(Switch::FuseSe).value_or(true)) f.se = plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false));
+  f.se = plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false));  // marked blocks (switch fuse_se: the pass)
   for (size_t i : f.se.fused_away) f.fused_away[i] = 1;
   f.live_until = f.se.live_until;
   // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
@@ -89,8 +90,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   for (size_t add : f.wp.fused_adds) f.alias[g.nodes[add].outputs[0]] = g.nodes[add].inputs[0];
   for (size_t c : f.wp.grouped) f.fused_away[c] = 1;     // run by their group's first conv
   for (size_t pn : f.wp.side_pools) f.fused_away[pn] = 1;  // run inside a conv's launch
-  const std::optional<bool> split_switch = sw.get(Switch::FuseSplit);
-  f.fuse_split = split_switch.value_or(true), f.split_always = split_switch.value_or(false);
+  f.split_always = sw.get(Switch::FuseSplit).value_or(false);  // marked runs (switch fuse_split off: none marked)
 }
 
 // Channel views without window convs: every conv touching a view must be a

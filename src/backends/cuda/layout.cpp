@@ -3,6 +3,7 @@
 // split runs.
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
+#include "ir/fusion_marks.hpp"
 
 namespace kiln::cuda {
 
@@ -14,7 +15,8 @@ namespace {
 // 32 2.43 vs 2.17 ms the other way round (split_channels_nhwc moves one
 // element per thread, copy_channels_nhwc 16-byte vectors). So: one launch
 // when the run moves at most kSplitFuseBytes (all of batch 1's Res2Net
-// splits, none of batch 32's); switch fuse_split off: never, on: always.
+// splits, none of batch 32's); switch fuse_split off: never (no runs
+// marked), on: always.
 constexpr size_t kSplitFuseBytes = size_t(1) << 20;
 
 }  // namespace
@@ -88,13 +90,14 @@ void lower_Slice(Lowering& L, size_t ni) {
   const int c = as_int(g.values[out].shape[1]);
   const int64_t rows = g.values[out].shape[0] * g.values[out].shape[2] * g.values[out].shape[3];
   const ValuePtr ptr = L.ptr;
-  // A run of consecutive slices of the same input (Res2Net's chunks) is one launch.
+  // A split run the graph marks (fuse_split_runs; Res2Net's chunks) is one
+  // launch, up to the first slice that is a view and kMaxSplitOutputs.
   // Safe for the memory plan: the nodes in between are those slices, which read only
   // the input, and the input stays alive through the last of them.
   std::vector<size_t> run = {ni};
-  for (size_t nj = ni + 1; L.f.fuse_split && nj < g.nodes.size() && run.size() < size_t(kMaxSplitOutputs); ++nj) {
-    const Node& m = g.nodes[nj];
-    if (m.op != Op::Slice || m.inputs[0] != in0 || m.attr_int("axis") != 1 || L.strided(m.outputs[0])) break;
+  for (size_t nj : split_run_at(g, ni)) {
+    if (nj == ni) continue;
+    if (L.strided(g.nodes[nj].outputs[0]) || run.size() >= size_t(kMaxSplitOutputs)) break;
     run.push_back(nj);
   }
   size_t run_bytes = 0;

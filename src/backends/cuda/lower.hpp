@@ -39,7 +39,7 @@ struct GraphFacts {
   WindowPlan wp;
   bool window_mode = false;  // Res2Net blocks as window convs over channel views
   bool use_views = false;    // channel views in use (window mode, or switch cuda_views)
-  bool fuse_split = true, split_always = false;
+  bool split_always = false;  // switch fuse_split on: every marked split run is one launch
   std::map<size_t, std::unique_ptr<ConvOp>> view_convs;  // conv node -> its strided cuDNN op (views without window mode)
 };
 

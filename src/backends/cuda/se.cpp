@@ -23,7 +23,7 @@ SeMlp se_mlp_of(Lowering& L, const Node& a, const Node& b) {
 }  // namespace
 
 void lower_se_mlp(Lowering& L, size_t ni) {
-  const Node& a = L.g.nodes[L.f.se.mlp_at.at(ni)];
+  const Node& a = L.g.nodes[L.f.se.mlp_at.at(ni).reduce];
   const Node& b = L.g.nodes[ni];
   const SeMlp s = se_mlp_of(L, a, b);
   const int out = b.outputs[0];
@@ -40,9 +40,9 @@ void lower_se_mlp(Lowering& L, size_t ni) {
 }
 
 void lower_se_mlp_scale(Lowering& L, size_t ni) {
-  const size_t first = L.f.se.scale_at.at(ni);
-  const Node& a = L.g.nodes[first];
-  const Node& b = L.g.nodes[first + 1];
+  const SqueezeExcitation& se = L.f.se.scale_at.at(ni);
+  const Node& a = L.g.nodes[se.reduce];
+  const Node& b = L.g.nodes[se.expand];
   const Node& mul = L.g.nodes[ni];
   const SeMlp s = se_mlp_of(L, a, b);
   const int xin = mul.inputs[0], out = mul.outputs[0];

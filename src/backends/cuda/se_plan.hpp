@@ -6,20 +6,22 @@
 #include <map>
 #include <vector>
 
+#include "ir/fusion_marks.hpp"
 #include "ir/graph.hpp"
 
 namespace kiln::cuda {
 
-// Pattern: global pool -> 1x1 conv (+bias, +act) -> 1x1 conv (+bias) + sigmoid
-// -> mul (channel scale). The two tiny convs run as one se_mlp step at the
-// second conv's place, then the mul; with `fuse_mul` the convs and the mul are
-// one se_mlp_scale step at the mul's place. The pooled tensor is read at that
-// later step, so it stays alive until then.
+// The blocks are the muls the fuse_squeeze_excitation pass marked
+// (ir/fusion_marks.hpp): global pool -> 1x1 conv (+bias, +act) -> 1x1 conv
+// (+bias) + sigmoid -> mul (channel scale). The two tiny convs run as one
+// se_mlp step at the second conv's place, then the mul; with `fuse_mul` the
+// convs and the mul are one se_mlp_scale step at the mul's place. The pooled
+// tensor is read at that later step, so it stays alive until then.
 struct SePlan {
-  std::vector<size_t> fused_away;        // nodes with no step of their own
-  std::map<size_t, size_t> mlp_at;       // second conv -> first conv (se_mlp step here)
-  std::map<size_t, size_t> scale_at;     // mul -> first conv (se_mlp_scale step here)
-  std::map<int, int> live_until;         // pooled value -> the node index whose step reads it
+  std::vector<size_t> fused_away;                   // nodes with no step of their own
+  std::map<size_t, SqueezeExcitation> mlp_at;       // second conv -> its block (se_mlp step here)
+  std::map<size_t, SqueezeExcitation> scale_at;     // mul -> its block (se_mlp_scale step here)
+  std::map<int, int> live_until;                    // pooled value -> the node index whose step reads it
 };
 
 SePlan plan_squeeze_excitation(const Graph& g, bool fuse_mul);

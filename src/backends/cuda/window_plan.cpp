@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
+#include "ir/fusion_marks.hpp"
 
 namespace kiln::cuda {
 
@@ -180,19 +181,16 @@ WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv) {
     p.why_not = why.empty() ? "no view-touching conv" : std::move(why);
     return p;
   };
+  // Chain adds: convs marked input_add (ir/fusion_marks.hpp) whose add
+  // touches a view, where the window conv takes the add's operands.
   std::map<size_t, size_t> add_feeding;  // conv -> add
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    const Node& n = g.nodes[ni];
-    if (n.op != Op::Add || !touches_view(cv, n) || n.activation() != Activation::None || cv.is_view(n.outputs[0]) ||
-        g.is_graph_output(n.outputs[0]))
-      continue;
-    const auto readers = g.consumers(n.outputs[0]);
-    if (readers.size() != 1) continue;
-    const Node& c = g.nodes[readers[0]];
-    if (c.op != Op::Conv2d || c.inputs[0] != n.outputs[0] || g.values[n.inputs[0]].shape != g.values[n.inputs[1]].shape)
-      continue;
-    if (!conv_refusal(g, cv, c, n.inputs[0], n.inputs[1]).empty()) continue;
-    add_feeding[static_cast<size_t>(readers[0])] = ni;
+    const int a = input_add_of(g, ni);
+    if (a < 0) continue;
+    const Node& n = g.nodes[a];
+    if (!touches_view(cv, n) || cv.is_view(n.outputs[0])) continue;
+    if (!conv_refusal(g, cv, g.nodes[ni], n.inputs[0], n.inputs[1]).empty()) continue;
+    add_feeding[ni] = static_cast<size_t>(a);
   }
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];

@@ -42,8 +42,8 @@ struct WindowPlan {
 };
 
 // Every node that touches a view must be a slice, concat, pool, add or a conv
-// window_conv_nhwc takes (no residual); an add whose only reader is such a
-// conv (as its input, no activation) is fused into it.
+// window_conv_nhwc takes (no residual); the add of a conv marked input_add
+// (ir/fusion_marks.hpp) that touches a view is fused into its load.
 WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv);
 
 // Whether kiln's strided kernels run node n (not a conv) on channel views:

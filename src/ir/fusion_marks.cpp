@@ -1,0 +1,124 @@
+#include "ir/fusion_marks.hpp"
+
+#include "core/error.hpp"
+#include "ir/attrs.hpp"
+
+namespace kiln {
+
+namespace {
+
+bool read_only_by(const Graph& g, int value, size_t node) {
+  const auto readers = g.consumers(value);
+  return readers.size() == 1 && static_cast<size_t>(readers[0]) == node && !g.is_graph_output(value);
+}
+
+bool pointwise_with_bias(const Graph& g, const Node& n) {
+  if (n.op != Op::Conv2d || n.inputs.size() != 3) return false;
+  const Shape& ws = g.values[n.inputs[1]].shape;
+  const ConvAttrs a = conv_attrs(n);
+  return ws.size() == 4 && ws[2] == 1 && ws[3] == 1 && a.groups == 1 && a.stride_h == 1 && a.stride_w == 1 && a.pad_t == 0 &&
+         a.pad_l == 0 && a.pad_b == 0 && a.pad_r == 0;
+}
+
+int mark_int(const Node& n, const char* key) {
+  auto it = n.attrs.find(key);
+  if (it == n.attrs.end()) return 0;
+  const int64_t* v = std::get_if<int64_t>(&it->second);
+  return v ? static_cast<int>(*v) : -1;  // -1: present but not an integer
+}
+
+}  // namespace
+
+std::string input_add_problem(const Graph& g, size_t conv) {
+  const Node& c = g.nodes[conv];
+  if (c.op != Op::Conv2d) return cat(c.name, ": ", kMarkInputAdd, " on a ", op_name(c.op), " (only conv2d)");
+  const int x = c.inputs[0];
+  const int p = g.values[x].producer;
+  if (p < 0 || g.nodes[p].op != Op::Add) return cat(c.name, ": its input is not an add's output");
+  const Node& add = g.nodes[p];
+  if (add.activation() != Activation::None) return cat(c.name, ": its input add ", add.name, " has an activation");
+  if (!read_only_by(g, x, conv)) return cat(c.name, ": ", add.name, "'s output has other readers or is a graph output");
+  for (size_t k = 1; k < c.inputs.size(); ++k)
+    if (c.inputs[k] == x) return cat(c.name, ": reads ", add.name, "'s output as more than its input");
+  const Shape& s = g.values[x].shape;
+  for (int in : add.inputs) {
+    if (g.is_constant(in)) return cat(c.name, ": ", add.name, " has a constant operand");
+    if (g.values[in].shape != s) return cat(c.name, ": ", add.name, "'s operands differ in shape");
+  }
+  return "";
+}
+
+int input_add_of(const Graph& g, size_t conv) {
+  const Node& c = g.nodes[conv];
+  if (c.op != Op::Conv2d || mark_int(c, kMarkInputAdd) != 1) return -1;
+  return g.values[c.inputs[0]].producer;
+}
+
+std::optional<SqueezeExcitation> squeeze_excitation_at(const Graph& g, size_t mul, std::string* why) {
+  auto no = [&](const std::string& s) -> std::optional<SqueezeExcitation> {
+    if (why) *why = cat(g.nodes[mul].name, ": ", s);
+    return std::nullopt;
+  };
+  const Node& m = g.nodes[mul];
+  if (m.op != Op::Mul) return no(cat(kMarkSqueezeExcitation, " on a ", op_name(m.op), " (only mul)"));
+  const int gate = m.inputs[1];
+  const int ie = g.values[gate].producer;
+  if (ie < 0 || !pointwise_with_bias(g, g.nodes[ie]) || g.nodes[ie].activation() != Activation::Sigmoid)
+    return no("its gate is not a pointwise conv with bias and sigmoid");
+  if (!read_only_by(g, gate, mul)) return no("its gate has other readers");
+  const Node& e = g.nodes[ie];
+  const int ir = g.values[e.inputs[0]].producer;
+  if (ir < 0 || !pointwise_with_bias(g, g.nodes[ir])) return no(cat(e.name, " does not read a pointwise conv with bias"));
+  if (!read_only_by(g, e.inputs[0], ie)) return no(cat(g.nodes[ir].name, "'s output has other readers"));
+  const Node& r = g.nodes[ir];
+  const int ip = g.values[r.inputs[0]].producer;
+  if (ip < 0 || g.nodes[ip].op != Op::GlobalAvgPool) return no(cat(r.name, " does not read a global average pool"));
+  if (!read_only_by(g, r.inputs[0], ir)) return no(cat(g.nodes[ip].name, "'s output has other readers"));
+  return SqueezeExcitation{static_cast<size_t>(ip), static_cast<size_t>(ir), static_cast<size_t>(ie), mul};
+}
+
+std::string split_run_problem(const Graph& g, size_t first, int64_t count) {
+  const Node& a = g.nodes[first];
+  if (count < 2) return cat(a.name, ": ", kMarkSplitRun, " must be at least 2, got ", count);
+  if (static_cast<int64_t>(g.nodes.size() - first) < count)
+    return cat(a.name, ": ", kMarkSplitRun, " ", count, " runs past the last node");
+  for (int64_t k = 0; k < count; ++k) {
+    const Node& s = g.nodes[first + k];
+    if (s.op != Op::Slice || s.inputs[0] != a.inputs[0] || s.attr_int("axis", -1) != 1)
+      return cat(a.name, ": ", kMarkSplitRun, " ", count, ": node ", s.name, " is not a channel slice of the same input");
+  }
+  return "";
+}
+
+std::vector<size_t> split_run_at(const Graph& g, size_t first) {
+  const int count = g.nodes[first].op == Op::Slice ? mark_int(g.nodes[first], kMarkSplitRun) : 0;
+  std::vector<size_t> run = {first};
+  for (int k = 1; k < count; ++k) run.push_back(first + k);
+  return run;
+}
+
+std::string fusion_mark_problem(const Graph& g, size_t i) {
+  const Node& n = g.nodes[i];
+  for (const char* key : {kMarkInputAdd, kMarkSqueezeExcitation}) {
+    const int v = mark_int(n, key);
+    if (v == 0 && !n.has_attr(key)) continue;
+    if (v != 1) return cat(n.name, ": mark ", key, " must be the integer 1");
+  }
+  if (n.has_attr(kMarkInputAdd)) {
+    const std::string why = input_add_problem(g, i);
+    if (!why.empty()) return why;
+  }
+  if (n.has_attr(kMarkSqueezeExcitation)) {
+    std::string why;
+    if (!squeeze_excitation_at(g, i, &why)) return why;
+  }
+  if (n.has_attr(kMarkSplitRun)) {
+    const int v = mark_int(n, kMarkSplitRun);
+    if (v < 0) return cat(n.name, ": mark ", kMarkSplitRun, " must be an integer");
+    if (n.op != Op::Slice) return cat(n.name, ": ", kMarkSplitRun, " on a ", op_name(n.op), " (only slice)");
+    return split_run_problem(g, i, v);
+  }
+  return "";
+}
+
+}  // namespace kiln

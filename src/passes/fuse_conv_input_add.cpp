@@ -1,0 +1,22 @@
+// Marks convs whose input is an add they can compute while loading it (the
+// Res2Net chain add: chain.i = chunk.i + out.{i-1} feeds conv.i): fusion mark
+// input_add (ir/fusion_marks.hpp). The graph is unchanged otherwise; the CPU
+// backend's conv and the CUDA backend's window conv read both operands and
+// the add runs no step and stores nothing.
+#include "ir/fusion_marks.hpp"
+#include "passes/pass.hpp"
+
+namespace kiln {
+
+int fuse_conv_input_add(Graph& g) {
+  int marked = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.op != Op::Conv2d || n.has_attr(kMarkInputAdd) || !input_add_problem(g, i).empty()) continue;
+    n.attrs[kMarkInputAdd] = int64_t{1};
+    ++marked;
+  }
+  return marked;
+}
+
+}  // namespace kiln
