@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, OpCuda, ::testing::Range(size_t(0), all_cases().
 
 TEST(OpHarness, EveryOpHasOneNodeCasesInEveryDtype) {
   const Op ops[] = {
-#define KILN_OP(e, name, min_in, max_in) Op::e,
+#define KILN_OP(e, name, min_in, max_in, min_out, max_out) Op::e,
 #include "ir/ops.def"
 #undef KILN_OP
   };
