@@ -27,6 +27,7 @@ namespace kiln {
 namespace {
 
 using nlohmann::json;
+using testing::error_of;
 
 Attrs top_k_attrs(int64_t k, int64_t axis = -1, int64_t largest = 1) {
   return {{"k", k}, {"axis", axis}, {"largest", largest}};
@@ -62,15 +63,6 @@ std::vector<float> distinct_inputs(size_t count, uint32_t seed) {
   for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(i) / 16.f - 3.f;
   std::shuffle(v.begin(), v.end(), std::mt19937(seed));
   return v;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // ------------------------------------------------------------ shape rules
