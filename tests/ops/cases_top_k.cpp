@@ -58,7 +58,7 @@ void add_top_k_cases(std::vector<OpCase>& out) {
       c.input_lo = s.lo, c.input_hi = s.hi;
       CaseBuilder b(c.name, dt);
       const std::vector<int> vi =
-          b.node_multi(Op::TopK, "top_k", {b.input("x", s.x)}, {{"k", s.k}, {"axis", s.axis}, {"largest", s.largest}});
+          b.node_multi(Op::TopK, "head.topk", {b.input("x", s.x)}, {{"k", s.k}, {"axis", s.axis}, {"largest", s.largest}});
       c.graph = b.finish(vi);  // values and indices, both graph outputs
       const int64_t axis = s.axis < 0 ? s.axis + static_cast<int64_t>(s.x.size()) : s.axis;
       if (axis == 0 && s.k > 1)
