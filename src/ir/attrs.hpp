@@ -1,5 +1,5 @@
-// Typed views of the window-op attributes (defaults applied), so backends do
-// not each re-parse "strides"/"pads"/"dilations".
+// Typed views of op attributes (defaults applied), so backends do not each
+// re-parse "strides"/"pads"/"dilations" or top_k's axis.
 #pragma once
 #include "ir/graph.hpp"
 
@@ -17,6 +17,29 @@ struct PoolAttrs {
   int pad_t = 0, pad_l = 0, pad_b = 0, pad_r = 0;
   bool ceil_mode = false, count_include_pad = true;
 };
+
+// top_k on x seen as [outer, extent, inner] around its (normalized) axis;
+// the shape rule has checked k and the axis.
+struct TopKAttrs {
+  int64_t axis = 0, k = 1;
+  int64_t outer = 1, extent = 1, inner = 1;
+  bool largest = true;
+};
+
+inline TopKAttrs top_k_attrs(const Graph& g, const Node& n) {
+  const Shape& x = g.values.at(n.inputs.at(0)).shape;
+  TopKAttrs a;
+  a.axis = n.attr_int("axis", -1);
+  if (a.axis < 0) a.axis += static_cast<int64_t>(x.size());
+  a.k = n.attr_int("k");
+  a.largest = n.attr_int("largest", 1) != 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
+    if (d < a.axis) a.outer *= x[d];
+    else if (d == a.axis) a.extent = x[d];
+    else a.inner *= x[d];
+  }
+  return a;
+}
 
 inline ConvAttrs conv_attrs(const Node& n) {
   auto s = n.has_attr("strides") ? n.attr_ints("strides") : std::vector<int64_t>{1, 1};

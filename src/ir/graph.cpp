@@ -78,6 +78,12 @@ int Graph::add_constant(const std::string& name, HostTensor tensor) {
 }
 
 int Graph::add_node(Op op, const std::string& name, const std::vector<int>& node_inputs, Attrs attrs) {
+  return add_node_multi(op, name, node_inputs, std::move(attrs)).at(0);
+}
+
+std::string output_value_name(const std::string& node, size_t k) { return k == 0 ? node : cat(node, ":", k); }
+
+std::vector<int> Graph::add_node_multi(Op op, const std::string& name, const std::vector<int>& node_inputs, Attrs attrs) {
   Node n;
   n.op = op;
   n.name = name;
@@ -85,16 +91,21 @@ int Graph::add_node(Op op, const std::string& name, const std::vector<int>& node
   n.attrs = std::move(attrs);
   for (int in : n.inputs)
     if (in < 0 || in >= static_cast<int>(values.size())) fail_runtime("node '", name, "': bad input id ", in);
-  Value out;
-  out.name = name;
-  infer_node(*this, n, &out.dtype, &out.shape);
-  out.producer = static_cast<int>(nodes.size());
-  values.push_back(std::move(out));
-  if (uses_valid_) uses_.emplace_back();
-  n.outputs = {static_cast<int>(values.size()) - 1};
+  const std::vector<ValueType> types = infer_outputs(*this, n);
+  const int index = static_cast<int>(nodes.size());
+  for (size_t k = 0; k < types.size(); ++k) {
+    Value out;
+    out.name = output_value_name(name, k);
+    out.dtype = types[k].dtype;
+    out.shape = types[k].shape;
+    out.producer = index;
+    values.push_back(std::move(out));
+    if (uses_valid_) uses_.emplace_back();
+    n.outputs.push_back(static_cast<int>(values.size()) - 1);
+  }
   nodes.push_back(std::move(n));
-  for (int in : nodes.back().inputs) add_use(in, static_cast<int>(nodes.size()) - 1);
-  return nodes.back().outputs[0];
+  for (int in : nodes.back().inputs) add_use(in, index);
+  return nodes.back().outputs;
 }
 
 void Graph::mark_output(int value_id) { outputs.push_back(value_id); }
@@ -247,8 +258,14 @@ void Graph::canonicalize() {
 
 void Graph::infer_shapes() {
   for (const auto& n : nodes) {
-    Value& out = values[n.outputs[0]];
-    infer_node(*this, n, &out.dtype, &out.shape);
+    const std::vector<ValueType> types = infer_outputs(*this, n);
+    if (types.size() != n.outputs.size())
+      fail_runtime(n.name, ": ", op_name(n.op), " gives ", types.size(), " outputs, the node has ", n.outputs.size());
+    for (size_t k = 0; k < types.size(); ++k) {
+      Value& out = values[n.outputs[k]];
+      out.dtype = types[k].dtype;
+      out.shape = types[k].shape;
+    }
   }
 }
 

@@ -46,6 +46,8 @@ struct Value {
 // finite, one scale (axis -1) or one per index of `axis`.
 std::string quant_problem(const Value& v, const QuantParams& q);
 
+// A node has as many outputs as its op's rule gives, within ops.def's bounds
+// (top_k: values and indices); each output value names the node as producer.
 struct Node {
   Op op = Op::Activation;
   std::string name;
@@ -71,8 +73,12 @@ class Graph {
 
   int add_input(const std::string& name, DType dtype, const Shape& shape);
   int add_constant(const std::string& name, HostTensor tensor);
-  // Appends a node, infers its output's dtype and shape, returns the output value id.
+  // Appends a node, infers its outputs' dtypes and shapes, returns the first
+  // output's value id (all an op with one output has).
   int add_node(Op op, const std::string& name, const std::vector<int>& node_inputs, Attrs attrs = {});
+  // The same, returning every output's value id in output order. Output 0 is
+  // named like the node, output k > 0 "<node>:k" (output_value_name).
+  std::vector<int> add_node_multi(Op op, const std::string& name, const std::vector<int>& node_inputs, Attrs attrs = {});
   void mark_output(int value_id);
 
   bool is_constant(int value_id) const { return values.at(value_id).constant.has_value(); }
@@ -93,7 +99,10 @@ class Graph {
   void set_node_inputs(int node, const std::vector<int>& new_inputs);
   // Moves node `from`'s outputs to node `to` (which now produces them) and
   // detaches `from`: no inputs, no outputs. Detached nodes are dropped by
-  // canonicalize(); until then they read nothing and produce nothing.
+  // canonicalize(); until then they read nothing and produce nothing. `to`'s
+  // own outputs are dropped, so fusions call it only where `from` is the sole
+  // reader of all of them and both ops have as many outputs (the verifier
+  // checks every node's output count against its op).
   void hand_over_outputs(int from, int to);
   // False when the cached use-list disagrees with the nodes (someone edited
   // them without invalidate_uses()); true when it matches or is not built.
@@ -105,7 +114,8 @@ class Graph {
   // Recomputes producer links, sorts nodes topologically (stable: keeps the
   // existing order where dependencies allow), and drops values nothing refers to.
   void canonicalize();
-  // Re-runs shape inference over all nodes (after changing input shapes).
+  // Re-runs shape inference over all nodes (after changing input shapes),
+  // setting every output's dtype and shape.
   void infer_shapes();
 
  private:
@@ -116,7 +126,19 @@ class Graph {
   mutable bool uses_valid_ = false;
 };
 
-// Shape and dtype rule of one node given its inputs; throws naming the node.
-void infer_node(const Graph& g, const Node& n, DType* dtype, Shape* shape);
+// The dtype and shape of one value, as a shape rule gives it.
+struct ValueType {
+  DType dtype = DType::F32;
+  Shape shape;
+  bool operator==(const ValueType&) const = default;
+};
+
+// Shape and dtype rule of one node given its inputs: one ValueType per output
+// the op produces (a count within ops.def's bounds); throws naming the node.
+std::vector<ValueType> infer_outputs(const Graph& g, const Node& n);
+
+// Name add_node gives output k of node `node`: the node's name for k = 0
+// (graph outputs and checkpoint names stay as they were), "<node>:k" after.
+std::string output_value_name(const std::string& node, size_t k);
 
 }  // namespace kiln

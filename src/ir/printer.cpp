@@ -43,8 +43,9 @@ std::string print_graph(const Graph& g) {
   for (const Value& v : g.values)  // only quantized constants: the rest print as @name where used
     if (v.constant && v.quant) os << "const @" << v.name << " : " << dtype_name(v.dtype) << shape_str(v.shape) << quant_str(v) << "\n";
   for (const Node& n : g.nodes) {
-    const Value& out = g.values[n.outputs[0]];
-    os << "%" << n.outputs[0] << " = " << op_name(n.op) << " \"" << n.name << "\"(";
+    // Every output, in order: "%5, %6 = top_k ... : f32[1,5], i64[1,5]".
+    for (size_t k = 0; k < n.outputs.size(); ++k) os << (k ? ", %" : "%") << n.outputs[k];
+    os << " = " << op_name(n.op) << " \"" << n.name << "\"(";
     for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << ref(n.inputs[i]);
     os << ")";
     if (!n.attrs.empty()) {
@@ -56,7 +57,12 @@ std::string print_graph(const Graph& g) {
       }
       os << "}";
     }
-    os << " : " << dtype_name(out.dtype) << shape_str(out.shape) << quant_str(out) << "\n";
+    os << " :";
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const Value& out = g.values[n.outputs[k]];
+      os << (k ? ", " : " ") << dtype_name(out.dtype) << shape_str(out.shape) << quant_str(out);
+    }
+    os << "\n";
   }
   for (int v : g.outputs) os << "output %" << v << " \"" << g.values[v].name << "\"\n";
   return os.str();

@@ -174,15 +174,19 @@ Graph deserialize_graph(const std::string& graph_json, const Blob& weights, cons
     where = cat(source, ": node '", n.name, "'");
     n.inputs = need_ids(jn, "inputs", where, g.values.size());
     n.outputs = need_ids(jn, "outputs", where, g.values.size());
-    if (n.outputs.size() != 1) fail_input(where, ": a node has exactly one output");
+    if (const std::string why = output_count_problem(n.op, n.outputs.size()); !why.empty()) fail_input(where, ": ", why);
     const json& attrs = need(jn, "attrs", where);
     if (!attrs.is_object()) fail_input(where, ": attrs must be an object");
     for (const auto& [k, v] : attrs.items()) n.attrs[k] = attr_from_json(v, where);
-    const int nin = static_cast<int>(n.inputs.size());
-    if (nin < op_info(n.op).min_inputs || nin > op_info(n.op).max_inputs) fail_input(where, ": wrong number of inputs");
-    Value& out = g.values[n.outputs[0]];
-    if (out.constant || out.producer != -1) fail_input(where, ": output value is a constant or produced twice");
-    out.producer = static_cast<int>(i);
+    if (const std::string why = input_count_problem(n.op, n.inputs.size()); !why.empty()) fail_input(where, ": ", why);
+    for (int o : n.outputs) {
+      Value& out = g.values[o];
+      if (out.constant) fail_input(where, ": output '", out.name, "' is a constant");
+      if (out.producer != -1)
+        fail_input(where, ": output '", out.name, "' is already produced by node '",
+                   out.producer == static_cast<int>(i) ? n.name : g.nodes[out.producer].name, "'");
+      out.producer = static_cast<int>(i);
+    }
     g.nodes.push_back(std::move(n));
   }
   g.inputs = need_ids(j, "inputs", source, g.values.size());

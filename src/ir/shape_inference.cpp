@@ -113,8 +113,10 @@ Shape infer_binary(const Graph& g, const Node& n) {
 }
 
 int64_t norm_axis(const Node& n, int64_t axis, size_t rank) {
+  const int64_t given = axis;
   if (axis < 0) axis += static_cast<int64_t>(rank);
-  if (axis < 0 || axis >= static_cast<int64_t>(rank)) fail_input(n.name, ": axis out of range");
+  if (axis < 0 || axis >= static_cast<int64_t>(rank))
+    fail_input(n.name, ": axis ", given, " out of range for rank ", rank);
   return axis;
 }
 
@@ -141,44 +143,76 @@ Shape infer_slice(const Graph& g, const Node& n) {
   return y;
 }
 
-}  // namespace
-
-void infer_node(const Graph& g, const Node& n, DType* dtype, Shape* shape) {
-  const OpInfo& info = op_info(n.op);
-  const int nin = static_cast<int>(n.inputs.size());
-  if (nin < info.min_inputs || nin > info.max_inputs)
-    fail_input(n.name, ": ", info.name, " takes ", info.min_inputs, "..", info.max_inputs, " inputs, got ", nin);
+// top_k: values (x's dtype) and indices (i64), both x's shape with extent k
+// along the axis.
+std::vector<ValueType> infer_top_k(const Graph& g, const Node& n) {
   const Value& x = input(g, n, 0);
-  *dtype = x.dtype;
+  if (x.shape.empty()) fail_input(n.name, ": top_k of rank-0 input '", x.name, "'");
+  const int64_t axis = norm_axis(n, n.attr_int("axis", -1), x.shape.size());
+  const int64_t k = n.attr_int("k"), extent = x.shape[axis];
+  if (k < 1) fail_input(n.name, ": top_k needs k >= 1, got k = ", k);
+  if (k > extent)
+    fail_input(n.name, ": k = ", k, " is larger than the extent ", extent, " of axis ", axis, " of input '", x.name, "' ",
+               shape_str(x.shape));
+  for (const char* flag : {"largest", "sorted"}) {
+    const int64_t v = n.attr_int(flag, 1);
+    if (v != 0 && v != 1) fail_input(n.name, ": attribute '", flag, "' must be 0 or 1, got ", v);
+  }
+  // torch.topk(sorted=False) leaves the order to the kernel; kiln has no
+  // kernel that gains from it yet, and an unspecified order would make
+  // backends disagree, so it is refused rather than silently sorted.
+  if (n.attr_int("sorted", 1) == 0)
+    fail_input(n.name, ": top_k with sorted=0 is not supported (results are always sorted; set sorted=1)");
+  Shape y = x.shape;
+  y[axis] = k;
+  return {{x.dtype, y}, {DType::I64, y}};
+}
+
+std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  ValueType one{x.dtype, {}};  // ops with one output: x's dtype unless the rule says otherwise
   switch (n.op) {
-    case Op::Conv2d: *shape = infer_conv(g, n); break;
-    case Op::BatchNorm: *shape = infer_batch_norm(g, n); break;
-    case Op::Activation: *shape = x.shape; break;
+    case Op::TopK: return infer_top_k(g, n);
+    case Op::Conv2d: one.shape = infer_conv(g, n); break;
+    case Op::BatchNorm: one.shape = infer_batch_norm(g, n); break;
+    case Op::Activation: one.shape = x.shape; break;
     case Op::Add:
-    case Op::Mul: *shape = infer_binary(g, n); break;
+    case Op::Mul: one.shape = infer_binary(g, n); break;
     case Op::MaxPool2d:
-    case Op::AvgPool2d: *shape = infer_pool(g, n); break;
+    case Op::AvgPool2d: one.shape = infer_pool(g, n); break;
     case Op::GlobalAvgPool:
       expect_rank(n, x, 4);
-      *shape = {x.shape[0], x.shape[1], 1, 1};
+      one.shape = {x.shape[0], x.shape[1], 1, 1};
       break;
     case Op::Flatten:
       // [N, ...] -> [N, prod(...)]; rank 1 gives [N, 1]. A rank-0 value has no batch axis.
       if (x.shape.empty()) fail_input(n.name, ": flatten of rank-0 input '", x.name, "'");
-      *shape = {x.shape[0], x.shape[0] == 0 ? 0 : shape_numel(x.shape) / x.shape[0]};
+      one.shape = {x.shape[0], x.shape[0] == 0 ? 0 : shape_numel(x.shape) / x.shape[0]};
       break;
-    case Op::Linear: *shape = infer_linear(g, n); break;
-    case Op::Concat: *shape = infer_concat(g, n); break;
-    case Op::Slice: *shape = infer_slice(g, n); break;
+    case Op::Linear: one.shape = infer_linear(g, n); break;
+    case Op::Concat: one.shape = infer_concat(g, n); break;
+    case Op::Slice: one.shape = infer_slice(g, n); break;
     case Op::Cast: {
       auto t = dtype_from_name(n.attr_str("dtype"));
       if (!t) fail_input(n.name, ": unknown dtype '", n.attr_str("dtype"), "'");
-      *dtype = *t;
-      *shape = x.shape;
+      one.dtype = *t;
+      one.shape = x.shape;
       break;
     }
     default: fail_input(n.name, ": no shape rule for op ", op_name(n.op));
   }
+  return {one};
+}
+
+}  // namespace
+
+std::vector<ValueType> infer_outputs(const Graph& g, const Node& n) {
+  if (const std::string why = input_count_problem(n.op, n.inputs.size()); !why.empty()) fail_input(n.name, ": ", why);
+  std::vector<ValueType> types = op_rule(g, n);
+  // A rule that disagrees with ops.def is a kiln bug, not a bad graph.
+  if (const std::string why = output_count_problem(n.op, types.size()); !why.empty())
+    fail_runtime(n.name, ": the shape rule disagrees with ops.def: ", why);
+  return types;
 }
 
 }  // namespace kiln

@@ -42,18 +42,28 @@ void verify_graph(const Graph& g, const std::string& stage) {
       if (in < 0 || in >= nv) bad(cat(n.name, ": input id out of range"));
       if (!available[in]) bad(cat(n.name, ": input '", g.values[in].name, "' used before it is produced"));
     }
-    if (n.outputs.size() != 1) bad(cat(n.name, ": nodes have exactly one output"));
-    int out = n.outputs[0];
-    if (out < 0 || out >= nv) bad(cat(n.name, ": output id out of range"));
-    if (available[out]) bad(cat(n.name, ": output '", g.values[out].name, "' produced twice"));
-    if (g.values[out].producer != static_cast<int>(i)) bad(cat(n.name, ": stale producer link"));
-    DType t;
-    Shape s;
-    infer_node(g, n, &t, &s);
-    if (t != g.values[out].dtype || s != g.values[out].shape)
-      bad(cat(n.name, ": recorded ", dtype_name(g.values[out].dtype), shape_str(g.values[out].shape), " but op rule gives ",
-              dtype_name(t), shape_str(s)));
-    available[out] = 1;
+    // Outputs: as many as the op has (ops.def), each a fresh non-constant
+    // value whose producer link names this node, typed as the rule says.
+    if (const std::string why = output_count_problem(n.op, n.outputs.size()); !why.empty()) bad(cat(n.name, ": ", why));
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const int out = n.outputs[k];
+      if (out < 0 || out >= nv) bad(cat(n.name, ": output ", k, " id out of range"));
+      if (g.values[out].constant) bad(cat(n.name, ": output ", k, " '", g.values[out].name, "' is a constant"));
+      if (available[out]) bad(cat(n.name, ": output '", g.values[out].name, "' produced twice"));
+      if (g.values[out].producer != static_cast<int>(i))
+        bad(cat(n.name, ": output ", k, " '", g.values[out].name, "' has a stale producer link (", g.values[out].producer,
+                ", not node ", i, ")"));
+      available[out] = 1;
+    }
+    const std::vector<ValueType> types = infer_outputs(g, n);
+    if (types.size() != n.outputs.size())
+      bad(cat(n.name, ": ", n.outputs.size(), " outputs but its op rule gives ", types.size()));
+    for (size_t k = 0; k < types.size(); ++k) {
+      const Value& out = g.values[n.outputs[k]];
+      if (types[k].dtype != out.dtype || types[k].shape != out.shape)
+        bad(cat(n.name, ": output ", k, " recorded ", dtype_name(out.dtype), shape_str(out.shape), " but op rule gives ",
+                dtype_name(types[k].dtype), shape_str(types[k].shape)));
+    }
   }
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const std::string why = fusion_mark_problem(g, i);

@@ -1,5 +1,10 @@
-// Removes nodes whose result nobody reads (and is not a graph output);
-// repeats until nothing changes since removing one can orphan its inputs.
+// Removes nodes none of whose results anybody reads (and none is a graph
+// output); repeats until nothing changes since removing one can orphan its
+// inputs. A node with several outputs (top_k) stays while any one is read:
+// its unread outputs are still written, and the memory planner gives them a
+// lifetime of that node alone.
+#include <algorithm>
+
 #include "passes/pass.hpp"
 
 namespace kiln {
@@ -14,7 +19,8 @@ int eliminate_dead_nodes(Graph& g) {
       for (int in : n.inputs) read[in] = 1;
     for (int o : g.outputs) read[o] = 1;
     for (size_t i = g.nodes.size(); i-- > 0;) {
-      if (!read[g.nodes[i].outputs[0]]) {
+      const auto& outs = g.nodes[i].outputs;
+      if (std::none_of(outs.begin(), outs.end(), [&](int o) { return read[o] != 0; })) {
         g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
         ++count;
         changed = true;

@@ -19,8 +19,12 @@ int set_precision(Graph& g, DType dtype) {
   }
   const std::vector<int> old_inputs = g.inputs;
   const std::vector<int> old_outputs = g.outputs;
-  // Narrow every activation first, then re-widen the graph boundary.
-  for (auto& n : g.nodes) g.values[n.outputs[0]].dtype = dtype;
+  // Narrow every f32 activation first (every output of every node; integer
+  // results such as top_k's indices keep their type), then re-widen the
+  // graph boundary.
+  for (auto& n : g.nodes)
+    for (int o : n.outputs)
+      if (g.values[o].dtype == DType::F32) g.values[o].dtype = dtype;
   std::vector<Node> prologue;
   for (int in : old_inputs) {
     if (g.values[in].dtype != DType::F32) continue;
@@ -41,6 +45,7 @@ int set_precision(Graph& g, DType dtype) {
   g.invalidate_uses();  // node indices shifted
   for (size_t k = 0; k < old_outputs.size(); ++k) {
     int out = g.outputs[k];
+    if (g.values[out].dtype != dtype) continue;  // not narrowed (indices): handed out as it is
     std::string name = g.values[out].name;
     // The graph output keeps its public name ("logits"); the narrow value is renamed.
     g.values[out].name = name + ".narrow";

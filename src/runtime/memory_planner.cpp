@@ -8,31 +8,53 @@ MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>
   return plan_memory_with_views(g, bytes_of, [](int) { return -1; }, alignment);
 }
 
-MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
-                                  const std::function<int(int)>& alias_of, size_t alignment,
-                                  const std::map<int, int>& live_until) {
-  const int nv = static_cast<int>(g.values.size());
-  std::vector<int> root(nv);
-  for (int v = 0; v < nv; ++v) {
+namespace {
+
+std::vector<int> roots(const Graph& g, const std::function<int(int)>& alias_of) {
+  std::vector<int> root(g.values.size());
+  for (int v = 0; v < static_cast<int>(g.values.size()); ++v) {
     int r = v;
     for (int a = alias_of(r); a >= 0; a = alias_of(r)) r = a;
     root[v] = r;
   }
+  return root;
+}
+
+}  // namespace
+
+std::vector<Lifetime> value_lifetimes(const Graph& g, const std::function<int(int)>& alias_of,
+                                      const std::map<int, int>& live_until) {
+  const int nv = static_cast<int>(g.values.size());
+  const std::vector<int> root = roots(g, alias_of);
   const int end = static_cast<int>(g.nodes.size());
   // A buffer lives from the first write into it (its own producer or the
   // producer of any view into it, e.g. a concat input written in place)
-  // to the last read of it or of any view.
-  std::vector<int> first(nv, end), last(nv, -1);
-  for (int v : g.inputs) first[root[v]] = -1;
+  // to the last read of it or of any view. Each output of a node counts on
+  // its own, so an unread second output ends at its producer.
+  std::vector<Lifetime> life(nv, Lifetime{end, -1});
+  for (int v : g.inputs) life[root[v]].first = -1;
   for (int i = 0; i < end; ++i)
     for (int o : g.nodes[i].outputs) {
-      first[root[o]] = std::min(first[root[o]], i);
-      last[root[o]] = std::max(last[root[o]], i);
+      life[root[o]].first = std::min(life[root[o]].first, i);
+      life[root[o]].last = std::max(life[root[o]].last, i);
     }
   for (int i = 0; i < end; ++i)
-    for (int in : g.nodes[i].inputs) last[root[in]] = std::max(last[root[in]], i);
-  for (int o : g.outputs) last[root[o]] = end;
-  for (const auto& [v, until] : live_until) last[root[v]] = std::max(last[root[v]], until);
+    for (int in : g.nodes[i].inputs) life[root[in]].last = std::max(life[root[in]].last, i);
+  for (int o : g.outputs) life[root[o]].last = end;
+  for (const auto& [v, until] : live_until) life[root[v]].last = std::max(life[root[v]].last, until);
+  for (int v = 0; v < nv; ++v) {
+    if (g.values[v].constant) life[v] = Lifetime{};
+    else if (root[v] != v) life[v] = life[root[v]];
+  }
+  return life;
+}
+
+MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
+                                  const std::function<int(int)>& alias_of, size_t alignment,
+                                  const std::map<int, int>& live_until) {
+  const int nv = static_cast<int>(g.values.size());
+  const std::vector<int> root = roots(g, alias_of);
+  const std::vector<Lifetime> life = value_lifetimes(g, alias_of, live_until);
   struct Item {
     int value;
     size_t bytes;
@@ -56,7 +78,7 @@ MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(con
   for (const Item& it : items) {
     std::vector<std::pair<int64_t, int64_t>> busy;
     for (const Placed& p : placed)
-      if (!(p.last < first[it.value] || last[it.value] < p.first))
+      if (!(p.last < life[it.value].first || life[it.value].last < p.first))
         busy.push_back({p.offset, p.offset + static_cast<int64_t>(p.bytes)});
     std::sort(busy.begin(), busy.end());
     int64_t off = 0;
@@ -65,7 +87,7 @@ MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(con
       off = std::max(off, e);
     }
     plan.offsets[it.value] = off;
-    placed.push_back({off, it.bytes, first[it.value], last[it.value]});
+    placed.push_back({off, it.bytes, life[it.value].first, life[it.value].last});
     plan.arena_bytes = std::max(plan.arena_bytes, static_cast<size_t>(off) + it.bytes);
   }
   for (int v = 0; v < nv; ++v)

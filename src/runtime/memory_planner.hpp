@@ -1,8 +1,10 @@
 // Packs every activation into one arena. A value lives from the node that
 // produces it (graph inputs: from the start) to its last reader (graph
 // outputs: to the end); two values may share bytes when their lifetimes do
-// not overlap. Greedy by size, each placed at the lowest offset that does not
-// collide with an already-placed value alive at the same time.
+// not overlap. Every output of a multi-output node (top_k) has a lifetime of
+// its own: an output nobody reads lives only during the node that writes it.
+// Greedy by size, each placed at the lowest offset that does not collide with
+// an already-placed value alive at the same time.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +21,18 @@ struct MemoryPlan {
   size_t arena_bytes = 0;
   size_t naive_bytes = 0;  // sum of all activation sizes (no reuse)
 };
+
+// When a buffer is in use, as node indices (inclusive): from its first write
+// (graph inputs: -1) to its last read (graph outputs: nodes.size()).
+struct Lifetime {
+  int first = 0, last = -1;
+};
+
+// Per value id: the lifetime of the buffer holding it (a view's is its
+// root's, covering every view's writes and reads); constants get {0, -1}.
+// alias_of and live_until as for plan_memory_with_views.
+std::vector<Lifetime> value_lifetimes(const Graph& g, const std::function<int(int)>& alias_of,
+                                      const std::map<int, int>& live_until = {});
 
 // bytes_of gives the storage size of a non-constant value (backends store
 // activations differently: the CPU backend keeps f32 even for f16 graphs).

@@ -69,6 +69,10 @@ int CaseBuilder::node(Op op, const std::string& name, const std::vector<int>& in
   return g_.add_node(op, name, ins, std::move(attrs));
 }
 
+std::vector<int> CaseBuilder::node_multi(Op op, const std::string& name, const std::vector<int>& ins, Attrs attrs) {
+  return g_.add_node_multi(op, name, ins, std::move(attrs));
+}
+
 Graph CaseBuilder::finish(int output) { return finish(std::vector<int>{output}); }
 Graph CaseBuilder::finish(const std::vector<int>& outputs) {
   for (int o : outputs) g_.mark_output(o);
@@ -161,6 +165,7 @@ const std::vector<OpCase>& all_cases() {
     add_elementwise_cases(v);
     add_shape_cases(v);
     add_group_cases(v);
+    add_top_k_cases(v);
     std::set<std::string> names;
     for (const OpCase& c : v)
       if (!names.insert(c.name).second) fail_runtime("op harness: case name '", c.name, "' is used twice");

@@ -25,7 +25,13 @@ std::map<std::string, std::pair<double, double>>& error_log() {
 namespace {
 
 const char* expect_name(const Declared& d) {
-  return d.expect == Expect::Match ? "match" : d.expect == Expect::Refuses ? "refuses" : "wrong";
+  switch (d.expect) {
+    case Expect::Match: return "match";
+    case Expect::Refuses: return "refuses";
+    case Expect::WrongResult: return "wrong";
+    case Expect::NotLowered: return "not-lowered";
+    default: return "?";
+  }
 }
 
 void list_cases() {
@@ -44,6 +50,11 @@ void list_cases() {
     total += n("f32") + n("f16") + n("bf16");
   }
   std::printf("\n%d cases\n", total);
+  for (kiln::Op op : kNotLoweredOnCuda) {
+    int n = 0;
+    for (const OpCase& c : all_cases()) n += c.cuda.expect == Expect::NotLowered && c.group == kiln::op_name(op);
+    std::printf("not lowered on CUDA yet: %s (%d cases skipped by OpCuda)\n", kiln::op_name(op), n);
+  }
 }
 
 }  // namespace

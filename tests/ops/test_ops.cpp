@@ -12,7 +12,11 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -89,8 +93,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, OpCpu, ::testing::Range(size_t(0), all_cases().s
 class OpCuda : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpCuda, MatchesReference) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const OpCase& c = all_cases()[GetParam()];
+  // Listed and printed, never silent: OpCudaNotLowered.* fails once the op is lowered.
+  if (c.cuda.expect == Expect::NotLowered) GTEST_SKIP() << "[not lowered on CUDA yet] " << c.name << ": " << c.cuda.why;
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const auto in = case_inputs(c);
   double cuda_ms = 0;
   std::vector<ref::Buffer> want;
@@ -102,13 +108,45 @@ TEST_P(OpCuda, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, OpCuda, ::testing::Range(size_t(0), all_cases().size()), case_label);
+
+// Each op of kNotLoweredOnCuda, through the path `kiln build --backend cuda`
+// takes (CudaEngine with tuning): it must be refused with the CUDA program
+// builder's "no lowering" error naming the node. Once the backend takes the
+// op this fails, so the skips above cannot outlive the lowering.
+class OpCudaNotLowered : public ::testing::TestWithParam<Op> {};
+
+TEST_P(OpCudaNotLowered, IsRefusedNamingTheNode) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const Op op = GetParam();
+  const OpCase* probe = nullptr;  // the first case of the op whose inputs are 4-D (CUDA engine inputs must be)
+  for (const OpCase& c : all_cases()) {
+    bool four_d = c.single_op() && c.group == op_name(op);
+    for (int v : c.graph.inputs) four_d = four_d && c.graph.values[v].shape.size() == 4;
+    if (four_d && !probe) probe = &c;
+  }
+  ASSERT_NE(probe, nullptr) << op_name(op) << ": no harness case with 4-D inputs to probe the CUDA backend with";
+  std::string refusal;
+  try {
+    run_cuda_backend(probe->graph, case_inputs(*probe), options().cuda_opt_level);
+  } catch (const Error& e) {
+    refusal = e.what();
+  }
+  ASSERT_FALSE(refusal.empty()) << "the CUDA backend runs " << op_name(op) << " now (" << probe->name
+                                << "): remove it from kNotLoweredOnCuda (op_harness.hpp) and its cuda_not_lowered "
+                                   "declarations, so its cases are checked against the reference";
+  EXPECT_NE(refusal.find(probe->cuda.says), std::string::npos) << probe->name << " refused for another reason: " << refusal;
+  EXPECT_NE(refusal.find(probe->graph.nodes.at(0).name + ": "), std::string::npos) << "the error must name the node: " << refusal;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpCudaNotLowered, ::testing::ValuesIn(kNotLoweredOnCuda),
+                         [](const ::testing::TestParamInfo<Op>& info) { return std::string(op_name(info.param)); });
 #endif
 
 // ------------------------------------------------------------------ coverage
 
 TEST(OpHarness, EveryOpHasOneNodeCasesInEveryDtype) {
   const Op ops[] = {
-#define KILN_OP(e, name, min_in, max_in) Op::e,
+#define KILN_OP(e, name, min_in, max_in, min_out, max_out) Op::e,
 #include "ir/ops.def"
 #undef KILN_OP
   };
@@ -120,6 +158,50 @@ TEST(OpHarness, EveryOpHasOneNodeCasesInEveryDtype) {
       if (!found) missing += cat(" ", op_name(op), "/", dtype_name(dt));
     }
   EXPECT_TRUE(missing.empty()) << "ops of ops.def without a harness case:" << missing;
+}
+
+// The not-lowered list in one glance (printed on every run, CPU builds too),
+// kept honest without a GPU: every case of a listed op declares it, no other
+// case does, and the CUDA sources have no `case Op::<Enum>` for a listed op
+// (that is what a lowering in cuda_program.cpp's dispatch looks like).
+TEST(OpHarness, NotLoweredOnCudaListIsCurrent) {
+  auto listed = [](Op op) { return std::find(std::begin(kNotLoweredOnCuda), std::end(kNotLoweredOnCuda), op) != std::end(kNotLoweredOnCuda); };
+  for (Op op : kNotLoweredOnCuda) {
+    int cases = 0;
+    for (const OpCase& c : all_cases()) cases += c.single_op() && c.group == op_name(op);
+    std::printf("[not lowered on CUDA yet] %s: %d cases skipped by OpCuda (kNotLoweredOnCuda, tests/ops/op_harness.hpp)\n",
+                op_name(op), cases);
+    EXPECT_GT(cases, 0) << op_name(op);
+  }
+  for (const OpCase& c : all_cases()) {
+    const std::optional<Op> op = op_from_name(c.group);
+    const bool not_lowered = c.cuda.expect == Expect::NotLowered;
+    EXPECT_FALSE(c.cpu.expect == Expect::NotLowered) << c.name << ": only the CUDA side may be not lowered";
+    if (!c.single_op()) {
+      EXPECT_FALSE(not_lowered) << c.name << ": groups declare what fails in them (Refuses), not NotLowered";
+      continue;
+    }
+    ASSERT_TRUE(op.has_value()) << c.name;
+    EXPECT_EQ(not_lowered, listed(*op)) << c.name << ": declare cuda_not_lowered(op) exactly for the ops of kNotLoweredOnCuda";
+  }
+  const char* enum_names[] = {
+#define KILN_OP(e, name, min_in, max_in, min_out, max_out) #e,
+#include "ir/ops.def"
+#undef KILN_OP
+  };
+  // The CUDA backend's lowerings are reached through a dispatch generated
+  // from ops.def (src/backends/cuda/lower.cpp); ops it does not lower are
+  // declared there with KILN_CUDA_NOT_LOWERED(Enum). Both lists must agree.
+  const std::filesystem::path lower_cpp = std::filesystem::path(KILN_SOURCE_DIR) / "src" / "backends" / "cuda" / "lower.cpp";
+  std::ifstream f(lower_cpp);
+  ASSERT_TRUE(f.good()) << lower_cpp;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (size_t i = 0; i < std::size(enum_names); ++i) {
+    const std::string token = std::string("KILN_CUDA_NOT_LOWERED(") + enum_names[i] + ")";
+    EXPECT_EQ(text.find(token) != std::string::npos, listed(static_cast<Op>(i)))
+        << op_name(static_cast<Op>(i)) << ": lower.cpp and kNotLoweredOnCuda (op_harness.hpp) disagree on whether "
+        << "CUDA lowers it; when it does, remove it from both and its cuda_not_lowered declarations";
+  }
 }
 
 TEST(OpHarness, EveryActivationHasCasesInEveryDtype) {

@@ -2,10 +2,13 @@
 // reference backend.
 #pragma once
 #include <cmath>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "core/error.hpp"
 #include "ir/graph.hpp"
 #include "runtime/memory_planner.hpp"
 
@@ -34,6 +37,16 @@ inline std::vector<std::vector<float>> run_cpu(const Graph& g, const std::vector
     out.emplace_back(p, p + shape_numel(g.values[o].shape));
   }
   return out;
+}
+
+// The message of the kiln::Error f throws, "(no error)" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

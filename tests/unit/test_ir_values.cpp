@@ -17,6 +17,7 @@
 namespace kiln {
 namespace {
 
+using testing::error_of;
 using testing::random_tensor;
 
 Graph two_readers(std::mt19937& rng) {
@@ -73,15 +74,6 @@ TEST(UseList, VerifierCatchesDirectEditWithoutInvalidate) {
   g.invalidate_uses();
   EXPECT_TRUE(g.uses_are_current());
   EXPECT_EQ(g.consumers(g.inputs[0]), (std::vector<int>{0, 2}));
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(IrDtypes, Int8IsADtype) {

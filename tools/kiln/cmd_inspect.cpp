@@ -52,6 +52,13 @@ void print_plans(const nlohmann::json& plans, const std::string& gpu) {
   }
 }
 
+// Every output's type, "f32[1,5]" or "f32[1,5], i64[1,5]" (top_k).
+std::string output_types(const Graph& g, const Node& n) {
+  std::string s;
+  for (int o : n.outputs) s += (s.empty() ? "" : ", ") + (dtype_name(g.values[o].dtype) + shape_str(g.values[o].shape));
+  return s;
+}
+
 }  // namespace
 
 void add_inspect(CLI::App& app) {
@@ -114,8 +121,12 @@ void add_inspect(CLI::App& app) {
       for (size_t i = 0; i < e.graph.nodes.size(); ++i) {
         const Node& n = e.graph.nodes[i];
         const Value& out = e.graph.values[n.outputs[0]];
+        nlohmann::json outs = nlohmann::json::array();  // every output; dtype and shape above are the first's
+        for (int o : n.outputs)
+          outs.push_back({{"name", e.graph.values[o].name}, {"dtype", dtype_name(e.graph.values[o].dtype)},
+                          {"shape", e.graph.values[o].shape}});
         layers.push_back({{"name", n.name}, {"op", op_name(n.op)}, {"fused", fused(e.graph, n, views, adds, i)},
-                          {"dtype", dtype_name(out.dtype)}, {"shape", out.shape}});
+                          {"dtype", dtype_name(out.dtype)}, {"shape", out.shape}, {"outputs", outs}});
         if (tactic_of.count(n.name)) layers.back()["tactic"] = tactic_of[n.name];
       }
       nlohmann::json sections = nlohmann::json::object();
@@ -167,9 +178,8 @@ void add_inspect(CLI::App& app) {
     std::cout << "\n";
     for (size_t i = 0; i < e.graph.nodes.size(); ++i) {
       const Node& n = e.graph.nodes[i];
-      const Value& out = e.graph.values[n.outputs[0]];
       std::cout << "    " << std::left << std::setw(28) << n.name << std::setw(16) << op_name(n.op) << std::setw(36)
-                << fused(e.graph, n, views, adds, i) << std::setw(26) << (dtype_name(out.dtype) + shape_str(out.shape)) << std::right
+                << fused(e.graph, n, views, adds, i) << std::setw(26) << output_types(e.graph, n) << std::right
                 << (tactic_of.count(n.name) ? "  " + tactic_of[n.name] : "") << "\n";
     }
     if (o->plan) print_plans(plans, tactic_gpu);

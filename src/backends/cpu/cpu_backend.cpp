@@ -157,6 +157,12 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       }
       break;
     }
+    case Op::TopK: {  // values into `out`, indices (as exact floats) into the second output
+      const TopKAttrs a = top_k_attrs(g, n);
+      if (a.extent > (int64_t{1} << 24)) fail_input(n.name, ": top_k over more than 2^24 elements (indices are stored as f32)");
+      top_k(a.outer, a.extent, a.inner, a.k, a.largest, in(0), out, ptr[n.outputs[1]], pool);
+      break;
+    }
     case Op::Slice: {
       if (views && views->is_view(n.outputs[0])) return;  // a window of its input: nothing to copy
       if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU slice supports NCHW channel axis only");
@@ -202,13 +208,13 @@ void for_each_node(const Graph& g, const MemoryPlan& plan, float* arena, const C
     bool strided = false;
     if (layout.views && batch > 1) {
       for_reads([&](int v) { strided |= layout.views->is_view(v); });
-      strided |= layout.views->is_view(n.outputs[0]);
+      for (int o : n.outputs) strided |= layout.views->is_view(o);
     }
     if (strided && !layout.one) fail_runtime(n.name, ": strided views need the batch-1 graph");
     const int64_t items = strided ? batch : 1;
     for (int64_t b = 0; b < items; ++b) {
       for_reads([&](int v) { ptr[v] = value_ptr(g, plan, layout.views, arena, v, b); });
-      ptr[n.outputs[0]] = value_ptr(g, plan, layout.views, arena, n.outputs[0], b);
+      for (int o : n.outputs) ptr[o] = value_ptr(g, plan, layout.views, arena, o, b);
       fn(i, strided ? *layout.one : g, ptr);
     }
   }

@@ -79,6 +79,15 @@ void concat_channels(int n, int hw, const std::vector<std::pair<const float*, in
 // y = x[:, c_begin : c_begin + c_count] on NCHW.
 void slice_channels(int n, int c_total, int hw, int c_begin, int c_count, const float* x, float* y);
 
+// top_k along the middle axis of x [outer, extent, inner]: for each of the
+// outer*inner rows, the k largest (largest = false: smallest) values in order,
+// equal values by smaller index first, NaN above every number (torch.sort's
+// order). values and indices are [outer, k, inner]; indices are stored as
+// floats (the backend's activations are f32), exact since extent <= 2^24 is
+// checked. Neither output may alias x.
+void top_k(int64_t outer, int64_t extent, int64_t inner, int64_t k, bool largest, const float* x, float* values,
+           float* indices, ThreadPool& pool);
+
 // Sets OpenBLAS (process-global) to one thread, once: the pool does all the
 // parallel work, so results do not depend on other contexts running at the
 // same time (linear.cpp says why).

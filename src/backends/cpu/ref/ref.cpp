@@ -33,28 +33,33 @@ std::vector<Buffer> run_reference(const Graph& g, const Node& n, const std::vect
       fail_runtime(n.name, ": reference input ", i, " has ", inputs[i].size(), " values for shape ",
                    shape_str(g.values[n.inputs[i]].shape));
   const OpArgs a{g, n, inputs};
-  Buffer y;
+  std::vector<Buffer> ys;
   switch (n.op) {
-    case Op::Conv2d: y = conv2d(a); break;
-    case Op::BatchNorm: y = batch_norm(a); break;
-    case Op::Activation: y = activation(a); break;
-    case Op::Add: y = add(a); break;
-    case Op::Mul: y = mul(a); break;
-    case Op::MaxPool2d: y = max_pool2d(a); break;
-    case Op::AvgPool2d: y = avg_pool2d(a); break;
-    case Op::GlobalAvgPool: y = global_avg_pool(a); break;
-    case Op::Flatten: y = flatten(a); break;
-    case Op::Linear: y = linear(a); break;
-    case Op::Concat: y = concat(a); break;
-    case Op::Slice: y = slice(a); break;
-    case Op::Cast: y = cast(a); break;
+    case Op::Conv2d: ys.push_back(conv2d(a)); break;
+    case Op::BatchNorm: ys.push_back(batch_norm(a)); break;
+    case Op::Activation: ys.push_back(activation(a)); break;
+    case Op::Add: ys.push_back(add(a)); break;
+    case Op::Mul: ys.push_back(mul(a)); break;
+    case Op::MaxPool2d: ys.push_back(max_pool2d(a)); break;
+    case Op::AvgPool2d: ys.push_back(avg_pool2d(a)); break;
+    case Op::GlobalAvgPool: ys.push_back(global_avg_pool(a)); break;
+    case Op::Flatten: ys.push_back(flatten(a)); break;
+    case Op::Linear: ys.push_back(linear(a)); break;
+    case Op::Concat: ys.push_back(concat(a)); break;
+    case Op::Slice: ys.push_back(slice(a)); break;
+    case Op::Cast: ys.push_back(cast(a)); break;
+    case Op::TopK: ys = top_k(a); break;
     default: fail_runtime(n.name, ": the reference has no implementation of op ", static_cast<int>(n.op));
   }
-  const Value& out = g.values[n.outputs[0]];
-  if (static_cast<int64_t>(y.size()) != shape_numel(out.shape))
-    fail_runtime(n.name, ": reference ", op_name(n.op), " produced ", y.size(), " values for ", shape_str(out.shape));
-  for (float& v : y) v = round_to_storage(out.dtype, v);
-  return {std::move(y)};
+  if (ys.size() != n.outputs.size())
+    fail_runtime(n.name, ": reference ", op_name(n.op), " produced ", ys.size(), " outputs, the node has ", n.outputs.size());
+  for (size_t k = 0; k < ys.size(); ++k) {
+    const Value& out = g.values[n.outputs[k]];
+    if (static_cast<int64_t>(ys[k].size()) != shape_numel(out.shape))
+      fail_runtime(n.name, ": reference ", op_name(n.op), " produced ", ys[k].size(), " values for ", shape_str(out.shape));
+    for (float& v : ys[k]) v = round_to_storage(out.dtype, v);
+  }
+  return ys;
 }
 #pragma GCC diagnostic pop
 

@@ -34,12 +34,14 @@ struct OpArgs {
   const Node& n;
   const std::vector<Buffer>& in;
   const Shape& in_shape(size_t i) const { return g.values.at(n.inputs.at(i)).shape; }
-  const Shape& out_shape() const { return g.values.at(n.outputs.at(0)).shape; }
+  const Shape& out_shape(size_t k = 0) const { return g.values.at(n.outputs.at(k)).shape; }
   bool has_input(size_t i) const { return n.inputs.size() > i; }
 };
 
 // One function per op (or op family), each in its own file; results before
-// storage rounding (run_reference rounds).
+// storage rounding (run_reference rounds). Ops with several outputs return
+// one buffer per output; integer outputs (top_k's indices) hold exact
+// integers as floats.
 Buffer conv2d(const OpArgs& a);           // conv2d.cpp
 Buffer batch_norm(const OpArgs& a);       // batch_norm.cpp
 Buffer activation(const OpArgs& a);       // elementwise.cpp
@@ -53,5 +55,6 @@ Buffer flatten(const OpArgs& a);          // shape_ops.cpp
 Buffer concat(const OpArgs& a);           // shape_ops.cpp
 Buffer slice(const OpArgs& a);            // shape_ops.cpp
 Buffer cast(const OpArgs& a);             // shape_ops.cpp
+std::vector<Buffer> top_k(const OpArgs& a);  // top_k.cpp: values, indices
 
 }  // namespace kiln::ref
