@@ -13,6 +13,7 @@
 
 #include "../unit/family_test_util.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/lower.hpp"
 #include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/window_plan.hpp"
 #include "runtime/views.hpp"
@@ -148,6 +149,21 @@ TEST(SePlan, EveryEfficientNetFixture) {
         EXPECT_EQ(p.live_until.at(g.nodes[se.reduce].inputs[0]), static_cast<int>(mul)) << g.nodes[se.reduce].name;
       }
     }
+  }
+}
+
+// Layout assignment (lower.hpp): a flatten is a byte alias exactly where the
+// NHWC bytes are already in NCHW order (1x1 maps, one channel) or the value is
+// stored row-major (not 4-D); elsewhere it transposes.
+TEST(LayoutAssignment, FlattenAliasesOnlyWhereBytesAgree) {
+  const std::pair<Shape, bool> cases[] = {{{3, 24, 1, 1}, true},  {{2, 1, 3, 3}, true},  {{3, 12, 2, 2}, false},
+                                          {{1, 13, 3, 5}, false}, {{2, 3, 5}, true},     {{2, 3, 1, 2, 2}, true}};
+  for (const auto& [s, alias] : cases) {
+    Graph g;
+    const int x = g.add_input("x", DType::F16, s);
+    g.mark_output(g.add_node(Op::Flatten, "flatten", {x}));
+    EXPECT_EQ(flatten_is_alias(g, g.nodes[0]), alias) << shape_str(s);
+    EXPECT_EQ(stored_nhwc(g.values[x]), s.size() == 4) << shape_str(s);
   }
 }
 

@@ -18,15 +18,6 @@ std::string shape_tag(const Shape& s) {
   return t;
 }
 
-// The CUDA backend stages engine inputs as NCHW -> NHWC: other ranks are refused at build.
-void cuda_needs_4d(OpCase& c) {
-  for (int v : c.graph.inputs)
-    if (c.graph.values[v].shape.size() != 4) {
-      c.cuda = cuda_refuses_non_4d_inputs();
-      return;
-    }
-}
-
 // Elementwise limit: both sides evaluate the same formula on the same stored
 // inputs; f32 differs by exp()'s last bits (float vs double), f16/bf16 by one
 // rounding of the result (2^-10, 2^-7 relative).
@@ -51,7 +42,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
         c.graph = b.finish(b.node(Op::Activation, "act", {b.input("x", s)}, {{"activation", std::string(act)}}));
         c.input_lo = -8.f, c.input_hi = 8.f;  // relu6's clamp at 6 and the sigmoid's tails
         c.limit = elementwise_limit(dt);
-        cuda_needs_4d(c);
         out.push_back(std::move(c));
       }
 
@@ -67,7 +57,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Add, "add", {b.input("a", s), b.input("b", s)}, a));
       c.input_lo = -4.f, c.input_hi = 4.f;
       c.limit = elementwise_limit(dt);
-      cuda_needs_4d(c);
       out.push_back(std::move(c));
     }
 
@@ -90,7 +79,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.input_lo = -3.f, c.input_hi = 3.f;
       c.limit = elementwise_limit(dt);
       if (m.x == m.s) c.cuda = cuda_refuses_same_shape_mul();
-      cuda_needs_4d(c);
       out.push_back(std::move(c));
     }
 
@@ -109,7 +97,7 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       // The CUDA kernel applies a folded x*s + t (s, t in f32): the same value up to
       // a few f32 roundings, so the f32 limit is a little looser than other elementwise ops.
       c.limit = limit_for(Measure::ElemRel, dt, 4e-6, 1e-3, 8e-3);
-      cuda_needs_4d(c);
+      if (s.size() != 2 && s.size() != 4) c.cuda = cuda_refuses_batch_norm_rank();
       out.push_back(std::move(c));
     }
 
@@ -135,7 +123,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Linear, "fc", ins, a));
       // A dot product of up to 130 terms: as conv2d (cases_conv.cpp).
       c.limit = limit_for(Measure::MaxRel, dt, 1e-4, 5e-3, 3e-2);
-      cuda_needs_4d(c);  // CUDA runs linear behind a flatten of a 4-D value: the group:flatten_linear cases
       out.push_back(std::move(c));
     }
   }

@@ -24,17 +24,11 @@ OpCase start(const std::string& op, const std::string& tag, DType dt) {
   return c;
 }
 
-bool all_4d(const Graph& g) {
-  for (int v : g.inputs)
-    if (g.values[v].shape.size() != 4) return false;
-  return true;
-}
-
 // What the CPU and CUDA backends lower of concat/slice: axis 1 of 4-D tensors.
 void channel_axis_only(OpCase& c, int64_t axis, size_t rank) {
   if (axis == 1 && rank == 4) return;
   c.cpu = cpu_refuses_non_channel_axis();
-  c.cuda = all_4d(c.graph) ? cuda_refuses_non_channel_axis() : cuda_refuses_non_4d_inputs();
+  c.cuda = cuda_refuses_non_channel_axis();
 }
 
 }  // namespace
@@ -46,13 +40,8 @@ void add_shape_cases(std::vector<OpCase>& out) {
       OpCase c = start("flatten", shape_tag(s), dt);
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::Flatten, "flatten", {b.input("x", s)}));
-      if (s.size() != 4) {
-        c.cuda = cuda_refuses_non_4d_inputs();
-      } else if (s[1] > 1 && s[2] * s[3] > 1) {
-        // Recorded limitation: CUDA's flatten is a view of the NHWC bytes, so it
-        // yields [N, H*W*C] order; it is right only for 1x1 maps (or one channel).
-        c.cuda = cuda_flatten_wrong_off_1x1();
-      }
+      // CUDA: a byte alias on 1x1 maps, one channel and non-4-D values (row-major),
+      // else an NHWC -> NCHW transpose (layout assignment, src/backends/cuda/lower.hpp).
       out.push_back(std::move(c));
     }
 
@@ -126,7 +115,6 @@ void add_shape_cases(std::vector<OpCase>& out) {
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::Cast, "cast", {b.input_as("x", s.from, s.x)}, {{"dtype", std::string(dtype_name(s.to))}}));
       c.input_lo = -3000.f, c.input_hi = 3000.f;  // wide enough that rounding to bf16 (8 bits) and f16 (11 bits) shows
-      if (s.x.size() != 4) c.cuda = cuda_refuses_non_4d_inputs();
       out.push_back(std::move(c));
     }
   }

@@ -52,20 +52,20 @@ struct Declared {
 inline constexpr Op kNotLoweredOnCuda[] = {Op::TopK};
 
 // The limitations declared today, one place each.
-inline Declared cuda_refuses_non_4d_inputs() {
-  return {Expect::Refuses, "CUDA engine inputs must be 4-D (cuda_program.cpp stages NCHW -> NHWC)",
-          "must be 4-D for the CUDA backend"};
+inline Declared cuda_refuses_batch_norm_rank() {
+  return {Expect::Refuses, "CUDA batch_norm takes NHWC maps and [N, C] rows, channels innermost (elementwise.cpp)",
+          "CUDA batch_norm takes 2-D or 4-D values"};
 }
 inline Declared cpu_refuses_non_channel_axis() {
   return {Expect::Refuses, "CPU concat/slice take the channel axis of 4-D tensors (cpu_backend.cpp)",
           "supports NCHW channel axis only"};
 }
 inline Declared cuda_refuses_non_channel_axis() {
-  return {Expect::Refuses, "CUDA concat/slice take the channel axis of 4-D tensors (cuda_program.cpp)",
+  return {Expect::Refuses, "CUDA concat/slice take the channel axis of 4-D tensors (layout.cpp)",
           "supports the channel axis of 4-D tensors"};
 }
 inline Declared cuda_refuses_same_shape_mul() {
-  return {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (cuda_program.cpp)",
+  return {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (elementwise.cpp)",
           "elementwise mul of equal shapes is not in the CUDA backend"};
 }
 // The message is the CUDA program builder's default (cuda_program.cpp:
@@ -74,9 +74,6 @@ inline Declared cuda_refuses_same_shape_mul() {
 inline Declared cuda_not_lowered(Op op) {
   return {Expect::NotLowered, std::string(op_name(op)) + " is not lowered on CUDA yet (kNotLoweredOnCuda, op_harness.hpp)",
           std::string("has no lowering for op ") + op_name(op)};
-}
-inline Declared cuda_flatten_wrong_off_1x1() {
-  return {Expect::WrongResult, "CUDA flatten is an NHWC byte view, correct only on 1x1 maps or one channel (cuda_program.cpp)", ""};
 }
 
 struct OpCase {

@@ -9,6 +9,9 @@ void lower_BatchNorm(Lowering& L, size_t ni) {
   const int in0 = n.inputs[0], out = n.outputs[0];
   const DType dt = L.g.values[out].dtype;
   const int64_t count = shape_numel(L.g.values[out].shape);
+  const size_t rank = L.g.values[in0].shape.size();
+  if (rank != 2 && rank != 4)  // channels innermost: NHWC maps and [N, C] rows
+    fail_input(n.name, ": CUDA batch_norm takes 2-D or 4-D values, not rank ", rank);
   const int c = as_int(L.g.values[in0].shape[1]);
   auto* s1 = static_cast<const float*>(L.m.bn.at(n.name).first.get());
   auto* s2 = static_cast<const float*>(L.m.bn.at(n.name).second.get());
@@ -54,6 +57,7 @@ void lower_Mul(Lowering& L, size_t ni) {
   const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
   const Shape xs = L.g.values[in0].shape;
   if (L.g.values[in1].shape == xs) fail_input(n.name, ": elementwise mul of equal shapes is not in the CUDA backend yet");
+  if (xs.size() != 4) fail_input(n.name, ": CUDA mul scales the channels of 4-D maps only, not rank ", xs.size());
   const DType dt = L.g.values[out].dtype;
   const ValuePtr ptr = L.ptr;
   L.step("mul_channel_nhwc", [=](const Exec& x) {

@@ -43,6 +43,9 @@ void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, i
 // The reverse, for tests and for engine outputs that stay 4-D: NHWC of xdt
 // to float NCHW.
 void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, int w, cudaStream_t stream);
+// The same transpose in one storage type: NHWC [n,h,w,c] -> NCHW [n,c,h,w] (the
+// logical order of a flatten of a map wider than 1x1).
+void nhwc_to_nchw(const void* x, void* y, DType dt, int n, int c, int h, int w, cudaStream_t stream);
 
 // y = x converted from xdt to ydt (RNE). x == y is allowed when xdt == ydt.
 void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStream_t stream);

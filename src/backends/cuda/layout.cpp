@@ -27,7 +27,6 @@ void lower_engine_inputs(Lowering& L) {
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     const int v = g.inputs[k];
     const Shape s = g.values[v].shape;
-    if (s.size() != 4) fail_input("engine input '", g.values[v].name, "' must be 4-D for the CUDA backend");
     // When the only reader is a cast (f16/bf16 engines), it is folded into this copy.
     int target = v;
     auto readers = g.consumers(v);
@@ -36,6 +35,14 @@ void lower_engine_inputs(Lowering& L) {
       target = g.nodes[readers[0]].outputs[0];
     }
     const DType dt = g.values[target].dtype;
+    if (!stored_nhwc(g.values[v])) {  // row-major already: only the storage type changes
+      const int64_t count = shape_numel(s);
+      L.node_name = g.values[v].name + ".to_storage";
+      L.step("cast", [k, target, dt, count, ptr](const Exec& x) {
+        cast(x.staging_in[k], DType::F32, ptr(x, target), dt, count, x.stream);
+      });
+      continue;
+    }
     L.node_name = g.values[v].name + ".to_nhwc";
     L.step("nchw_f32_to_nhwc", [k, target, dt, s, ptr](const Exec& x) {
       nchw_f32_to_nhwc(x.staging_in[k], ptr(x, target), dt, as_int(s[0]), as_int(s[1]), as_int(s[2]), as_int(s[3]), x.stream);
@@ -43,8 +50,19 @@ void lower_engine_inputs(Lowering& L) {
   }
 }
 
-// NHWC [N,1,1,C] and [N,C] share bytes (the alias is planned with the facts).
-void lower_Flatten(Lowering&, size_t) {}
+// A byte alias where the NHWC bytes are already in logical order (planned
+// with the facts); otherwise the NHWC -> NCHW transpose (lower.hpp).
+void lower_Flatten(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  if (flatten_is_alias(L.g, n)) return;
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const Shape s = L.g.values[in0].shape;
+  const DType dt = L.g.values[out].dtype;
+  const ValuePtr ptr = L.ptr;
+  L.step("nhwc_to_nchw", [=](const Exec& x) {
+    nhwc_to_nchw(ptr(x, in0), ptr(x, out), dt, as_int(s[0]), as_int(s[1]), as_int(s[2]), as_int(s[3]), x.stream);
+  });
+}
 
 void lower_Concat(Lowering& L, size_t ni) {
   const Graph& g = L.g;

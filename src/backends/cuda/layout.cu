@@ -47,9 +47,10 @@ __global__ void nchw_to_nhwc_small_c_kernel(const float* __restrict__ x, T* __re
   }
 }
 
-// Per image: x is [hw, c] (engine type), y is [c, hw] f32.
-template <typename T>
-__global__ void nhwc_to_nchw_kernel(const T* __restrict__ x, float* __restrict__ y, int c, int hw) {
+// Per image: x is [hw, c] (engine type), y is [c, hw] in Y (f32 for engine
+// outputs, the engine type for a flatten of a map wider than 1x1).
+template <typename T, typename Y>
+__global__ void nhwc_to_nchw_kernel(const T* __restrict__ x, Y* __restrict__ y, int c, int hw) {
   dev::enter_grid();
   __shared__ float tile[kTile][kTile + 1];
   const int c0 = blockIdx.x * kTile, p0 = blockIdx.y * kTile;
@@ -61,7 +62,7 @@ __global__ void nhwc_to_nchw_kernel(const T* __restrict__ x, float* __restrict__
   __syncthreads();
   for (int j = threadIdx.y; j < kTile; j += kTileRows) {
     const int ch = c0 + j, p = p0 + threadIdx.x;
-    if (ch < c && p < hw) y[img + int64_t(ch) * hw + p] = tile[threadIdx.x][j];
+    if (ch < c && p < hw) y[img + int64_t(ch) * hw + p] = from_f32<Y>(tile[threadIdx.x][j]);
   }
 }
 
@@ -217,16 +218,32 @@ void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, i
   });
 }
 
-void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, int w, cudaStream_t stream) {
+namespace {
+
+// x [n, hw, c] in T -> y [n, c, hw] in Y.
+template <typename Y>
+void launch_nhwc_to_nchw(const char* what, const void* x, DType xdt, Y* y, int n, int c, int h, int w, cudaStream_t stream) {
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return;
-  if (n > 65535) fail_runtime("cuda nhwc_to_nchw_f32: batch ", n, " exceeds the grid limit 65535");
+  if (n > 65535) fail_runtime("cuda ", what, ": batch ", n, " exceeds the grid limit 65535");
   const int hw = h * w;
-  if ((hw + kTile - 1) / kTile > 65535) fail_runtime("cuda nhwc_to_nchw_f32: ", hw, " pixels per image is too many");
-  detail::dispatch_float(xdt, "nhwc_to_nchw_f32", [&](auto t) {
+  if ((hw + kTile - 1) / kTile > 65535) fail_runtime("cuda ", what, ": ", hw, " pixels per image is too many");
+  detail::dispatch_float(xdt, what, [&](auto t) {
     using T = decltype(t);
     const dim3 grid((c + kTile - 1) / kTile, (hw + kTile - 1) / kTile, n);
-    detail::launch("nhwc_to_nchw_f32", nhwc_to_nchw_kernel<T>, grid, dim3(kTile, kTileRows), 0, stream,
-        static_cast<const T*>(x), y, c, hw);
+    detail::launch(what, nhwc_to_nchw_kernel<T, Y>, grid, dim3(kTile, kTileRows), 0, stream, static_cast<const T*>(x), y, c, hw);
+  });
+}
+
+}  // namespace
+
+void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, int w, cudaStream_t stream) {
+  launch_nhwc_to_nchw("nhwc_to_nchw_f32", x, xdt, y, n, c, h, w, stream);
+}
+
+void nhwc_to_nchw(const void* x, void* y, DType dt, int n, int c, int h, int w, cudaStream_t stream) {
+  detail::dispatch_float(dt, "nhwc_to_nchw", [&](auto t) {
+    using T = decltype(t);
+    launch_nhwc_to_nchw("nhwc_to_nchw", x, dt, static_cast<T*>(y), n, c, h, w, stream);
   });
 }
 

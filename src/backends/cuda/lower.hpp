@@ -50,6 +50,18 @@ struct ValuePtr {
 };
 
 inline int as_int(int64_t v) { return static_cast<int>(v); }
+
+// Layout assignment. The IR's semantics are logical (NCHW for 4-D maps); the
+// CUDA backend stores 4-D activations NHWC and every other rank in its
+// logical row-major order. Ops whose meaning crosses the two get a transpose:
+// a flatten of a 4-D map is a byte alias only when its NHWC bytes are already
+// in NCHW order (1x1 maps, or one channel); otherwise it runs nhwc_to_nchw.
+// Engine inputs: 4-D ones are transposed NCHW -> NHWC, others only cast.
+inline bool stored_nhwc(const Value& v) { return v.shape.size() == 4; }
+inline bool flatten_is_alias(const Graph& g, const Node& flatten) {
+  const Shape& s = g.values[flatten.inputs[0]].shape;
+  return !stored_nhwc(g.values[flatten.inputs[0]]) || s[1] == 1 || s[2] * s[3] == 1;
+}
 inline size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
 
 struct Lowering {
