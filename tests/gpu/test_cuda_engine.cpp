@@ -452,7 +452,7 @@ TEST(CudaEngine, BatchesBuiltAreReplayedOthersGetHeuristicsNeverTiming) {
   EXPECT_GE(testing::cosine(ctx->run({{"pixel_values", s1, in1}}).at(0).data,
                             cpu->create_context()->run({{"pixel_values", s1, in1}}).at(0).data), 0.999);
   EXPECT_NE(log.str().find("batch 1 was not built into this bundle"), std::string::npos) << log.str();
-  EXPECT_EQ(e->impl().cuda->timed_layers(), 0) << "loading timed layers";
+  EXPECT_EQ(e->impl().compiled->timed_layers(), 0) << "loading timed layers";
 }
 
 TEST(CudaEngine, BundleCarriesTacticsAndReselectsOnOtherGpu) {
