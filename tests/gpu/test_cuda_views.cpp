@@ -24,6 +24,7 @@ namespace {
 using testing::kViewC;
 using testing::kViewClasses;
 using testing::kViewHW;
+using testing::random_values;
 
 bool have_gpu() {
   int n = 0;
@@ -48,13 +49,6 @@ std::shared_ptr<const Engine> load(const std::string& backend = "") {
   return Engine::load_from_memory(cuda_bundle().data(), cuda_bundle().size(), LoadOptions{backend, nullptr}, "views.bundle");
 }
 
-std::vector<float> random_values(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-2.f, 2.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // Device copies of one call's inputs and room for its outputs.
 struct DeviceCall {

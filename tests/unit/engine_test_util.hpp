@@ -6,6 +6,8 @@
 //   sum    = relu(a + b)                                          [N, 24, 3, 3]
 //   logits = fc(global_avg_pool(a)) = W * mean_hw(a) + bias      [N, 10]
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <random>
 #include <string>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bundle/bundle.hpp"
+#include "core/error.hpp"
 #include "graph_test_util.hpp"
 #include "ir/graph.hpp"
 #include "ir/serialize.hpp"
@@ -58,6 +61,27 @@ inline std::vector<uint8_t> bundle_bytes(const Graph& g, const std::string& back
   w.add_section("labels.json", std::string("[]"));
   w.add_section("provenance.json", nlohmann::json{{"build", {{"backend", backend}, {"max_batch", 4}}}}.dump());
   return w.to_bytes();
+}
+
+// n values uniform in [-2, 2).
+inline std::vector<float> random_values(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-2.f, 2.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Runs `call` and returns the Error it throws (or fails the test).
+template <typename F>
+Error error_of(F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error";
+  return Error(ErrorKind::Runtime, "");
 }
 
 // sum and logits computed plainly from a and b (NCHW, batch n).

@@ -24,9 +24,11 @@ extern "C" int kiln_c_run_n(const char* bundle, const float* a, const float* b, 
 namespace kiln {
 namespace {
 
+using testing::error_of;
 using testing::kViewC;
 using testing::kViewClasses;
 using testing::kViewHW;
+using testing::random_values;
 
 constexpr int64_t kBatch = 3;
 const Shape kIn = {kBatch, kViewC, kViewHW, kViewHW};
@@ -39,13 +41,6 @@ std::shared_ptr<const Engine> cpu_engine() {
   return Engine::load_from_memory(bytes.data(), bytes.size(), {}, "two_by_two.bundle");
 }
 
-std::vector<float> random_values(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-2.f, 2.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 // Caller buffers, filled with a canary so a write shows.
 constexpr float kCanary = -12345.f;
@@ -69,17 +64,6 @@ struct Inputs {
   }
   std::vector<Tensor> tensors() const { return {{"a", kIn, a}, {"b", kIn, b}}; }
 };
-
-template <typename F>
-Error error_of(F&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no error";
-  return Error(ErrorKind::Runtime, "");
-}
 
 TEST(TensorViews, ViewsMatchConvenientRunAndPlainComputation) {
   auto engine = cpu_engine();
