@@ -98,8 +98,10 @@ kiln_status kiln_context_run(kiln_context* context, const char* input_name, cons
  * CPU engines take host memory only and run synchronously (`stream` is
  * ignored). CUDA engines enqueue on `stream` (a cudaStream_t; NULL: the
  * context's own, and the call waits). With a caller's stream and device
- * memory only, the call returns at once: outputs are ready, and inputs may
- * be changed, when the stream passes the work. With any host buffer the
+ * memory only, the call never waits for that stream: outputs are ready, and
+ * inputs may be changed, when the stream passes the work (the first call at
+ * a batch size waits for its own CUDA-graph capture on the context's
+ * stream). With any host buffer the
  * call returns when the outputs are written. A context's next call (on any
  * stream) is ordered after its previous one; kiln_context_free waits for it. */
 kiln_status kiln_context_run_n(kiln_context* context, const kiln_tensor* inputs, size_t n_inputs,

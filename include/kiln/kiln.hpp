@@ -139,9 +139,11 @@ class ExecutionContext {
   // CPU engines run synchronously and take host memory only; `stream` is
   // ignored. CUDA engines enqueue on `stream` (a cudaStream_t; nullptr: the
   // context's own stream, and the call waits for its work). With a caller
-  // stream and device buffers only, the call returns without waiting: the
-  // outputs are ready when the stream passes the work, and the input buffers
-  // must stay unchanged until then. When any buffer is host memory the call
+  // stream and device buffers only, the call never waits for that stream:
+  // the outputs are ready when the stream passes the work, and the input
+  // buffers must stay unchanged until then (the first call at a batch size
+  // does wait for its own warm-up and CUDA-graph capture, made on the
+  // context's stream beforehand). When any buffer is host memory the call
   // returns once the outputs are written. The context's buffers are reused
   // by its next call, which is ordered after this one (on any stream);
   // destroying the context waits for its last call.
