@@ -4,6 +4,10 @@
 //   auto ctx = engine->create_context();
 //   auto outputs = ctx->run({{"pixel_values", {1, 3, 224, 224}, pixels}});
 //
+//   // Into the caller's buffers, on the caller's stream (device pointers with a CUDA engine):
+//   ctx->run({{"pixel_values", kiln::DType::F32, {1, 3, 224, 224}, d_pixels, kiln::MemoryKind::Device}},
+//            {{"logits", kiln::DType::F32, {1, 1000}, d_logits, kiln::MemoryKind::Device, 1000 * 4}}, stream);
+//
 //   kiln::Classifier clf(engine);
 //   auto result = clf.classify_file("cat.jpg", 5);
 #pragma once
@@ -31,6 +35,35 @@ class Error : public std::runtime_error {
 };
 
 const char* version();
+
+// Element types. The numbers are stable (tables index by them): new dtypes go at the end.
+enum class DType : uint8_t { F32, F16, BF16, F8E4M3, F8E5M2, I32, I64, U8, I8 };
+
+// Where a buffer lives: host memory, or memory of the device the engine runs on.
+enum class MemoryKind { Host, Device };
+
+// A caller's input buffer, dense row-major (NCHW for images). `bytes` is what
+// may be read at `data`; 0 leaves it to dtype x shape. Accepted: f32 (host, or
+// device for a CUDA engine) and f16/bf16 host buffers, converted to f32 on the host.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  MemoryKind where = MemoryKind::Host;
+  size_t bytes = 0;
+};
+
+// A caller's output buffer: the engine's output shape for this batch
+// (Engine::outputs(batch)), f32, `capacity` bytes writable at `data`.
+struct MutableTensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+  MemoryKind where = MemoryKind::Host;
+  size_t capacity = 0;
+};
 
 // Engine inputs and outputs are f32 by contract (the engine casts internally).
 struct Tensor {
@@ -74,6 +107,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::string& precision() const;
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
+  // The outputs' shapes when every input has batch `batch` (dimension 0);
+  // Error(Input) for a batch outside 1..max_batch().
+  std::vector<TensorInfo> outputs(int64_t batch) const;
   const std::vector<std::string>& labels() const;
   std::string runtime_json() const;  // the bundle's runtime.json, validated at load
   size_t node_count() const;
@@ -95,6 +131,23 @@ class ExecutionContext {
   // shape except for the batch dimension. Throws Error(Input) naming the
   // tensor on a wrong name, shape or size.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  // The same into the caller's buffers: every input and every output once, by
+  // name. Each view is checked (name, dtype, shape, byte size, host/device)
+  // before any is read or written; Error(Input) names the tensor (a NULL or
+  // too small buffer: Error(Usage)).
+  //
+  // CPU engines run synchronously and take host memory only; `stream` is
+  // ignored. CUDA engines enqueue on `stream` (a cudaStream_t; nullptr: the
+  // context's own stream, and the call waits for its work). With a caller
+  // stream and device buffers only, the call never waits for that stream:
+  // the outputs are ready when the stream passes the work, and the input
+  // buffers must stay unchanged until then (the first call at a batch size
+  // does wait for its own warm-up and CUDA-graph capture, made on the
+  // context's stream beforehand). When any buffer is host memory the call
+  // returns once the outputs are written. The context's buffers are reused
+  // by its next call, which is ordered after this one (on any stream);
+  // destroying the context waits for its last call.
+  void run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs, void* stream = nullptr);
   // Memory of the plan for the last batch size run (or the built one).
   MemoryReport memory() const;
 

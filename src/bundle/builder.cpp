@@ -4,13 +4,12 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "backends/cuda/cuda_engine.hpp"
+#include "backends/backend.hpp"
 #include "bundle/bundle.hpp"
 #include "checkpoint/hf_cache.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "families/family.hpp"
-#include "ir/node_select.hpp"
 #include "ir/serialize.hpp"
 #include "passes/pass.hpp"
 
@@ -63,10 +62,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   if (o.max_batch < largest || o.max_batch > 4096)
     fail_usage("--max-batch must be in ", largest, "..4096 (at least every --batch), got ", o.max_batch);
   if (o.opt_level < 0 || o.opt_level > 5) fail_usage("--opt-level must be in 0..5");
-  if (o.backend != "cpu" && o.backend != "cuda") fail_usage("unknown backend '", o.backend, "' (cpu, cuda)");
-#ifndef KILN_HAVE_CUDA
-  if (o.backend == "cuda") fail_usage("this kiln was built without the CUDA backend (cpu only)");
-#endif
+  const Backend& backend = backend_registry().get(o.backend);
   if (o.precision != DType::F32 && o.precision != DType::F16 && o.precision != DType::BF16)
     fail_usage("precision ", dtype_name(o.precision), " is not supported (f32, f16, bf16)");
   auto say = [&](const std::string& s) {
@@ -94,39 +90,28 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   popts.fusions = fusion_options(o.switches);
   popts.verify = o.verify;
   popts.log = o.log;
-  // cuDNN's fast NHWC kernels want 16-byte channel rows; the CPU backend does not care.
-  if (o.backend == "cuda") popts.channel_align = 16 / static_cast<int64_t>(dtype_size(o.precision));
+  // Channel rows padded as the backend's kernels want them (cuDNN NHWC: 16 bytes).
+  if (const int64_t align = backend.channel_align_bytes()) popts.channel_align = align / static_cast<int64_t>(dtype_size(o.precision));
   run_pipeline(fb.graph, popts);
   summary.nodes_after = fb.graph.nodes.size();
-  if (!o.reference.empty()) {
-    if (o.backend != "cpu")
-      fail_usage("--reference runs layers on the CPU backend's plain reference: build with --backend cpu");
-    select_nodes(fb.graph, o.reference, "--reference pattern");  // every pattern must name something
-  }
   summary.op_counts = op_counts(fb.graph);
   say(cat("graph: ", summary.nodes_before, " nodes -> ", summary.nodes_after, " after passes"));
 
-  nlohmann::json tactics;
-  std::string tactics_section;
-#ifdef KILN_HAVE_CUDA
-  if (o.backend == "cuda") {
-    // Tactics are chosen on this GPU now and stored in the bundle; a bundle
-    // loaded on another GPU (or driver/library version) re-selects.
-    say(cat("selecting tactics (opt level ", o.opt_level, ")"));
-    cuda::CudaOptions co;
-    co.opt_level = o.opt_level;
-    co.allow_tf32 = o.allow_tf32;
-    co.switches = o.switches;
-    co.tactic_cache = o.tactic_cache;
-    co.tune = true;
-    for (int b : o.batches) co.batches.push_back(b);
-    co.log = o.log;
-    co.progress = o.progress;
-    cuda::CudaEngine probe(fb.graph, co);
-    tactics = probe.tactics_json();
-    tactics_section = "tactics." + cuda::gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json";
-  }
-#endif
+  if (const std::string why = backend.supports(fb.graph); !why.empty()) fail_input(why);
+  // Compiled with tuning now (CUDA: tactics timed on this GPU); the bundle
+  // records the choices and loading replays them.
+  say(cat("compiling for ", backend.name(), " (opt level ", o.opt_level, ")"));
+  CompileOptions co;
+  co.tune = true;
+  co.opt_level = o.opt_level;
+  co.allow_tf32 = o.allow_tf32;
+  co.switches = o.switches;
+  co.batches.assign(o.batches.begin(), o.batches.end());
+  co.reference = o.reference;  // every pattern must name a layer; only the CPU backend takes any
+  co.tactic_cache = o.tactic_cache;
+  co.log = o.log;
+  co.progress = o.progress;
+  const std::vector<std::pair<std::string, std::string>> record = backend.compile(fb.graph, co)->record();
   SerializedGraph sg = serialize_graph(fb.graph);
   json provenance = {
       {"kiln_version", KILN_VERSION},
@@ -144,7 +129,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   w.add_section("runtime.json", fb.runtime.dump(1));
   w.add_section("labels.json", json(fb.labels).dump());
   w.add_section("provenance.json", provenance.dump(1));
-  if (!tactics_section.empty()) w.add_section(tactics_section, tactics.dump(1));
+  for (const auto& [name, text] : record) w.add_section(name, text);
   w.write(out);
   summary.bundle_bytes = std::filesystem::file_size(out);
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -4,10 +4,9 @@
 #include <optional>
 #include <string_view>
 
-namespace kiln {
+#include "../../include/kiln/kiln.hpp"  // DType is public API (new dtypes go at the end there)
 
-// New dtypes go at the end: the enum's numbers are stable (tables index by them).
-enum class DType : uint8_t { F32, F16, BF16, F8E4M3, F8E5M2, I32, I64, U8, I8 };
+namespace kiln {
 
 size_t dtype_size(DType t);
 // Canonical lower-case name used in graph.json and error messages ("f32", "f16", ...).

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "core/dtype.hpp"
 #include "kiln/kiln.h"
 #include "kiln/kiln.hpp"
 
@@ -57,6 +59,48 @@ kiln_status describe(const std::vector<kiln::TensorInfo>& list, int index, const
   return KILN_OK;
 }
 
+static_assert(KILN_DTYPE_F32 == static_cast<int>(kiln::DType::F32) && KILN_DTYPE_F16 == static_cast<int>(kiln::DType::F16) &&
+                  KILN_DTYPE_BF16 == static_cast<int>(kiln::DType::BF16) &&
+                  KILN_DTYPE_F8E4M3 == static_cast<int>(kiln::DType::F8E4M3) &&
+                  KILN_DTYPE_F8E5M2 == static_cast<int>(kiln::DType::F8E5M2) &&
+                  KILN_DTYPE_I32 == static_cast<int>(kiln::DType::I32) && KILN_DTYPE_I64 == static_cast<int>(kiln::DType::I64) &&
+                  KILN_DTYPE_U8 == static_cast<int>(kiln::DType::U8) && KILN_DTYPE_I8 == static_cast<int>(kiln::DType::I8),
+              "kiln_dtype numbers are kiln::DType's");
+
+kiln_status storage_dtype(const std::vector<kiln::TensorInfo>& list, int index, kiln_dtype* dtype) {
+  if (index < 0 || index >= static_cast<int>(list.size())) return usage("tensor index out of range");
+  if (!dtype) return usage("dtype must not be NULL");
+  const kiln::TensorInfo& t = list[static_cast<size_t>(index)];
+  const std::optional<kiln::DType> d = kiln::dtype_from_name(t.dtype);
+  if (!d) {
+    g_last_error = "tensor '" + t.name + "' has dtype " + t.dtype + ", which the C ABI cannot name";
+    return KILN_ERROR_RUNTIME;
+  }
+  *dtype = static_cast<kiln_dtype>(*d);
+  return KILN_OK;
+}
+
+// One kiln_tensor as a C++ view (TensorView or MutableTensorView); throws
+// Error(Usage) for what only a C caller can get wrong.
+template <typename View>
+View c_view(const kiln_tensor& t, const char* role, size_t index) {
+  std::string problem;
+  if (!t.name) problem = "has a NULL name";
+  else if (t.rank < 1 || t.rank > 8) problem = "has rank " + std::to_string(t.rank) + ", outside 1..8";
+  else if (!t.shape) problem = "has a NULL shape";
+  else if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > KILN_DTYPE_I8)
+    problem = "has an unknown dtype code " + std::to_string(static_cast<int>(t.dtype));
+  else if (t.memory != KILN_MEMORY_HOST && t.memory != KILN_MEMORY_DEVICE)
+    problem = "has an unknown memory kind " + std::to_string(static_cast<int>(t.memory));
+  else if (t.capacity == 0) problem = "has capacity 0 bytes";
+  if (!problem.empty())
+    throw kiln::Error(kiln::ErrorKind::Usage, "kiln_context_run_n: " + std::string(role) + " " +
+                                                  (t.name ? "'" + std::string(t.name) + "'" : std::to_string(index)) + " " +
+                                                  problem);
+  return View{t.name, static_cast<kiln::DType>(t.dtype), std::vector<int64_t>(t.shape, t.shape + t.rank), t.data,
+              t.memory == KILN_MEMORY_DEVICE ? kiln::MemoryKind::Device : kiln::MemoryKind::Host, t.capacity};
+}
+
 }  // namespace
 
 extern "C" {
@@ -88,6 +132,25 @@ kiln_status kiln_engine_output(const kiln_engine* e, int index, const char** nam
   if (!e) return usage("kiln_engine_output: engine is NULL");
   return describe(e->outputs, index, name, dims, rank);
 }
+
+kiln_status kiln_engine_input_dtype(const kiln_engine* e, int index, kiln_dtype* dtype) {
+  if (!e) return usage("kiln_engine_input_dtype: engine is NULL");
+  return storage_dtype(e->inputs, index, dtype);
+}
+kiln_status kiln_engine_output_dtype(const kiln_engine* e, int index, kiln_dtype* dtype) {
+  if (!e) return usage("kiln_engine_output_dtype: engine is NULL");
+  return storage_dtype(e->outputs, index, dtype);
+}
+
+kiln_status kiln_engine_output_shape(const kiln_engine* e, int index, int64_t batch, int64_t* dims, int* rank) {
+  if (!e || !dims || !rank) return usage("kiln_engine_output_shape: engine, dims and rank must not be NULL");
+  if (index < 0 || index >= static_cast<int>(e->outputs.size())) return usage("tensor index out of range");
+  std::vector<kiln::TensorInfo> at;
+  const kiln_status s = guarded([&] { at = e->engine->outputs(batch); });
+  return s == KILN_OK ? describe(at, index, nullptr, dims, rank) : s;
+}
+
+int64_t kiln_engine_max_batch(const kiln_engine* e) { return e ? e->engine->max_batch() : 0; }
 
 kiln_status kiln_context_create(const kiln_engine* e, kiln_context** out) {
   if (!e || !out) return usage("kiln_context_create: engine and out must not be NULL");
@@ -127,6 +190,19 @@ kiln_status kiln_context_run(kiln_context* c, const char* input_name, const floa
       throw kiln::Error(kiln::ErrorKind::Usage, "output '" + o.name + "' needs " + std::to_string(o.data.size()) +
                                                     " floats, capacity is " + std::to_string(capacity));
     std::memcpy(output, o.data.data(), o.data.size() * sizeof(float));
+  });
+}
+
+kiln_status kiln_context_run_n(kiln_context* c, const kiln_tensor* inputs, size_t n_inputs, const kiln_tensor* outputs,
+                               size_t n_outputs, void* stream) {
+  if (!c || (n_inputs && !inputs) || (n_outputs && !outputs))
+    return usage("kiln_context_run_n: context, inputs and outputs must not be NULL");
+  return guarded([&] {
+    std::vector<kiln::TensorView> in;
+    for (size_t i = 0; i < n_inputs; ++i) in.push_back(c_view<kiln::TensorView>(inputs[i], "input", i));
+    std::vector<kiln::MutableTensorView> out;
+    for (size_t i = 0; i < n_outputs; ++i) out.push_back(c_view<kiln::MutableTensorView>(outputs[i], "output", i));
+    c->ctx->run(in, out, stream);
   });
 }
 

@@ -1,7 +1,6 @@
 #include <cstring>
 
 #include "core/error.hpp"
-#include "ir/node_select.hpp"
 #include "ir/serialize.hpp"
 #include "passes/pass.hpp"
 #include "runtime/engine_impl.hpp"
@@ -29,32 +28,6 @@ TensorInfo info_of(const Graph& g, int v) {
 }
 
 }  // namespace
-
-ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches, bool dense) {
-  auto with_batch = [&g](int64_t b) {
-    Graph s = g;
-    for (int in : s.inputs) s.values[in].shape[0] = b;
-    s.infer_shapes();
-    return s;
-  };
-  ShapedPlan p{with_batch(batch), {}, {}, {}, {}};
-  if (dense) {
-    p.views.parent.assign(p.graph.values.size(), -1);
-    p.views.channel_offset.assign(p.graph.values.size(), 0);
-  } else {
-    p.views = plan_channel_views(p.graph);
-  }
-  p.adds = cpu::plan_prologue_adds(p.graph, !dense);
-  if (batch > 1) p.one = with_batch(1);
-  // A fused add's output is never written: it borrows its first operand's bytes instead of its own.
-  std::vector<int> add_alias(p.graph.values.size(), -1);
-  for (size_t i = 0; i < p.graph.nodes.size(); ++i)
-    if (p.adds.fused[i]) add_alias[p.graph.nodes[i].outputs[0]] = p.graph.nodes[i].inputs[0];
-  p.memory = plan_memory_with_views(
-      p.graph, cpu::activation_bytes, [&](int v) { return p.views.parent[v] >= 0 ? p.views.parent[v] : add_alias[v]; }, 64,
-      p.adds.live_until(p.graph));
-  return p;
-}
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -89,9 +62,9 @@ std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& option
   };
   impl->precision = field("precision", "f32", [](const nlohmann::json& j) { return j.is_string(); }, "a string")
                         .get<std::string>();
-  [[maybe_unused]] const int opt_level = field("opt_level", 3, [](const nlohmann::json& j) { return j.is_number_integer(); }, "an integer")
+  const int opt_level = field("opt_level", 3, [](const nlohmann::json& j) { return j.is_number_integer(); }, "an integer")
                             .get<int>();
-  [[maybe_unused]] const bool allow_tf32 = field("allow_tf32", false, [](const nlohmann::json& j) { return j.is_boolean(); }, "true or false")
+  const bool allow_tf32 = field("allow_tf32", false, [](const nlohmann::json& j) { return j.is_boolean(); }, "true or false")
                               .get<bool>();
   impl->switches = EngineSwitches::from_json(build.value("switches", nlohmann::json()), src + "provenance.json: build");
   // Bundles from before fusion marks were recorded (no build.fusion_marks):
@@ -107,37 +80,22 @@ std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& option
     if (!r.is_string()) fail_input(src, "provenance.json: build.reference must be a list of strings");
     impl->reference.push_back(r.get<std::string>());
   }
-  if (impl->backend == "cuda") {
-    if (!impl->reference.empty())
-      fail_usage(src, "this bundle forces layers onto the plain reference path (kiln build --reference), which only "
-                 "the CPU backend runs; load it with --backend cpu");
-#ifdef KILN_HAVE_CUDA
-    std::string why;
-    if (!cuda::device_available(&why))
-      fail_runtime(src, "this is a CUDA bundle and ", why, "; run it on the CPU with --backend cpu (LoadOptions::backend = \"cpu\")");
-    cuda::CudaOptions co;
-    co.opt_level = opt_level;
-    co.allow_tf32 = allow_tf32;
-    co.switches = impl->switches;  // co.tactic_cache stays empty: loading never reads or writes the cache
-    co.log = options.log;
-    const std::string mine = "tactics." + cuda::gpu_slug(cuda::current_gpu_key().gpu) + ".json";
-    for (const auto& name : b.section_names())
-      if (name.rfind("tactics.", 0) == 0 && (co.tactics.is_null() || name == mine)) {
-        co.tactics = nlohmann::json::parse(b.section_text(name), nullptr, false);
-        if (!co.tactics.is_object()) fail_input(src, name, ": not a JSON object");
-      }
-    impl->cuda = std::make_shared<cuda::CudaEngine>(impl->graph, co);
-#else
-    fail_runtime(src, "this kiln was built without the CUDA backend; run the bundle with --backend cpu");
-#endif
-  } else if (impl->backend == "cpu") {
-    for (const Node& n : impl->graph.nodes)
-      if (!cpu::supports(impl->graph, n)) fail_input(src, "layer '", n.name, "' is not supported by the CPU backend");
-    impl->cpu = std::make_unique<cpu::CpuProgram>(impl->graph);
-    if (!impl->reference.empty()) impl->cpu->use_reference(select_nodes(impl->graph, impl->reference, src + "reference pattern"));
-  } else {
-    fail_usage("unknown backend '", impl->backend, "' (cpu, cuda)");
-  }
+  // The bundle's own backend missing from this build is the machine's limit
+  // (runtime); a backend the caller names is a usage error.
+  const Backend& backend =
+      options.backend.empty()
+          ? backend_registry().get(impl->backend, ErrorKind::Runtime, src, "; run the bundle with --backend cpu")
+          : backend_registry().get(impl->backend);
+  if (const std::string why = backend.supports(impl->graph); !why.empty()) fail_input(src, why);
+  CompileOptions co;  // tune stays false: loading replays the bundle's record and never times
+  co.opt_level = opt_level;
+  co.allow_tf32 = allow_tf32;
+  co.switches = impl->switches;
+  co.reference = impl->reference;
+  co.bundle = &impl->bundle;
+  co.source = src;
+  co.log = options.log;
+  impl->compiled = backend.compile(impl->graph, co);
   return impl;
 }
 
@@ -173,12 +131,31 @@ std::vector<TensorInfo> Engine::outputs() const {
   return r;
 }
 
+std::vector<TensorInfo> Engine::outputs(int64_t batch) const {
+  if (batch < 1 || batch > impl_->max_batch)
+    fail_input("batch ", batch, " is outside this engine's 1..", impl_->max_batch);
+  std::vector<TensorInfo> r = outputs();
+  const std::vector<Shape>& shapes = impl_->output_shapes(batch);
+  for (size_t k = 0; k < r.size(); ++k) r[k].shape = shapes[k];
+  return r;
+}
+
+const std::vector<Shape>& Engine::Impl::output_shapes(int64_t batch) const {
+  std::lock_guard<std::mutex> lock(shapes_mutex_);
+  auto it = output_shapes_.find(batch);
+  if (it == output_shapes_.end()) {
+    const Graph g = graph_at_batch(graph, batch);
+    std::vector<Shape> shapes;
+    for (int v : g.outputs) shapes.push_back(g.values[v].shape);
+    it = output_shapes_.emplace(batch, std::move(shapes)).first;
+  }
+  return it->second;  // map nodes stay put: the reference outlives the lock
+}
+
 std::unique_ptr<ExecutionContext> Engine::create_context() const {
   auto impl = std::make_unique<ExecutionContext::Impl>();
   impl->engine = shared_from_this();
-#ifdef KILN_HAVE_CUDA
-  if (impl_->cuda) impl->cuda = std::make_shared<cuda::CudaContext>(impl_->cuda);
-#endif
+  impl->backend = impl_->compiled->create_context();
   return std::unique_ptr<ExecutionContext>(new ExecutionContext(std::move(impl)));
 }
 

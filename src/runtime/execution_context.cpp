@@ -1,9 +1,8 @@
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
-#include "backends/cpu/thread_pool.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln {
@@ -13,122 +12,154 @@ ExecutionContext::~ExecutionContext() = default;
 
 namespace {
 
-// Checks names, shapes (all but the batch dim) and sizes; returns the batch.
-int64_t check_inputs(const Graph& g, int64_t max_batch, const std::vector<Tensor>& inputs,
-                     std::vector<const Tensor*>* by_input) {
-  by_input->assign(g.inputs.size(), nullptr);
+std::string expected_input_shape(const Shape& want) {
+  std::string s = "[N";
+  for (size_t d = 1; d < want.size(); ++d) s += "," + std::to_string(want[d]);
+  return s + "]";
+}
+
+// f16/bf16 host values widened to f32 (exact).
+std::vector<float> widen(const TensorView& t) {
+  std::vector<float> f(static_cast<size_t>(shape_numel(t.shape)));
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  for (size_t i = 0; i < f.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    f[i] = t.dtype == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+  }
+  return f;
+}
+
+// Checks every input view against the engine (name, shape, batch, dtype,
+// size, data) before any is read; returns the batch. `ordered` receives the
+// views in graph order, f16/bf16 ones converted to f32 (held in `widened`).
+// exact_values: Tensor inputs, whose `bytes` is their value count x 4 and must match the shape.
+int64_t bind_inputs(const Engine::Impl& e, const std::vector<TensorView>& inputs, bool exact_values,
+                    std::vector<TensorView>* ordered, std::vector<std::vector<float>>* widened) {
+  const Graph& g = e.graph;
+  std::vector<const TensorView*> by_input(g.inputs.size(), nullptr);
   int64_t batch = -1;
-  for (const Tensor& t : inputs) {
+  for (const TensorView& t : inputs) {
     auto it = std::find_if(g.inputs.begin(), g.inputs.end(), [&](int v) { return g.values[v].name == t.name; });
     if (it == g.inputs.end()) fail_input("input '", t.name, "' is not an input of this engine");
-    size_t k = static_cast<size_t>(it - g.inputs.begin());
-    if ((*by_input)[k]) fail_input("input '", t.name, "' given twice");
+    const size_t k = static_cast<size_t>(it - g.inputs.begin());
+    if (by_input[k]) fail_input("input '", t.name, "' given twice");
     const Shape& want = g.values[*it].shape;
     bool ok = t.shape.size() == want.size() && !t.shape.empty() && t.shape[0] >= 1;
     for (size_t d = 1; ok && d < want.size(); ++d) ok = t.shape[d] == want[d];
-    if (!ok) {
-      std::string expect = "[N";
-      for (size_t d = 1; d < want.size(); ++d) expect += "," + std::to_string(want[d]);
-      fail_input("input '", t.name, "' has shape ", shape_str(t.shape), ", expected ", expect, "]");
-    }
-    if (t.shape[0] > max_batch)
-      fail_input("input '", t.name, "' has batch ", t.shape[0], ", above this engine's largest batch ", max_batch,
+    if (!ok) fail_input("input '", t.name, "' has shape ", shape_str(t.shape), ", expected ", expected_input_shape(want));
+    if (t.shape[0] > e.max_batch)
+      fail_input("input '", t.name, "' has batch ", t.shape[0], ", above this engine's largest batch ", e.max_batch,
                  " (rebuild with a larger --max-batch)");
-    if (static_cast<int64_t>(t.data.size()) != shape_numel(t.shape))
-      fail_input("input '", t.name, "' has ", t.data.size(), " values for shape ", shape_str(t.shape));
+    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+      fail_input("input '", t.name, "' is ", dtype_name(t.dtype), ": inputs are f32 (f16 and bf16 host buffers are converted)");
+    if (t.dtype != DType::F32 && t.where == MemoryKind::Device)
+      fail_input("input '", t.name, "' is ", dtype_name(t.dtype), " device memory: device inputs are f32 only (f16 and bf16 "
+                 "are converted from host memory)");
+    const size_t need = static_cast<size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
+    if (exact_values && t.bytes != need)
+      fail_input("input '", t.name, "' has ", t.bytes / sizeof(float), " values for shape ", shape_str(t.shape));
+    if (t.bytes != 0 && t.bytes < need)
+      fail_usage("input '", t.name, "' has ", t.bytes, " bytes, its shape ", shape_str(t.shape), " of ", dtype_name(t.dtype),
+                 " needs ", need);
+    if (!t.data) fail_usage("input '", t.name, "': data is NULL");
     if (batch >= 0 && batch != t.shape[0]) fail_input("inputs disagree on the batch size");
     batch = t.shape[0];
-    (*by_input)[k] = &t;
+    by_input[k] = &t;
   }
   for (size_t k = 0; k < g.inputs.size(); ++k)
-    if (!(*by_input)[k]) fail_input("input '", g.values[g.inputs[k]].name, "' is missing");
+    if (!by_input[k]) fail_input("input '", g.values[g.inputs[k]].name, "' is missing");
+  ordered->clear();
+  for (const TensorView* t : by_input) {
+    ordered->push_back(*t);
+    if (t->dtype == DType::F32) continue;
+    widened->push_back(widen(*t));  // the inner buffer stays put when `widened` grows
+    ordered->back().dtype = DType::F32;
+    ordered->back().data = widened->back().data();
+    ordered->back().bytes = widened->back().size() * sizeof(float);
+  }
   return batch;
+}
+
+// Checks every output view (name, dtype, shape at `batch`, capacity, data);
+// `ordered` receives them in graph order.
+void bind_outputs(const Engine::Impl& e, int64_t batch, const std::vector<MutableTensorView>& outputs,
+                  std::vector<MutableTensorView>* ordered) {
+  const Graph& g = e.graph;
+  const std::vector<Shape>& shapes = e.output_shapes(batch);
+  std::vector<const MutableTensorView*> by_output(g.outputs.size(), nullptr);
+  for (const MutableTensorView& t : outputs) {
+    auto it = std::find_if(g.outputs.begin(), g.outputs.end(), [&](int v) { return g.values[v].name == t.name; });
+    if (it == g.outputs.end()) fail_input("output '", t.name, "' is not an output of this engine");
+    const size_t k = static_cast<size_t>(it - g.outputs.begin());
+    if (by_output[k]) fail_input("output '", t.name, "' given twice");
+    if (t.dtype != DType::F32) fail_input("output '", t.name, "' is ", dtype_name(t.dtype), ": outputs are written as f32");
+    if (t.shape != shapes[k])
+      fail_input("output '", t.name, "' has shape ", shape_str(t.shape), ", expected ", shape_str(shapes[k]), " at batch ",
+                 batch);
+    const size_t need = static_cast<size_t>(shape_numel(shapes[k])) * sizeof(float);
+    if (t.capacity < need) fail_usage("output '", t.name, "' needs ", need, " bytes, capacity is ", t.capacity);
+    if (!t.data) fail_usage("output '", t.name, "': data is NULL");
+    by_output[k] = &t;
+  }
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    if (!by_output[k]) fail_input("output '", g.values[g.outputs[k]].name, "' is missing");
+  ordered->clear();
+  for (const MutableTensorView* t : by_output) ordered->push_back(*t);
 }
 
 }  // namespace
 
+void ExecutionContext::run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
+                           void* stream) {
+  const Engine::Impl& e = impl_->engine->impl();
+  std::vector<TensorView> in;
+  std::vector<std::vector<float>> widened;
+  std::vector<MutableTensorView> out;
+  const int64_t batch = bind_inputs(e, inputs, false, &in, &widened);
+  bind_outputs(e, batch, outputs, &out);
+  impl_->backend->run(in, out, batch, stream);
+  impl_->last_batch = batch;
+}
+
 std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
   const Engine::Impl& e = impl_->engine->impl();
-  std::vector<const Tensor*> given;
-  const int64_t batch = check_inputs(e.graph, e.max_batch, inputs, &given);
+  std::vector<TensorView> views;
+  for (const Tensor& t : inputs)
+    views.push_back({t.name, DType::F32, t.shape, t.data.data(), MemoryKind::Host, t.data.size() * sizeof(float)});
+  std::vector<TensorView> in;
+  std::vector<std::vector<float>> widened;
+  const int64_t batch = bind_inputs(e, views, true, &in, &widened);
+  const std::vector<Shape>& shapes = e.output_shapes(batch);
+  std::vector<Tensor> result;
+  std::vector<MutableTensorView> out;
+  for (size_t k = 0; k < shapes.size(); ++k)
+    result.push_back({e.graph.values[e.graph.outputs[k]].name, shapes[k],
+                      std::vector<float>(static_cast<size_t>(shape_numel(shapes[k])))});
+  for (Tensor& t : result)
+    out.push_back({t.name, DType::F32, t.shape, t.data.data(), MemoryKind::Host, t.data.size() * sizeof(float)});
+  impl_->backend->run(in, out, batch, nullptr);
   impl_->last_batch = batch;
-#ifdef KILN_HAVE_CUDA
-  if (impl_->cuda) return impl_->cuda->run(given, batch);
-#endif
-  const ShapedPlan& plan = impl_->plan(batch);
-  const size_t floats = plan.memory.arena_bytes / sizeof(float) + 1;
-  if (impl_->arena.size() < floats) impl_->arena.resize(floats);
-  impl_->last_batch = batch;
-  float* arena = impl_->arena.data();
-  auto at = [&](int v) { return arena + plan.memory.offsets[v] / static_cast<int64_t>(sizeof(float)); };
-  for (size_t k = 0; k < given.size(); ++k)
-    std::memcpy(at(plan.graph.inputs[k]), given[k]->data.data(), given[k]->data.size() * sizeof(float));
-  e.cpu->run(plan.graph, plan.memory, arena, cpu::default_pool(), plan.layout());
-  std::vector<Tensor> out;
-  for (int v : plan.graph.outputs) {
-    const Value& val = plan.graph.values[v];
-    const float* p = at(v);
-    out.push_back({val.name, val.shape, std::vector<float>(p, p + shape_numel(val.shape))});
-  }
-  return out;
+  return result;
 }
 
 double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& inputs) {
   ExecutionContext::Impl& c = ctx.impl();
   const int64_t batch = inputs.empty() || inputs[0].shape.empty() ? 1 : inputs[0].shape[0];
   if (c.last_batch != batch) ctx.run(inputs);  // plans (and on the GPU captures) this batch size: never timed
-#ifdef KILN_HAVE_CUDA
-  if (c.cuda) return c.cuda->timed_replay_ms(batch);
-#endif
-  const ShapedPlan& plan = c.plan(batch);
-  const Engine::Impl& e = c.engine->impl();
-  const auto t0 = std::chrono::steady_clock::now();
-  e.cpu->run(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), plan.layout());
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return c.backend->timed_call_ms(batch);
 }
 
 std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
-  ExecutionContext::Impl& c = ctx.impl();
   ctx.run(inputs);  // plans (and on the GPU captures) for this batch size
-  const int64_t batch = c.last_batch;
-  std::vector<LayerTime> out;
-#ifdef KILN_HAVE_CUDA
-  if (c.cuda) {
-    for (auto& [name, ms] : c.cuda->profile(batch, rounds)) {
-      if (!out.empty() && out.back().name == name) out.back().ms += ms;  // several launches of one node
-      else out.push_back({name, ms});
-    }
-    return out;
-  }
-#endif
-  const ShapedPlan& plan = c.plan(batch);
-  std::vector<double> ms;
-  for (int r = 0; r < rounds; ++r)
-    c.engine->impl().cpu->run_profiled(plan.graph, plan.memory, c.arena.data(), cpu::default_pool(), &ms, plan.layout());
-  for (size_t i = 0; i < plan.graph.nodes.size(); ++i)
-    if (!plan.adds.fused[i]) out.push_back({plan.graph.nodes[i].name, ms[i] / rounds});  // fused adds time inside their conv
-  return out;
+  return ctx.impl().backend->profile(ctx.impl().last_batch, rounds);
 }
 
-size_t kernels_per_call(ExecutionContext& ctx) {
-#ifdef KILN_HAVE_CUDA
-  if (ctx.impl().cuda) return ctx.impl().cuda->graph_nodes(ctx.impl().last_batch);
-#endif
-  ExecutionContext::Impl& c = ctx.impl();
-  const Graph& g = c.engine->impl().graph;
-  const int64_t batch = c.last_batch >= 0 ? c.last_batch : g.values[g.inputs[0]].shape[0];
-  return g.nodes.size() - static_cast<size_t>(c.plan(batch).adds.count);
-}
+size_t kernels_per_call(ExecutionContext& ctx) { return ctx.impl().backend->kernels_per_call(ctx.impl().batch_or_built()); }
 
 MemoryReport ExecutionContext::memory() const {
-  const Graph& g = impl_->engine->impl().graph;
   // Before any run: the plan of the batch size the bundle was built for.
-  const int64_t b = impl_->last_batch >= 0 ? impl_->last_batch : g.values[g.inputs[0]].shape[0];
-#ifdef KILN_HAVE_CUDA
-  if (impl_->cuda) return impl_->cuda->memory(b);
-#endif
-  const ShapedPlan& plan = impl_->plan(b);  // the plan run() uses, views included
-  return {plan.memory.arena_bytes, plan.memory.naive_bytes, plan.views.slices_as_views + plan.views.concat_inputs_in_place};
+  return impl_->backend->memory(impl_->batch_or_built());
 }
 
 }  // namespace kiln

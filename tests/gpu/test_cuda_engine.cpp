@@ -454,7 +454,7 @@ TEST(CudaEngine, BatchesBuiltAreReplayedOthersGetHeuristicsNeverTiming) {
   EXPECT_GE(testing::cosine(ctx->run({{"pixel_values", s1, in1}}).at(0).data,
                             cpu->create_context()->run({{"pixel_values", s1, in1}}).at(0).data), 0.999);
   EXPECT_NE(log.str().find("batch 1 was not built into this bundle"), std::string::npos) << log.str();
-  EXPECT_EQ(e->impl().cuda->timed_layers(), 0) << "loading timed layers";
+  EXPECT_EQ(e->impl().compiled->timed_layers(), 0) << "loading timed layers";
 }
 
 // The bundle's tactics section (tactics.<gpu>.json) and its name.
@@ -513,8 +513,10 @@ TEST(CudaEngine, PlanIsRecordedAndReplayedExactly) {
     EXPECT_TRUE(plan["values"].contains("pixel_values"));
     if (std::string(fixture).rfind("res2net", 0) == 0) EXPECT_TRUE(plan["window_conv"].get<bool>()) << "batch 1 Res2Net runs window convs";
     auto e = Engine::load(b.string());
-    EXPECT_EQ(e->impl().cuda->timed_layers(), 0);
-    EXPECT_EQ(e->impl().cuda->tactics_json()["batches"]["1"]["plan"], plan);
+    EXPECT_EQ(e->impl().compiled->timed_layers(), 0);
+    const auto rec = e->impl().compiled->record();
+    ASSERT_EQ(rec.size(), 1u);
+    EXPECT_EQ(nlohmann::json::parse(rec[0].second)["batches"]["1"]["plan"], plan);
     HostTensor x = read_npy(kFixtures / fixture / "input.npy");
     Shape s = x.shape;
     s[0] = 1;

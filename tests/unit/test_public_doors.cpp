@@ -16,6 +16,7 @@
 #include "cli_test_util.hpp"
 #include "bundle/bundle.hpp"
 #include "core/npy.hpp"
+#include "engine_test_util.hpp"
 #include "kiln/kiln.h"
 #include "kiln/kiln.hpp"
 
@@ -23,6 +24,7 @@ namespace kiln {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::error_of;
 const fs::path kDigits = fs::path(KILN_FIXTURES_DIR).parent_path().parent_path() / "models" / "digits_resnet";
 constexpr int64_t kSide = 32;  // the demo model's input is [N, 3, 32, 32]
 constexpr size_t kPixels = 3 * kSide * kSide;
@@ -40,18 +42,6 @@ class Doors : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   static fs::path bundle() { return dir_ / "digits_max4.bundle"; }
   static fs::path dir_;
-
-  // Runs `call` and returns the Error it throws (or fails the test).
-  template <typename F>
-  static Error error_of(F&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "no error";
-    return Error(ErrorKind::Runtime, "");
-  }
 };
 fs::path Doors::dir_;
 

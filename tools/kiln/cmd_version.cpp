@@ -1,6 +1,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backends/backend.hpp"
 #include "bundle/bundle.hpp"
 #include "commands.hpp"
 #include "kiln/kiln.hpp"
@@ -12,11 +13,7 @@ void add_version(CLI::App& app) {
   auto* sub = app.add_subcommand("version", "Print kiln's version and the bundle format it writes");
   sub->add_flag("--json", *json, "JSON output");
   sub->callback([json] {
-#ifdef KILN_HAVE_CUDA
-    const std::vector<std::string> backends = {"cpu", "cuda"};
-#else
-    const std::vector<std::string> backends = {"cpu"};
-#endif
+    const std::vector<std::string> backends = backend_registry().names();
     if (*json) {
       std::cout << nlohmann::json{{"kiln_version", version()}, {"bundle_format", kBundleFormat}, {"backends", backends}}.dump()
                 << "\n";

@@ -1,5 +1,7 @@
+#include <cstdint>
 #include <cstring>
 
+#include "backends/backend.hpp"
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
@@ -44,9 +46,26 @@ struct CudaContext::Impl {
   CudnnHandle cudnn;
   Event start, stop;
   std::map<int64_t, std::unique_ptr<BatchState>> states;
+  // Recorded at the end of every call, on the stream it ran on (`last`): the
+  // next call, on whatever stream, waits for it before reusing the buffers.
+  Event done;
+  cudaStream_t last = nullptr;
+
+  ~Impl() {
+    if (last) cudaEventSynchronize(done.e);  // a caller's stream may still be running this context's work
+  }
 
   bool pdl_at(int64_t batch) const {
     return engine->impl().opts.switches.get(Switch::Pdl).value_or(batch <= kPdlMaxBatch);
+  }
+
+  // Orders what is enqueued next on `s` after the context's previous call.
+  void follow(cudaStream_t s) {
+    if (last && last != s) KILN_CUDA_CHECK(cudaStreamWaitEvent(s, done.e, 0));
+  }
+  void finish(cudaStream_t s) {
+    KILN_CUDA_CHECK(cudaEventRecord(done.e, s));
+    last = s;
   }
 
   BatchState& state(int64_t batch) {
@@ -98,48 +117,110 @@ struct CudaContext::Impl {
   }
 };
 
+namespace {
+
+// What is wrong with a buffer said to be in `where` ("" if nothing).
+std::string memory_problem(const void* p, MemoryKind where, int device) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    a.type = cudaMemoryTypeUnregistered;
+  }
+  if (where == MemoryKind::Host)
+    return a.type == cudaMemoryTypeDevice ? "is device memory, given as MemoryKind::Host" : "";
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    return "is not device memory (a host pointer given as MemoryKind::Device)";
+  if (a.type == cudaMemoryTypeDevice && a.device != device)
+    return cat("is memory of device ", a.device, "; this engine runs on device ", device);
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float)) return "is not 4-byte aligned (f32 elements)";
+  return "";
+}
+
+}  // namespace
+
 CudaContext::CudaContext(std::shared_ptr<CudaEngine> engine) : impl_(std::make_unique<Impl>()) {
   impl_->engine = std::move(engine);
 }
 CudaContext::~CudaContext() = default;
 
 std::vector<Tensor> CudaContext::run(const std::vector<const Tensor*>& inputs, int64_t batch) {
+  std::vector<TensorView> in;
+  for (const Tensor* t : inputs)
+    in.push_back({t->name, DType::F32, t->shape, t->data.data(), MemoryKind::Host, t->data.size() * sizeof(float)});
+  const Graph& shaped = impl_->state(batch).prog->shaped;
+  std::vector<Tensor> outs;
+  for (int v : shaped.outputs)
+    outs.push_back({shaped.values[v].name, shaped.values[v].shape,
+                    std::vector<float>(static_cast<size_t>(shape_numel(shaped.values[v].shape)))});
+  std::vector<MutableTensorView> out;
+  for (Tensor& t : outs)
+    out.push_back({t.name, DType::F32, t.shape, t.data.data(), MemoryKind::Host, t.data.size() * sizeof(float)});
+  run(in, out, batch, nullptr);
+  return outs;
+}
+
+void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs, int64_t batch,
+                      void* stream) {
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  check_memory_kinds(inputs, outputs, [device](const void* p, MemoryKind where) { return memory_problem(p, where, device); });
   Impl& m = *impl_;
   BatchState& st = m.state(batch);
   const auto& p = *st.prog;
   const Exec x = m.exec_for(st);
   const PdlDefault pdl(m.pdl_at(batch));
-  for (size_t k = 0; k < inputs.size(); ++k)
-    KILN_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(x.staging_in[k]), inputs[k]->data.data(), inputs[k]->data.size() * 4,
-                                    cudaMemcpyHostToDevice, m.stream.s));
-  if (!st.exec) m.capture(st, x);  // the eager warm-up run already computed this call's outputs
-  else KILN_CUDA_CHECK(cudaGraphLaunch(st.exec, m.stream.s));
-  std::vector<Tensor> outs;
+  cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : m.stream.s;
+  const bool own = s == m.stream.s;
+  // The graph is captured on the context's own stream. With a caller's
+  // stream, the first call at a batch size captures before it enqueues
+  // anything (the warm-up run reads whatever staging holds, and this batch
+  // size's buffers are idle), so the caller's stream only ever gets copies,
+  // a graph replay and the output conversions, and is never waited for.
+  if (!st.exec && !own) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(st.staging_in.get(), 0, st.staging_in.size(), m.stream.s));  // defined warm-up input
+    m.capture(st, x);
+  }
+  m.follow(s);
+  bool host = false;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    host |= inputs[k].where == MemoryKind::Host;
+    // Device inputs are copied too: the captured graph reads fixed staging addresses.
+    KILN_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(x.staging_in[k]), inputs[k].data,
+                                    static_cast<size_t>(shape_numel(inputs[k].shape)) * sizeof(float), cudaMemcpyDefault, s));
+  }
+  if (!st.exec) m.capture(st, x);  // own stream: the eager warm-up run already computed this call's outputs
+  else KILN_CUDA_CHECK(cudaGraphLaunch(st.exec, s));
   for (size_t k = 0; k < p.shaped.outputs.size(); ++k) {
     const int v = p.shaped.outputs[k];
     const Value& val = p.shaped.values[v];
-    float* dst = reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k]);
+    const bool to_host = outputs[k].where == MemoryKind::Host;
+    host |= to_host;
+    // Device outputs are written in place by the layout/cast kernel; host ones go through staging.
+    float* dst = to_host ? reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k])
+                         : static_cast<float*>(outputs[k].data);
     const void* src = p.value_ptr(x, v);
     if (val.shape.size() == 4)
       nhwc_to_nchw_f32(src, val.dtype, dst, static_cast<int>(val.shape[0]), static_cast<int>(val.shape[1]),
-                       static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), m.stream.s);
+                       static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), s);
     else
-      cast(src, val.dtype, dst, DType::F32, shape_numel(val.shape), m.stream.s);
-    Tensor t{val.name, val.shape, std::vector<float>(static_cast<size_t>(shape_numel(val.shape)))};
-    KILN_CUDA_CHECK(cudaMemcpyAsync(t.data.data(), dst, t.data.size() * 4, cudaMemcpyDeviceToHost, m.stream.s));
-    outs.push_back(std::move(t));
+      cast(src, val.dtype, dst, DType::F32, shape_numel(val.shape), s);
+    if (to_host)
+      KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[k].data, dst, static_cast<size_t>(shape_numel(val.shape)) * sizeof(float),
+                                      cudaMemcpyDeviceToHost, s));
   }
-  KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
-  return outs;
+  m.finish(s);
+  if (own || host) KILN_CUDA_CHECK(cudaEventSynchronize(m.done.e));
 }
 
 double CudaContext::timed_replay_ms(int64_t batch) {
   Impl& m = *impl_;
   BatchState& st = m.state(batch);
   if (!st.exec) fail_runtime("timed_replay_ms: no captured graph for batch ", batch, " (run once first)");
+  m.follow(m.stream.s);
   KILN_CUDA_CHECK(cudaEventRecord(m.start.e, m.stream.s));
   KILN_CUDA_CHECK(cudaGraphLaunch(st.exec, m.stream.s));
   KILN_CUDA_CHECK(cudaEventRecord(m.stop.e, m.stream.s));
+  m.finish(m.stream.s);
   KILN_CUDA_CHECK(cudaEventSynchronize(m.stop.e));
   float ms = 0;
   KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start.e, m.stop.e));
@@ -155,6 +236,7 @@ std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, 
   const PdlDefault pdl(m.pdl_at(batch));
   std::vector<Event> marks(ns + 1);
   std::vector<double> ms(ns, 0.0);
+  m.follow(m.stream.s);
   for (int r = 0; r < rounds; ++r) {
     KILN_CUDA_CHECK(cudaEventRecord(marks[0].e, m.stream.s));
     for (size_t i = 0; i < ns; ++i) {
@@ -168,6 +250,7 @@ std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, 
       ms[i] += t / rounds;
     }
   }
+  m.finish(m.stream.s);
   std::vector<std::pair<std::string, double>> out;
   for (size_t i = 0; i < ns; ++i) out.push_back({p.step_names.at(i), ms[i]});
   return out;

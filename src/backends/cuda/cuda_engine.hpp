@@ -83,9 +83,16 @@ class CudaEngine {
 class CudaContext {
  public:
   explicit CudaContext(std::shared_ptr<CudaEngine> engine);
-  ~CudaContext();
+  ~CudaContext();  // waits for the context's last call
   // Inputs already validated by the runtime (names, shapes); returns outputs.
   std::vector<Tensor> run(const std::vector<const Tensor*>& inputs_in_graph_order, int64_t batch);
+  // f32 NCHW inputs and f32 outputs (host or device memory), in graph order,
+  // checked by the runtime but for where the memory is (checked here, before
+  // anything is enqueued). `stream` (cudaStream_t): nullptr = the context's
+  // own, waited for; a caller's: enqueued only, waited for only when a view
+  // is host memory. ExecutionContext::run (kiln.hpp) states the rules.
+  void run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs, int64_t batch,
+           void* stream);
   // One CUDA-graph replay between two events (inputs already on the device).
   double timed_replay_ms(int64_t batch);
   size_t graph_nodes(int64_t batch);

@@ -26,13 +26,31 @@ const void* Lowering::engine_buffer(const std::string& key, const std::function<
 // Ops of ops.def the CUDA backend does not lower yet: refused naming the
 // node. The op harness keeps the same list (kNotLoweredOnCuda in
 // tests/ops/op_harness.hpp) and checks this file declares exactly those.
-#define KILN_CUDA_NOT_LOWERED(E)                                                                                      \
-  void lower_##E(Lowering& L, size_t ni) {                                                                          \
-    fail_input(L.g.nodes[ni].name, ": the CUDA backend has no lowering for op ", op_name(L.g.nodes[ni].op),          \
-               " yet (build with --backend cpu)");                                                                  \
-  }
+namespace {
+std::string no_lowering(const Node& n) {
+  return cat(n.name, ": the CUDA backend has no lowering for op ", op_name(n.op), " yet (build with --backend cpu)");
+}
+std::vector<Op>& not_lowered() {
+  static std::vector<Op> ops;
+  return ops;
+}
+struct NotLowered {
+  explicit NotLowered(Op op) { not_lowered().push_back(op); }
+};
+}  // namespace
+
+#define KILN_CUDA_NOT_LOWERED(E)                                                        \
+  void lower_##E(Lowering& L, size_t ni) { fail_input(no_lowering(L.g.nodes[ni])); } \
+  static const NotLowered not_lowered_##E{Op::E};
 KILN_CUDA_NOT_LOWERED(TopK)
 #undef KILN_CUDA_NOT_LOWERED
+
+std::string lowering_refusal(const Graph& g) {
+  for (const Node& n : g.nodes)
+    for (Op op : not_lowered())
+      if (n.op == op) return no_lowering(n);
+  return "";
+}
 
 void lower_node(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];

@@ -100,6 +100,10 @@ void lower_window_conv(Lowering& L, size_t lead); // a window-conv launch (conv.
 // The cuDNN description of Conv2d node n (pixel strides 0: dense), conv.cpp.
 ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride, int y_stride);
 
+// The first node of `g` whose op the CUDA backend does not lower yet, as the
+// error compile would give, or "" (the backend's supports()).
+std::string lowering_refusal(const Graph& g);
+
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);
 // The NCHW f32 -> NHWC steps of the engine inputs (layout.cpp), first in every program.

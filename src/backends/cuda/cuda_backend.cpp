@@ -1,0 +1,105 @@
+// The CUDA backend behind the backend interface (backends/backend.hpp), over
+// CudaEngine and CudaContext. Compiled only in CUDA builds; CMake then lists
+// register_backend_cuda in the generated backend registry.
+#include "backends/backend.hpp"
+#include "backends/cuda/cuda_engine.hpp"
+#include "backends/cuda/lower.hpp"
+#include "bundle/bundle.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+class CudaBackendContext : public BackendContext {
+ public:
+  explicit CudaBackendContext(std::shared_ptr<CudaEngine> engine) : ctx_(std::move(engine)) {}
+  void run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs, int64_t batch,
+           void* stream) override {
+    ctx_.run(inputs, outputs, batch, stream);
+  }
+  double timed_call_ms(int64_t batch) override { return ctx_.timed_replay_ms(batch); }
+  std::vector<LayerTime> profile(int64_t batch, int rounds) override {
+    std::vector<LayerTime> out;
+    for (auto& [name, ms] : ctx_.profile(batch, rounds)) {
+      if (!out.empty() && out.back().name == name) out.back().ms += ms;  // several launches of one node
+      else out.push_back({name, ms});
+    }
+    return out;
+  }
+  size_t kernels_per_call(int64_t batch) override { return ctx_.graph_nodes(batch); }
+  MemoryReport memory(int64_t batch) override { return ctx_.memory(batch); }
+
+ private:
+  CudaContext ctx_;
+};
+
+class CudaCompiled : public CompiledEngine {
+ public:
+  explicit CudaCompiled(std::shared_ptr<CudaEngine> engine) : engine_(std::move(engine)) {}
+  std::unique_ptr<BackendContext> create_context() const override {
+    return std::make_unique<CudaBackendContext>(engine_);
+  }
+  std::vector<std::pair<std::string, std::string>> record() const override {
+    // Tactics chosen on this GPU now; a bundle loaded on another GPU (or
+    // driver/library version) re-selects by heuristics.
+    const nlohmann::json tactics = engine_->tactics_json();
+    return {{"tactics." + gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json", tactics.dump(1)}};
+  }
+  int timed_layers() const override { return engine_->timed_layers(); }
+
+ private:
+  std::shared_ptr<CudaEngine> engine_;
+};
+
+class CudaBackend : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+  std::string available() const override {
+    std::string why;
+    return device_available(&why) ? "" : why;
+  }
+  // Ops the lowering does not take yet, naming the first such node (lower.cpp);
+  // rank- and attribute-dependent refusals come from compile, naming the node.
+  std::string supports(const Graph& g) const override { return lowering_refusal(g); }
+  // cuDNN's fast NHWC kernels want 16-byte channel rows.
+  int64_t channel_align_bytes() const override { return 16; }
+
+  std::shared_ptr<const CompiledEngine> compile(const Graph& g, const CompileOptions& o) const override {
+    if (!o.reference.empty()) {
+      if (o.tune) fail_usage("--reference runs layers on the CPU backend's plain reference: build with --backend cpu");
+      fail_usage(o.source, "this bundle forces layers onto the plain reference path (kiln build --reference), which only "
+                 "the CPU backend runs; load it with --backend cpu");
+    }
+    if (const std::string why = available(); !why.empty()) {
+      if (o.tune) fail_runtime("the CUDA backend needs a GPU: ", why, " (build with --backend cpu)");
+      fail_runtime(o.source, "this is a CUDA bundle and ", why,
+                   "; run it on the CPU with --backend cpu (LoadOptions::backend = \"cpu\")");
+    }
+    CudaOptions co;
+    co.opt_level = o.opt_level;
+    co.allow_tf32 = o.allow_tf32;
+    co.switches = o.switches;
+    co.tune = o.tune;
+    co.batches = o.batches;
+    co.log = o.log;
+    co.progress = o.progress;
+    if (o.tune) co.tactic_cache = o.tactic_cache;  // loading never reads or writes the cache
+    if (o.bundle) {
+      // The record of this GPU when the bundle has one, else any (its key then says another GPU: re-selected).
+      const std::string mine = "tactics." + gpu_slug(current_gpu_key().gpu) + ".json";
+      for (const auto& name : o.bundle->section_names())
+        if (name.rfind("tactics.", 0) == 0 && (co.tactics.is_null() || name == mine)) {
+          co.tactics = nlohmann::json::parse(o.bundle->section_text(name), nullptr, false);
+          if (!co.tactics.is_object()) fail_input(o.source, name, ": not a JSON object");
+        }
+    }
+    return std::make_shared<CudaCompiled>(std::make_shared<CudaEngine>(g, co));
+  }
+};
+
+}  // namespace
+}  // namespace kiln::cuda
+
+namespace kiln {
+void register_backend_cuda(BackendRegistry& r) { r.add(std::make_unique<cuda::CudaBackend>()); }
+}  // namespace kiln
