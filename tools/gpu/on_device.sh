@@ -7,6 +7,8 @@
 #   --quick GPU tests only, without the every-tactic sweeps and timing printouts
 #   --bench resnet50 bench only (+ torch.compile max-autotune when KILN_AUTOTUNE_PEER=<batch>)
 #   --family4  full-size checks and benches of the Res2Net and EfficientNet families (issue #4)
+#   --regress  bench/regress.sh: bin/kiln-base (packed with KILN_BASE_KILN=... tools/gpu/pack.sh)
+#           against bin/kiln on resnet50, res2net50_26w_4s, efficientnet_b0 at batch 1 and 32
 #   --ops   the op harness only (kiln_ops_tests: every case on the CPU and CUDA backends vs the
 #           plain reference; KILN_OPS_ARGS adds flags, e.g. "--perf" or "--gtest_filter=*conv2d*")
 # Environment: KILN_RES2NET_MODELS / KILN_EFFNET_MODELS choose the full-size models --family4
@@ -77,7 +79,10 @@ case "$mode" in
     # suite's ~6.5 minutes on the H200); the default mode runs everything.
     filter=${KILN_GPU_TEST_FILTER:-*}
     [ "$mode" = "--quick" ] && [ -z "${KILN_GPU_TEST_FILTER:-}" ] && filter='-All/ConvTactics.*:CudaKernels.LinearEveryTactic:*Perf*:CudaEngine.ThousandLoadFreeCyclesReturnEveryByte'
-    $work/bin/kiln_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$out/gpu_tests.log" 2>&1 || status=1
+    # Full output (not --gtest_brief): a run cut off by the device tool's time limit still shows
+    # every test that finished.
+    $work/bin/kiln_gpu_tests --gtest_filter="$filter" > "$out/gpu_tests.log" 2>&1 || status=1
+    grep -E "^\[  FAILED" "$out/gpu_tests.log" | head -40
     tail -5 "$out/gpu_tests.log"
     # Not in --quick: that mode alone already takes most of the device tool's 600 s.
     [ "$mode" = "--quick" ] && exit $status
@@ -92,6 +97,10 @@ case "$mode" in
     for m in resnet50 resnet50d resnext50_32x4d; do check_model $m; done
     echo "== bench"
     bench_model resnet50
+    ;;
+  --regress)
+    [ -x $work/bin/kiln-base ] || { echo "no bin/kiln-base in the payload (KILN_BASE_KILN=... tools/gpu/pack.sh)" >&2; exit 2; }
+    bash bench/regress.sh $work/bin/kiln-base $kiln "$out/regress" ${KILN_REGRESS_MODELS:-} || status=1
     ;;
   --ops)
     $work/bin/kiln_ops_tests --gtest_brief=1 --errors ${KILN_OPS_ARGS:-} > "$out/ops_tests.log" 2>&1 || status=1
