@@ -168,19 +168,23 @@ std::unique_ptr<RangeCollector> make_collector(const CalibSettings& s, DType cod
 //   has positive levels) is scored by how much information quantizing with
 //   it loses. The reference distribution P is H's first i bins with every
 //   count beyond t added to bin i-1 (what saturation does to those values).
-//   The candidate distribution Q is what the quantizer keeps of those i bins:
-//   bins whose centres get the same code at scale t / code_max form one
-//   group, and each group's total count is spread evenly over the group's
-//   non-empty bins (empty bins stay empty, so Q is zero only where H is). The
-//   score is the Kullback-Leibler divergence KL(P || Q) = sum P log(P / Q)
-//   over the bins where P > 0, with P and Q each normalized to sum 1; a
-//   candidate where P > 0 but Q = 0 (clipped mass landing in an empty bin)
-//   scores infinity. The threshold with the smallest score wins (the first
-//   one on ties); i = B always scores finite, so there is a winner.
+//   The candidate distribution Q is what the codes keep of the unclipped
+//   bins H[0..i): bins whose centres get the same code at scale t / code_max
+//   form one group, and each group's H total is spread evenly over those of
+//   its bins where P is non-zero (bins empty in P stay empty in Q). Both are
+//   normalized to sum 1. Because Q leaves the clipped counts out, clipping
+//   shows up as P piling mass into bin i-1 that Q does not have. Where P > 0
+//   but Q = 0 (clipped counts landing in a group that H leaves empty, e.g.
+//   an isolated outlier beyond a gap) Q is floored at 1e-4, as the MXNet and
+//   TensorRT implementations smooth it, so a far outlier does not force t to
+//   amax. The score is the Kullback-Leibler divergence KL(P || Q) = sum
+//   P log(P / Q) over bins with P > 0; the smallest score wins, the first
+//   (smallest t) on ties.
 //   TensorRT groups the i bins into 128 equal runs; grouping by the actual
 //   code of each bin centre is the same for int8 and also serves e4m3, whose
 //   levels are not evenly spaced.
 float entropy_threshold(const std::vector<uint64_t>& counts, float width, DType code) {
+  constexpr double kFloor = 1e-4;
   const size_t bins = counts.size();
   std::vector<double> above(bins + 1, 0.0);  // above[i] = count in bins >= i
   for (size_t j = bins; j-- > 0;) above[j] = above[j + 1] + static_cast<double>(counts[j]);
@@ -190,29 +194,28 @@ float entropy_threshold(const std::vector<uint64_t>& counts, float width, DType 
   double best = std::numeric_limits<double>::infinity();
   size_t best_i = bins;
   std::vector<uint8_t> codes(bins);
-  std::vector<double> q(bins);
+  std::vector<double> p(bins), q(bins);
   for (size_t i = std::min<size_t>(128, bins); i <= bins; ++i) {
     const double kept = total - above[i];
     if (kept == 0) continue;  // nothing below t: no distribution to compare
     const float scale = std::max(static_cast<float>(i) * width / qmax, std::numeric_limits<float>::min());
-    for (size_t j = 0; j < i; ++j) codes[j] = quantize_value(bin_centre(j, width), scale, code, Int8Range::Full);
+    for (size_t j = 0; j < i; ++j) {
+      codes[j] = quantize_value(bin_centre(j, width), scale, code, Int8Range::Full);
+      p[j] = static_cast<double>(counts[j]) + (j + 1 == i ? above[i] : 0.0);
+    }
     for (size_t j = 0; j < i;) {
       size_t k = j;
       double sum = 0;
       int non_empty = 0;
-      for (; k < i && codes[k] == codes[j]; ++k) sum += static_cast<double>(counts[k]), non_empty += counts[k] > 0;
-      for (size_t m = j; m < k; ++m) q[m] = counts[m] > 0 ? sum / non_empty : 0.0;
+      for (; k < i && codes[k] == codes[j]; ++k) sum += static_cast<double>(counts[k]), non_empty += p[k] > 0;
+      for (size_t m = j; m < k; ++m) q[m] = p[m] > 0 ? sum / non_empty : 0.0;
       j = k;
     }
     double kl = 0;
-    for (size_t j = 0; j < i && kl < best; ++j) {
-      const double p = static_cast<double>(counts[j]) + (j + 1 == i ? above[i] : 0.0);
-      if (p == 0) continue;
-      if (q[j] == 0) {
-        kl = std::numeric_limits<double>::infinity();
-        break;
-      }
-      kl += (p / total) * std::log((p / total) / (q[j] / kept));
+    for (size_t j = 0; j < i; ++j) {
+      if (p[j] == 0) continue;
+      const double pn = p[j] / total, qn = q[j] > 0 ? q[j] / kept : kFloor;
+      kl += pn * std::log(pn / qn);
     }
     if (kl < best) best = kl, best_i = i;
   }
