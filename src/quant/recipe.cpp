@@ -260,6 +260,17 @@ std::vector<std::string> default_reasons(const Graph& g, const Node& n, const De
   return why;
 }
 
+// Each pattern must match a conv or linear: one that matches nothing, or
+// only layers that are never quantized, is a typo or a misunderstanding.
+void check_patterns(const Graph& g, const std::vector<std::string>& patterns, const std::vector<int>& candidates,
+                    const std::string& what) {
+  if (patterns.empty()) return;
+  select_nodes(g, patterns, what);  // names the first pattern that matches no node at all
+  for (const auto& p : patterns)
+    if (std::none_of(candidates.begin(), candidates.end(), [&](int i) { return node_matches(g.nodes[i], {p}); }))
+      fail_usage(what, " '", p, "' matches only layers that are never quantized (conv2d and linear with constant weights are)");
+}
+
 }  // namespace
 
 Selection select_quantized(const Graph& g, const Recipe& r, const PartTable& extra_parts) {
@@ -282,17 +293,13 @@ Selection select_quantized(const Graph& g, const Recipe& r, const PartTable& ext
         if (remove) reason[i] = "removed by part '" + part + "'";
       }
   }
-  if (!r.include.empty()) {
-    const std::vector<char> inc = select_nodes(g, r.include, "recipe include pattern");
-    for (int i : candidates)
-      if (inc[i]) on[i] = 1;
-  }
-  if (!r.exclude.empty()) {
-    select_nodes(g, r.exclude, "recipe exclude pattern");  // each pattern must match something
-    for (int i : candidates)
-      for (const auto& p : r.exclude)
-        if (on[i] && node_matches(g.nodes[i], {p})) on[i] = 0, reason[i] = "removed by exclude pattern '" + p + "'";
-  }
+  check_patterns(g, r.include, candidates, "recipe include pattern");
+  check_patterns(g, r.exclude, candidates, "recipe exclude pattern");
+  for (int i : candidates)
+    if (node_matches(g.nodes[i], r.include)) on[i] = 1;
+  for (int i : candidates)
+    for (const auto& p : r.exclude)
+      if (on[i] && node_matches(g.nodes[i], {p})) on[i] = 0, reason[i] = "removed by exclude pattern '" + p + "'";
 
   Selection s;
   for (int i : candidates) {

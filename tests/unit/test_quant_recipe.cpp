@@ -264,7 +264,15 @@ TEST(QuantSelect, TyposAndGlobsSelectingNothingAreErrors) {
   r.include = {"layer9.*"};
   EXPECT_NE(error_of([&] { quant::select_quantized(g, r); }).find("recipe include pattern 'layer9.*' matches no layer"),
             std::string::npos);
-  r.include.clear();
+  r.include = {"layer1.0.conv1", "maxpool"};
+  EXPECT_NE(error_of([&] { quant::select_quantized(g, r); }).find("recipe include pattern 'maxpool' matches only layers that are never quantized"),
+            std::string::npos);
+  r.include = {"linear"};  // an op name selects every node of that op
+  r.defaults.classifier = false;
+  r.defaults.max_small_channels = 0;
+  r.parts.clear();
+  EXPECT_EQ(names(g, quant::select_quantized(g, r).quantized), std::vector<std::string>{"fc"});
+  r = Recipe{};
   r.exclude = {"*.conv9"};
   EXPECT_NE(error_of([&] { quant::select_quantized(g, r); }).find("recipe exclude pattern '*.conv9'"), std::string::npos);
   r.exclude.clear();
