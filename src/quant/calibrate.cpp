@@ -268,7 +268,7 @@ std::vector<int> calibrated_values(const Graph& g, const std::vector<int>& nodes
 namespace {
 
 void run_observed(const Graph& g, const cpu::CpuProgram& prog, const std::vector<std::vector<float>>& inputs,
-                  const std::vector<char>& wanted, const cpu_observe::Observer& observe) {
+                  const std::vector<char>& wanted, const ValueObserver& observe) {
   if (inputs.size() != g.inputs.size())
     fail_usage("calibration: ", inputs.size(), " input buffers for a graph of ", g.inputs.size(), " inputs");
   // Last node reading each value: its buffer is freed after that node.
@@ -314,7 +314,7 @@ void run_observed(const Graph& g, const cpu::CpuProgram& prog, const std::vector
 }  // namespace
 
 void run_cpu_observed(const Graph& g, const std::vector<std::vector<float>>& inputs, const std::vector<char>& wanted,
-                      const cpu_observe::Observer& observe) {
+                      const ValueObserver& observe) {
   const cpu::CpuProgram prog(g);
   run_observed(g, prog, inputs, wanted, observe);
 }

@@ -76,12 +76,10 @@ struct CalibrationData {
 // Runs g on the CPU backend node by node (CpuProgram::run_node on dense
 // buffers, each freed after its last reader) and hands every value whose
 // wanted[value id] is set to observe(value id, data, count) once it is
-// written (graph inputs before the first node). `prog` is a CpuProgram of g.
-namespace cpu_observe {
-using Observer = std::function<void(int value, const float* data, size_t count)>;
-}
+// written (graph inputs before the first node).
+using ValueObserver = std::function<void(int value, const float* data, size_t count)>;
 void run_cpu_observed(const Graph& g, const std::vector<std::vector<float>>& inputs, const std::vector<char>& wanted,
-                      const cpu_observe::Observer& observe);
+                      const ValueObserver& observe);
 
 // Calibrates the activations of `nodes` (select_quantized's list) over
 // `data`, running every batch once per pass the method needs. progress(done,

@@ -21,8 +21,6 @@ namespace fs = std::filesystem;
 using quant::CalibMethod;
 using testing::error_of;
 
-const fs::path kFixtures = KILN_FIXTURES_DIR;
-
 // Feeds `x` in uneven batches, each pass the collector asks for.
 float collect(quant::RangeCollector& c, const std::vector<float>& x) {
   const size_t cuts[] = {1, 7, 1000, 4096};
@@ -48,10 +46,7 @@ std::vector<float> gaussian(size_t n, uint32_t seed) {
 
 std::vector<float> uniform(size_t n, float lo, float hi, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
+  return testing::random_tensor({static_cast<int64_t>(n)}, rng, lo, hi).to_f32();
 }
 
 float max_abs(const std::vector<float>& v) {
@@ -209,7 +204,7 @@ TEST(Calibrate, HistogramCollectorsNeedTheirSecondPass) {
 
 // ---- graphs ----
 
-Graph resnet_basic() { return testing::fixture_graph(kFixtures / "resnet" / "basic", DType::F32, 1, "timm_resnet"); }
+Graph resnet_basic() { return testing::fixture_graph(fs::path(KILN_FIXTURES_DIR) / "resnet" / "basic", DType::F32, 1, "timm_resnet"); }
 
 quant::CalibrationData random_batches(const Graph& g, int64_t batches, uint32_t seed) {
   quant::CalibrationData d;

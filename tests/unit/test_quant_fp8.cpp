@@ -32,39 +32,32 @@ double by_definition(uint8_t c, int exp_bits, int man_bits) {
 bool e4m3_is_nan(uint8_t c) { return (c & 0x7f) == 0x7f; }
 bool e5m2_is_nan(uint8_t c) { return (c & 0x7f) > 0x7c; }
 
-TEST(Fp8, EveryE4M3CodeDecodesByDefinitionAndReencodesToItself) {
-  for (int i = 0; i < 256; ++i) {
-    const uint8_t c = static_cast<uint8_t>(i);
-    const float v = e4m3_to_f32(c);
-    if (e4m3_is_nan(c)) {
-      EXPECT_TRUE(std::isnan(v)) << i;
-      EXPECT_EQ(f32_to_e4m3(v) & 0x7f, 0x7f) << i;  // NaN stays NaN
-      continue;
-    }
-    EXPECT_EQ(static_cast<double>(v), by_definition(c, 4, 3)) << i;
-    EXPECT_EQ(std::signbit(v), (c & 0x80) != 0) << i;  // 0x80 is -0
-    EXPECT_EQ(f32_to_e4m3(v), c) << i;
-  }
-}
+struct Format {
+  const char* name;
+  int exp_bits, man_bits;
+  uint8_t (*encode)(float);
+  float (*decode)(uint8_t);
+  bool (*is_nan)(uint8_t);
+  bool has_inf;  // e5m2: S.11111.00
+};
+const Format kFormats[] = {{"e4m3", 4, 3, f32_to_e4m3, e4m3_to_f32, e4m3_is_nan, false},
+                           {"e5m2", 5, 2, f32_to_e5m2, e5m2_to_f32, e5m2_is_nan, true}};
 
-TEST(Fp8, EveryE5M2CodeDecodesByDefinitionAndReencodesToItself) {
-  for (int i = 0; i < 256; ++i) {
-    const uint8_t c = static_cast<uint8_t>(i);
-    const float v = e5m2_to_f32(c);
-    if (e5m2_is_nan(c)) {
-      EXPECT_TRUE(std::isnan(v)) << i;
-      EXPECT_TRUE(e5m2_is_nan(f32_to_e5m2(v))) << i;
-      continue;
+TEST(Fp8, EveryCodeDecodesByDefinitionAndReencodesToItself) {
+  for (const Format& f : kFormats)
+    for (int i = 0; i < 256; ++i) {
+      const uint8_t c = static_cast<uint8_t>(i);
+      const float v = f.decode(c);
+      if (f.is_nan(c)) {
+        EXPECT_TRUE(std::isnan(v)) << f.name << " " << i;
+        EXPECT_TRUE(f.is_nan(f.encode(v))) << f.name << " " << i;  // NaN stays NaN
+        continue;
+      }
+      if (f.has_inf && (c & 0x7f) == 0x7c) EXPECT_TRUE(std::isinf(v)) << f.name << " " << i;
+      else EXPECT_EQ(static_cast<double>(v), by_definition(c, f.exp_bits, f.man_bits)) << f.name << " " << i;
+      EXPECT_EQ(std::signbit(v), (c & 0x80) != 0) << f.name << " " << i;  // 0x80 is -0
+      EXPECT_EQ(f.encode(v), c) << f.name << " " << i;
     }
-    if ((c & 0x7f) == 0x7c) {
-      EXPECT_TRUE(std::isinf(v)) << i;
-      EXPECT_EQ(std::signbit(v), (c & 0x80) != 0) << i;
-    } else {
-      EXPECT_EQ(static_cast<double>(v), by_definition(c, 5, 2)) << i;
-      EXPECT_EQ(std::signbit(v), (c & 0x80) != 0) << i;
-    }
-    EXPECT_EQ(f32_to_e5m2(v), c) << i;
-  }
 }
 
 // Hand-derived from the definitions (e4m3: bias 7, 3 mantissa bits, no inf,
@@ -150,20 +143,20 @@ TEST(Fp8, KnownEncodingsTiesSaturationSubnormalsSigns) {
   EXPECT_EQ(f32_to_e5m2(-NAN), 0xff);
 }
 
+// Value of a code of format f by definition (finite codes only).
+double value_of(const Format& f, int code) { return by_definition(static_cast<uint8_t>(code), f.exp_bits, f.man_bits); }
+
 // Nearest representable value, ties to the even code (even mantissa): the
 // rounding rule itself, evaluated by search over the decoded codes.
-uint8_t oracle(float x, bool e5m2) {
+uint8_t oracle(const Format& f, float x) {
   const double a = std::fabs(static_cast<double>(x));
   const uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  const int max_code = e5m2 ? 0x7b : 0x7e;
-  const double max_v = e5m2 ? 57344.0 : 448.0;
-  if (e5m2 && a >= 61440.0) return sign | 0x7c;
-  if (a >= max_v) return static_cast<uint8_t>(sign | max_code);
+  const int max_code = f.has_inf ? 0x7b : 0x7e;
+  if (f.has_inf && a >= 61440.0) return sign | 0x7c;
+  if (a >= value_of(f, max_code)) return static_cast<uint8_t>(sign | max_code);
   int lo = 0;
-  while (lo + 1 <= max_code && by_definition(static_cast<uint8_t>(lo + 1), e5m2 ? 5 : 4, e5m2 ? 2 : 3) <= a) ++lo;
-  if (by_definition(static_cast<uint8_t>(lo), e5m2 ? 5 : 4, e5m2 ? 2 : 3) == a) return static_cast<uint8_t>(sign | lo);
-  const double dl = a - by_definition(static_cast<uint8_t>(lo), e5m2 ? 5 : 4, e5m2 ? 2 : 3);
-  const double dh = by_definition(static_cast<uint8_t>(lo + 1), e5m2 ? 5 : 4, e5m2 ? 2 : 3) - a;
+  while (value_of(f, lo + 1) <= a) ++lo;
+  const double dl = a - value_of(f, lo), dh = value_of(f, lo + 1) - a;
   const int pick = dl < dh ? lo : dh < dl ? lo + 1 : (lo % 2 == 0 ? lo : lo + 1);
   return static_cast<uint8_t>(sign | pick);
 }
@@ -172,12 +165,10 @@ uint8_t oracle(float x, bool e5m2) {
 // rounding decides), plus a strided sweep over all f32 bit patterns. The full
 // 2^32 sweep against this oracle was run once when the encoder was written.
 TEST(Fp8, MatchesNearestEvenOracleAtEveryMidpointAndOnASweep) {
-  for (bool e5m2 : {false, true}) {
-    const int max_code = e5m2 ? 0x7b : 0x7e;
+  for (const Format& f : kFormats) {
     std::vector<float> xs;
-    for (int c = 0; c < max_code; ++c) {
-      const double mid = (by_definition(static_cast<uint8_t>(c), e5m2 ? 5 : 4, e5m2 ? 2 : 3) +
-                          by_definition(static_cast<uint8_t>(c + 1), e5m2 ? 5 : 4, e5m2 ? 2 : 3)) / 2;
+    for (int c = 0; c < (f.has_inf ? 0x7b : 0x7e); ++c) {
+      const double mid = (value_of(f, c) + value_of(f, c + 1)) / 2;
       const float m = static_cast<float>(mid);
       ASSERT_EQ(static_cast<double>(m), mid);  // midpoints are exact in f32
       xs.insert(xs.end(), {m, std::nextafter(m, 0.0f), std::nextafter(m, INFINITY)});
@@ -185,10 +176,7 @@ TEST(Fp8, MatchesNearestEvenOracleAtEveryMidpointAndOnASweep) {
     for (uint64_t u = 0; u < 0x100000000ull; u += 65521) xs.push_back(bits_f32(static_cast<uint32_t>(u)));
     for (float x : xs) {
       if (std::isnan(x)) continue;
-      for (float s : {x, -x}) {
-        const uint8_t got = e5m2 ? f32_to_e5m2(s) : f32_to_e4m3(s);
-        ASSERT_EQ(int(got), int(oracle(s, e5m2))) << (e5m2 ? "e5m2 " : "e4m3 ") << s;
-      }
+      for (float s : {x, -x}) ASSERT_EQ(int(f.encode(s)), int(oracle(f, s))) << f.name << " " << s;
     }
   }
 }

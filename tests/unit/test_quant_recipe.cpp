@@ -201,10 +201,17 @@ void expect_partition(const Graph& g, const quant::Selection& s) {
   EXPECT_EQ(all, want);
 }
 
+// select_quantized with the partition checked; `any_width` turns the small-channel rule off.
+quant::Selection select(const Graph& g, Recipe r, bool any_width = false) {
+  if (any_width) r.defaults.max_small_channels = 0;
+  quant::Selection s = quant::select_quantized(g, r);
+  expect_partition(g, s);
+  return s;
+}
+
 TEST(QuantSelect, ResNetDefaultsKeepStemClassifierAndSmallLayers) {
   const Graph g = fixture("resnet", "basic", "timm_resnet");
-  const auto s = quant::select_quantized(g, Recipe{});
-  expect_partition(g, s);
+  const auto s = select(g, Recipe{});
   // basic: layer1 has 8 channels, layer2 16, layer3 24, layer4 32; conv1 is 3 -> 64.
   EXPECT_EQ(names(g, s.quantized),
             (std::vector<std::string>{"layer3.0.conv2", "layer4.0.downsample.0", "layer4.0.conv1", "layer4.0.conv2"}));
@@ -222,8 +229,7 @@ TEST(QuantSelect, PartsApplyInOrderThenIncludeThenExclude) {
   Recipe r;
   r.defaults.max_small_channels = 0;
   r.parts = {"all", "no-layer1"};
-  auto s = quant::select_quantized(g, r);
-  expect_partition(g, s);
+  auto s = select(g, r);
   for (int i : s.quantized) EXPECT_EQ(g.nodes[i].name.rfind("layer1.", 0), std::string::npos) << g.nodes[i].name;
   EXPECT_EQ(s.quantized.size(), 9u);  // 13 convs + fc, less stem, classifier, layer1's three
   EXPECT_EQ(reason_of(g, s, "layer1.0.conv2"), "removed by part 'no-layer1'");
@@ -232,8 +238,7 @@ TEST(QuantSelect, PartsApplyInOrderThenIncludeThenExclude) {
   r.parts = {"layer2", "layer4"};
   r.include = {"layer1.0.conv2"};
   r.exclude = {"*.downsample.*"};
-  s = quant::select_quantized(g, r);
-  expect_partition(g, s);
+  s = select(g, r);
   EXPECT_EQ(names(g, s.quantized), (std::vector<std::string>{"layer1.0.conv2", "layer2.0.conv1", "layer2.0.conv2",
                                                              "layer4.0.conv1", "layer4.0.conv2"}));
   EXPECT_EQ(reason_of(g, s, "layer2.0.downsample.0"), "removed by exclude pattern '*.downsample.*'");
@@ -285,34 +290,28 @@ TEST(QuantSelect, TyposAndGlobsSelectingNothingAreErrors) {
 
 TEST(QuantSelect, ResNetDeepStemAndRes2NetChunks) {
   const Graph d = fixture("res2net", "res2net_d", "timm_res2net");
-  Recipe r;
-  r.defaults.max_small_channels = 0;
-  auto s = quant::select_quantized(d, r);
-  expect_partition(d, s);
+  auto s = select(d, Recipe{}, true);
   for (const char* stem : {"conv1.0", "conv1.3", "conv1.6"})
     EXPECT_EQ(reason_of(d, s, stem), "default exclusion: stem (defaults.stem)") << stem;
   EXPECT_EQ(reason_of(d, s, "layer1.0.conv1"), "(quantized or not a candidate)");
 
   // Res2Net's 3x3 chunk convs are narrow (6 or 9 channels in s4_26w): the default keeps them 16-bit.
   const Graph g = fixture("res2net", "s4_26w", "timm_res2net");
-  s = quant::select_quantized(g, Recipe{});
-  expect_partition(g, s);
+  s = select(g, Recipe{});
   EXPECT_NE(reason_of(g, s, "layer2.1.convs.1").find("6 input channels <= 16"), std::string::npos);
   const auto q = names(g, s.quantized);
   EXPECT_NE(std::find(q.begin(), q.end(), "layer1.0.conv1"), q.end());
   EXPECT_NE(std::find(q.begin(), q.end(), "layer4.0.conv3"), q.end());
-  r = Recipe{};
+  Recipe r;
   r.parts = {"layer3.0"};  // a block is a prefix too
-  r.defaults.max_small_channels = 0;
-  EXPECT_EQ(quant::select_quantized(g, r).quantized.size(), 6u);  // downsample, conv1, convs.0-2, conv3
+  EXPECT_EQ(select(g, r, true).quantized.size(), 6u);  // downsample, conv1, convs.0-2, conv3
 }
 
 TEST(QuantSelect, EfficientNetStemHeadDepthwiseAndStages) {
   const Graph g = fixture("efficientnet", "b0_narrow", "timm_efficientnet");
   Recipe r;
   r.defaults.max_small_channels = 0;
-  auto s = quant::select_quantized(g, r);
-  expect_partition(g, s);
+  auto s = select(g, r);
   EXPECT_EQ(reason_of(g, s, "conv_stem"), "default exclusion: stem (defaults.stem)");
   EXPECT_EQ(reason_of(g, s, "classifier"), "default exclusion: classifier (defaults.classifier)");
   int depthwise = 0;
@@ -359,8 +358,7 @@ TEST(QuantSelect, FamilyPartTablesAndStructuralStemAndClassifier) {
   y = g.add_node(Op::Flatten, "flat", {y});
   const int w = g.add_constant("out.weight", testing::random_tensor({32, 32}, rng));
   g.mark_output(g.add_node(Op::Linear, "out", {y, w}));
-  auto s = quant::select_quantized(g, Recipe{});
-  expect_partition(g, s);
+  const auto s = select(g, Recipe{});
   EXPECT_EQ(names(g, s.quantized), std::vector<std::string>{"enc.pw"});
   EXPECT_EQ(reason_of(g, s, "first"), "default exclusion: stem (defaults.stem)");
   EXPECT_EQ(reason_of(g, s, "enc.dw"), "default exclusion: depthwise conv (defaults.depthwise)");
