@@ -23,9 +23,13 @@ uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 inline float bf16_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
-// e4m3 (OCP FP8): no infinities, saturates at +-448, NaN is 0x7f/0xff.
+// OCP FP8, round to nearest even (docs/quantization.md):
+// e4m3 ("e4m3fn"): no infinities, saturates at +-448 (inf too), NaN is 0x7f/0xff.
+// e5m2: IEEE-like, max finite 57344, |x| >= 61440 rounds to inf, NaN 0x7f/0xff.
 uint8_t f32_to_e4m3(float f);
 float e4m3_to_f32(uint8_t v);
+uint8_t f32_to_e5m2(float f);
+float e5m2_to_f32(uint8_t v);
 
 // Round-trip helpers used to emulate narrow storage of fp32 values.
 inline float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }

@@ -60,6 +60,9 @@ std::vector<float> HostTensor::to_f32() const {
     case DType::F8E4M3:
       for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(p[i]);
       break;
+    case DType::F8E5M2:
+      for (int64_t i = 0; i < n; ++i) out[i] = e5m2_to_f32(p[i]);
+      break;
     // Integers convert exactly up to 2^24 (indices, quantized codes).
     case DType::U8:
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]);
@@ -117,6 +120,9 @@ HostTensor HostTensor::from_f32_as(DType dtype, const Shape& shape, const std::v
       break;
     case DType::F8E4M3:
       for (size_t i = 0; i < n; ++i) bytes[i] = f32_to_e4m3(values[i]);
+      break;
+    case DType::F8E5M2:
+      for (size_t i = 0; i < n; ++i) bytes[i] = f32_to_e5m2(values[i]);
       break;
     default:
       fail_runtime("from_f32_as: unsupported dtype ", dtype_name(dtype));
