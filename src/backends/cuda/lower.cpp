@@ -32,6 +32,14 @@ const void* Lowering::engine_buffer(const std::string& key, const std::function<
                " yet (build with --backend cpu)");                                                                  \
   }
 KILN_CUDA_NOT_LOWERED(TopK)
+KILN_CUDA_NOT_LOWERED(LayerNorm)
+KILN_CUDA_NOT_LOWERED(Softmax)
+KILN_CUDA_NOT_LOWERED(MatMul)
+KILN_CUDA_NOT_LOWERED(Transpose)
+KILN_CUDA_NOT_LOWERED(Reshape)
+KILN_CUDA_NOT_LOWERED(UpsampleNearest)
+KILN_CUDA_NOT_LOWERED(Gather)
+KILN_CUDA_NOT_LOWERED(InverseSigmoid)
 #undef KILN_CUDA_NOT_LOWERED
 
 void lower_node(Lowering& L, size_t ni) {
