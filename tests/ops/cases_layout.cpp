@@ -1,11 +1,12 @@
 // transpose, reshape, upsample_nearest and gather cases: ranks 2-5, extents
 // 13 and 24 and 1, batches 1 and 3. transpose: NCHW <-> NHWC, tokens <->
 // channels, heads ([B, L, H, D] -> [B, H, L, D]), rank 5, extent-1 axes, the
-// identity. reshape: splitting and merging heads, flatten(2), an inferred
-// extent, rank 5. upsample_nearest: 2x (RT-DETR's FPN), 3x1, 2x3 on 1x1 maps,
-// 1x1. gather: RT-DETR's query selection ([B, S, C] by [B, K] along axis 1),
-// K = extent (repeats), K = 1, the last axis, a middle axis of rank 5, i32 and
-// constant indices. All exact: these ops move values, they compute nothing.
+// identity, one larger than the CPU kernel's 32 x 32 tiles. reshape: splitting
+// and merging heads, flatten(2), an inferred extent, rank 5. upsample_nearest:
+// 2x (RT-DETR's FPN), 3x1, 2x3 on 1x1 maps, 1x1. gather: RT-DETR's query
+// selection ([B, S, C] by [B, K] along axis 1), K = extent (repeats), K = 1,
+// the last axis, a middle axis of rank 5, i32 and constant indices. All exact:
+// these ops move values, they compute nothing.
 #include "op_harness.hpp"
 
 namespace kiln::ops {
@@ -16,7 +17,7 @@ void add_layout_cases(std::vector<OpCase>& out) {
       {{3, 5, 7, 13}, {0, 3, 1, 2}},        {{1, 13, 24}, {0, 2, 1}},
       {{3, 24, 13}, {0, 2, 1}},             {{1, 13, 8, 24}, {0, 2, 1, 3}},
       {{3, 2, 13, 3, 4}, {0, 3, 1, 4, 2}},  {{1, 1, 13, 1}, {0, 3, 2, 1}},
-      {{3, 13}, {0, 1}},
+      {{3, 13}, {0, 1}},                    {{3, 40, 37}, {0, 2, 1}},  // past one 32 x 32 tile both ways
   };
   struct ReshapeSpec {
     const char* tag;

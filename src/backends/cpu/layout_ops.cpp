@@ -52,16 +52,43 @@ void transpose(const std::vector<int64_t>& shape, const std::vector<int64_t>& pe
   const Collapsed c = collapse(shape, perm);
   const size_t rank = c.out_extent.size();
   const int64_t len = c.out_extent.back(), step = c.in_stride.back();
-  const int64_t rows = count / len;
-  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-    // The input offset of output row r0, from its index along the outer output axes.
-    std::vector<int64_t> at(rank, 0);
+  // The input offset of the output element whose index along the output axes
+  // before `end` is `flat` (row-major over those axes); fills `at` with it.
+  auto offset_of = [&](int64_t flat, size_t end, std::vector<int64_t>& at) {
     int64_t from = 0;
-    for (int64_t rest = r0, d = static_cast<int64_t>(rank) - 2; d >= 0; --d) {
-      at[d] = rest % c.out_extent[d];
-      rest /= c.out_extent[d];
+    for (int64_t d = static_cast<int64_t>(end) - 1; d >= 0; --d) {
+      at[d] = flat % c.out_extent[d];
+      flat /= c.out_extent[d];
       from += at[d] * c.in_stride[d];
     }
+    return from;
+  };
+  if (rank >= 2 && c.in_stride[rank - 2] == 1 && step == c.out_extent[rank - 2]) {
+    // The last two output axes are an [L, Q] input block read transposed
+    // (NCHW -> NHWC is [C, HW] -> [HW, C] per image): copy it in 32 x 32 tiles
+    // so reads and writes both stay within a few cache lines per tile.
+    constexpr int64_t kTile = 32;
+    const int64_t q = c.out_extent[rank - 2], l = len;
+    const int64_t blocks = (q + kTile - 1) / kTile, outer = count / (q * l);
+    pool.parallel_for(outer * blocks, [&](int64_t t0, int64_t t1) {
+      std::vector<int64_t> at(rank, 0);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t o = t / blocks, i0 = (t % blocks) * kTile, i1 = std::min(q, i0 + kTile);
+        const float* src = x + offset_of(o, rank - 2, at);
+        float* dst = y + o * q * l;
+        for (int64_t j0 = 0; j0 < l; j0 += kTile) {
+          const int64_t j1 = std::min(l, j0 + kTile);
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = j0; j < j1; ++j) dst[i * l + j] = src[j * q + i];
+        }
+      }
+    }, std::max<int64_t>(1, 4096 / (kTile * l)));
+    return;
+  }
+  const int64_t rows = count / len;
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> at(rank, 0);
+    int64_t from = offset_of(r0, rank - 1, at);  // output row r0's first element
     for (int64_t r = r0; r < r1; ++r) {
       float* dst = y + r * len;
       if (step == 1) std::memcpy(dst, x + from, static_cast<size_t>(len) * sizeof(float));

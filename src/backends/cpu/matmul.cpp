@@ -25,6 +25,8 @@ void matmul(int64_t batch, int64_t m, int64_t k, int64_t n, const float* a, int6
   // Row blocks of at least ~64K multiply-adds each.
   const int64_t block = std::max<int64_t>(1, (int64_t{1} << 16) / (k * n));
   const int64_t blocks = (m + block - 1) / block;
+  // Small products go several to a chunk, so each chunk also does ~64K multiply-adds.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (std::min(block, m) * k * n));
   pool.parallel_for(batch * blocks, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t p = t / blocks, r0 = (t % blocks) * block, rows = std::min(block, m - r0);
@@ -32,7 +34,7 @@ void matmul(int64_t batch, int64_t m, int64_t k, int64_t n, const float* a, int6
                   static_cast<int>(k), 1.f, a + p * a_stride + r0 * k, static_cast<int>(k), b + p * b_stride,
                   static_cast<int>(n), 0.f, y + (p * m + r0) * n, static_cast<int>(n));
     }
-  });
+  }, grain);
 }
 
 }  // namespace kiln::cpu
