@@ -12,6 +12,22 @@
 
 namespace kiln::cpu {
 
+namespace {
+
+// sum of f(i) for i < n in f32, over 8 interleaved partial sums (a loop the
+// compiler vectorizes; one running sum would be a serial dependency chain).
+template <typename F>
+float lane_sum(int64_t n, F f) {
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += f(i + l);
+  for (; i < n; ++i) acc[0] += f(i);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+}  // namespace
+
 void layer_norm(int64_t rows, int64_t c, const float* x, const float* weight, const float* bias, float eps, float* y,
                 ThreadPool& pool) {
   if (rows < 0 || c < 1) fail_runtime("layer_norm: invalid sizes (rows ", rows, ", c ", c, ")");
@@ -21,11 +37,8 @@ void layer_norm(int64_t rows, int64_t c, const float* x, const float* weight, co
       float* yr = y + r * c;
       // Two passes (mean, then the mean square of x - mean): no cancellation
       // when |mean| is large against the spread, as sum(x^2) - n*mean^2 has.
-      float sum = 0.f;
-      for (int64_t i = 0; i < c; ++i) sum += xr[i];
-      const float mean = sum / static_cast<float>(c);
-      float sq = 0.f;
-      for (int64_t i = 0; i < c; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
+      const float mean = lane_sum(c, [xr](int64_t i) { return xr[i]; }) / static_cast<float>(c);
+      const float sq = lane_sum(c, [xr, mean](int64_t i) { return (xr[i] - mean) * (xr[i] - mean); });
       const float inv_std = 1.f / std::sqrt(sq / static_cast<float>(c) + eps);
       if (weight && bias) {
         for (int64_t i = 0; i < c; ++i) yr[i] = (xr[i] - mean) * inv_std * weight[i] + bias[i];
