@@ -204,6 +204,7 @@ Shape infer_layer_norm(const Graph& g, const Node& n) {
   // Rank 1 would normalize over the batch axis.
   expect_min_rank(n, x, 2);
   const int64_t c = x.shape.back();
+  if (c < 1) fail_input(n.name, ": layer_norm over an empty last axis of '", x.name, "' ", shape_str(x.shape));
   for (size_t i = 1; i < n.inputs.size(); ++i)
     if (input(g, n, i).shape != Shape{c})
       fail_input(n.name, ": ", i == 1 ? "weight" : "bias", " '", input(g, n, i).name, "' has shape ",

@@ -78,6 +78,7 @@ TEST(TransformerOps, ShapeRules) {
 TEST(TransformerOps, ShapeRuleErrorsNameTheNode) {
   EXPECT_NODE_ERROR(rule_error(Op::LayerNorm, {{{3, 13, 24}}, {{13}}}, {}), "weight 'in1' has shape [13], expected [24]");
   EXPECT_NODE_ERROR(rule_error(Op::LayerNorm, {{{24}}}, {}), "expected rank >= 2");
+  EXPECT_NODE_ERROR(rule_error(Op::LayerNorm, {{{3, 0}}}, {}), "empty last axis");
   EXPECT_NODE_ERROR(rule_error(Op::LayerNorm, {{{3, 24}}}, {{"eps", -1.0}}), "'eps' must be finite and >= 0");
   EXPECT_NODE_ERROR(rule_error(Op::Softmax, {{{3, 24}}}, {{"axis", int64_t{0}}}), "axis 0, the batch axis");
   EXPECT_NODE_ERROR(rule_error(Op::Softmax, {{{24}}}, {}), "the batch axis");

@@ -162,7 +162,7 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     case Op::Cast: std::memcpy(out, in(0), static_cast<size_t>(count) * sizeof(float)); break;
     case Op::Linear: {  // x[..., K] as [rows, K]
       const Shape& ws = g.values[n.inputs[1]].shape;
-      linear(as_int(shape_numel(xs) / ws[1]), as_int(ws[1]), as_int(ws[0]), in(0), in(1),
+      linear(as_int(ws[1] > 0 ? shape_numel(xs) / ws[1] : 0), as_int(ws[1]), as_int(ws[0]), in(0), in(1),
              n.inputs.size() > 2 ? in(2) : nullptr, n.activation(), out, pool);
       break;
     }

@@ -52,8 +52,9 @@ void layer_norm(int64_t rows, int64_t c, const float* x, const float* weight, co
 }
 
 void softmax(int64_t outer, int64_t extent, int64_t inner, const float* x, float* y, ThreadPool& pool) {
-  if (outer < 0 || inner < 0 || extent < 1)
+  if (outer < 0 || inner < 0 || extent < 0)
     fail_runtime("softmax: invalid sizes (outer ", outer, ", extent ", extent, ", inner ", inner, ")");
+  if (outer == 0 || inner == 0 || extent == 0) return;  // nothing to write
   if (inner == 1) {  // the last axis: contiguous rows
     pool.parallel_for(outer, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
