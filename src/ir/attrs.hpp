@@ -1,5 +1,5 @@
 // Typed views of op attributes (defaults applied), so backends do not each
-// re-parse "strides"/"pads"/"dilations" or top_k's axis.
+// re-parse "strides"/"pads"/"dilations", axes or matmul/gather layouts.
 #pragma once
 #include "ir/graph.hpp"
 
@@ -18,6 +18,26 @@ struct PoolAttrs {
   bool ceil_mode = false, count_include_pad = true;
 };
 
+// A shape seen as [outer, extent, inner] around one axis (0 <= axis < rank).
+struct AxisSplit {
+  int64_t outer = 1, extent = 1, inner = 1;
+};
+inline AxisSplit split_at(const Shape& s, int64_t axis) {
+  AxisSplit a;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    if (d < axis) a.outer *= s[d];
+    else if (d == axis) a.extent = s[d];
+    else a.inner *= s[d];
+  }
+  return a;
+}
+// An "axis" attribute with negative values counted from the end (unchecked:
+// shape rules check the range and name the node).
+inline int64_t axis_attr(const Node& n, size_t rank, int64_t fallback) {
+  const int64_t axis = n.attr_int("axis", fallback);
+  return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
+}
+
 // top_k on x seen as [outer, extent, inner] around its (normalized) axis;
 // the shape rule has checked k and the axis.
 struct TopKAttrs {
@@ -29,16 +49,58 @@ struct TopKAttrs {
 inline TopKAttrs top_k_attrs(const Graph& g, const Node& n) {
   const Shape& x = g.values.at(n.inputs.at(0)).shape;
   TopKAttrs a;
-  a.axis = n.attr_int("axis", -1);
-  if (a.axis < 0) a.axis += static_cast<int64_t>(x.size());
+  a.axis = axis_attr(n, x.size(), -1);
   a.k = n.attr_int("k");
   a.largest = n.attr_int("largest", 1) != 0;
-  for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) {
-    if (d < a.axis) a.outer *= x[d];
-    else if (d == a.axis) a.extent = x[d];
-    else a.inner *= x[d];
-  }
+  const AxisSplit s = split_at(x, a.axis);
+  a.outer = s.outer, a.extent = s.extent, a.inner = s.inner;
   return a;
+}
+
+// softmax on x seen as [outer, extent, inner] around its axis.
+inline AxisSplit softmax_split(const Graph& g, const Node& n) {
+  const Shape& x = g.values.at(n.inputs.at(0)).shape;
+  return split_at(x, axis_attr(n, x.size(), -1));
+}
+
+// matmul as `batch` products [m, k] x [k, n]; an operand that is 2-D is
+// shared by every product (its stride between products is 0).
+struct MatMulDims {
+  int64_t batch = 1, m = 1, k = 1, n = 1;
+  bool a_shared = false, b_shared = false;
+  int64_t a_stride() const { return a_shared ? 0 : m * k; }
+  int64_t b_stride() const { return b_shared ? 0 : k * n; }
+};
+inline MatMulDims matmul_dims(const Graph& g, const Node& n) {
+  const Shape& a = g.values.at(n.inputs.at(0)).shape;
+  const Shape& b = g.values.at(n.inputs.at(1)).shape;
+  const Shape& y = g.values.at(n.outputs.at(0)).shape;
+  MatMulDims d;
+  d.m = a[a.size() - 2], d.k = a.back(), d.n = b.back();
+  for (size_t i = 0; i + 2 < y.size(); ++i) d.batch *= y[i];
+  d.a_shared = a.size() == 2 && y.size() > 2;
+  d.b_shared = b.size() == 2 && y.size() > 2;
+  return d;
+}
+
+// gather: x as [outer, extent, inner] around the axis, index as [outer, k].
+struct GatherDims {
+  int64_t outer = 1, extent = 1, inner = 1, k = 1;
+};
+inline GatherDims gather_dims(const Graph& g, const Node& n) {
+  const Shape& x = g.values.at(n.inputs.at(0)).shape;
+  const int64_t axis = axis_attr(n, x.size(), 1);
+  const AxisSplit s = split_at(x, axis);
+  return {s.outer, s.extent, s.inner, g.values.at(n.inputs.at(1)).shape.at(static_cast<size_t>(axis))};
+}
+
+// upsample_nearest's integer factors (checked by the shape rule).
+struct UpsampleAttrs {
+  int64_t sh = 1, sw = 1;
+};
+inline UpsampleAttrs upsample_attrs(const Node& n) {
+  const auto s = n.attr_ints("scales");
+  return {s.at(0), s.at(1)};
 }
 
 inline ConvAttrs conv_attrs(const Node& n) {

@@ -1,6 +1,7 @@
 // Shape and dtype rules, one per op. Errors name the node and the offending
 // input so a family bug shows up as "layer3.0.conv2: ..." rather than a crash.
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "core/window.hpp"
@@ -81,16 +82,24 @@ Shape infer_batch_norm(const Graph& g, const Node& n) {
   return x.shape;
 }
 
+void expect_min_rank(const Node& n, const Value& v, size_t rank) {
+  if (v.shape.size() < rank)
+    fail_input(n.name, ": input '", v.name, "' has shape ", shape_str(v.shape), ", expected rank >= ", rank);
+}
+
+// linear on the last axis: x[..., K] -> [..., M] (rank 2 is the classifier's [N, K]).
 Shape infer_linear(const Graph& g, const Node& n) {
   const Value& x = input(g, n, 0);
   const Value& w = input(g, n, 1);
-  expect_rank(n, x, 2);
+  expect_min_rank(n, x, 2);
   expect_rank(n, w, 2);
-  if (w.shape[1] != x.shape[1])
+  if (w.shape[1] != x.shape.back())
     fail_input(n.name, ": weight ", shape_str(w.shape), " does not fit input ", shape_str(x.shape));
   if (n.inputs.size() > 2 && input(g, n, 2).shape != Shape{w.shape[0]})
     fail_input(n.name, ": bias shape ", shape_str(input(g, n, 2).shape), " != [", w.shape[0], "]");
-  return {x.shape[0], w.shape[0]};
+  Shape y = x.shape;
+  y.back() = w.shape[0];
+  return y;
 }
 
 // Ops that combine activations elementwise need one dtype: the output takes
@@ -168,6 +177,159 @@ std::vector<ValueType> infer_top_k(const Graph& g, const Node& n) {
   return {{x.dtype, y}, {DType::I64, y}};
 }
 
+// A finite, non-negative float attribute (eps).
+double eps_attr(const Node& n, double fallback) {
+  const double eps = n.attr_float("eps", fallback);
+  if (!(eps >= 0) || !std::isfinite(eps)) fail_input(n.name, ": attribute 'eps' must be finite and >= 0, got ", eps);
+  return eps;
+}
+
+std::vector<int64_t> required_ints(const Node& n, const char* key) {
+  if (!n.has_attr(key)) fail_input(n.name, ": ", op_name(n.op), " needs attribute '", key, "'");
+  return n.attr_ints(key);
+}
+
+// The batch is axis 0 of every value; an op that reduces or gathers along an
+// axis may not take it (one image's result would depend on the others').
+int64_t non_batch_axis(const Node& n, int64_t axis, size_t rank) {
+  const int64_t a = norm_axis(n, axis, rank);
+  if (a == 0)
+    fail_input(n.name, ": ", op_name(n.op), " along axis 0, the batch axis, is not supported (images of a batch are "
+               "independent); axis ", axis, " of rank ", rank);
+  return a;
+}
+
+Shape infer_layer_norm(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  // Rank 1 would normalize over the batch axis.
+  expect_min_rank(n, x, 2);
+  const int64_t c = x.shape.back();
+  if (c < 1) fail_input(n.name, ": layer_norm over an empty last axis of '", x.name, "' ", shape_str(x.shape));
+  for (size_t i = 1; i < n.inputs.size(); ++i)
+    if (input(g, n, i).shape != Shape{c})
+      fail_input(n.name, ": ", i == 1 ? "weight" : "bias", " '", input(g, n, i).name, "' has shape ",
+                 shape_str(input(g, n, i).shape), ", expected [", c, "] (the last axis of ", shape_str(x.shape), ")");
+  eps_attr(n, 1e-5);
+  return x.shape;
+}
+
+Shape infer_softmax(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  non_batch_axis(n, n.attr_int("axis", -1), x.shape.size());
+  return x.shape;
+}
+
+// [..., M, K] x [..., K, N]: equal leading dims, or a 2-D operand shared by all.
+Shape infer_matmul(const Graph& g, const Node& n) {
+  const Value& a = input(g, n, 0);
+  const Value& b = input(g, n, 1);
+  expect_same_dtype(g, n);
+  expect_min_rank(n, a, 2);
+  expect_min_rank(n, b, 2);
+  const size_t ra = a.shape.size(), rb = b.shape.size();
+  if (a.shape[ra - 1] != b.shape[rb - 2])
+    fail_input(n.name, ": matmul of ", shape_str(a.shape), " and ", shape_str(b.shape), ": inner extents ", a.shape[ra - 1],
+               " and ", b.shape[rb - 2], " differ");
+  const Shape lead_a(a.shape.begin(), a.shape.end() - 2), lead_b(b.shape.begin(), b.shape.end() - 2);
+  if (!lead_a.empty() && !lead_b.empty() && lead_a != lead_b)
+    fail_input(n.name, ": matmul of ", shape_str(a.shape), " and ", shape_str(b.shape), ": leading dims ",
+               shape_str(lead_a), " and ", shape_str(lead_b),
+               " differ (matmul takes equal leading dims, or a 2-D operand shared by every leading index; "
+               "broadcast explicitly otherwise)");
+  Shape y = lead_a.empty() ? lead_b : lead_a;
+  y.push_back(a.shape[ra - 2]);
+  y.push_back(b.shape[rb - 1]);
+  return y;
+}
+
+Shape infer_transpose(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  const std::vector<int64_t> perm = required_ints(n, "perm");
+  if (x.shape.empty()) fail_input(n.name, ": transpose of rank-0 input '", x.name, "'");
+  std::vector<char> seen(x.shape.size(), 0);
+  bool ok = perm.size() == x.shape.size();
+  for (size_t i = 0; ok && i < perm.size(); ++i) {
+    ok = perm[i] >= 0 && perm[i] < static_cast<int64_t>(perm.size()) && !seen[perm[i]];
+    if (ok) seen[perm[i]] = 1;
+  }
+  if (!ok) fail_input(n.name, ": perm ", shape_str(perm), " is not a permutation of the ", x.shape.size(), " axes of ", shape_str(x.shape));
+  if (perm[0] != 0)
+    fail_input(n.name, ": perm ", shape_str(perm), " moves axis 0, the batch axis (perm[0] must be 0: graphs are "
+               "re-shaped per batch along axis 0)");
+  Shape y(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) y[i] = x.shape[perm[i]];
+  return y;
+}
+
+// shape[0] = -1 is the batch (x's axis 0); shape[1:] lays out each image's
+// elements, with at most one -1 inferred.
+Shape infer_reshape(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  const std::vector<int64_t> shape = required_ints(n, "shape");
+  if (x.shape.empty()) fail_input(n.name, ": reshape of rank-0 input '", x.name, "' (it has no batch axis)");
+  if (shape.empty() || shape.size() > kMaxRank)
+    fail_input(n.name, ": reshape target ", shape_str(shape), " must have rank 1..", kMaxRank);
+  if (shape[0] != -1)
+    fail_input(n.name, ": reshape target ", shape_str(shape), ": shape[0] must be -1, which stands for the batch (axis 0 "
+               "is kept: graphs are re-shaped per batch), got ", shape[0]);
+  int64_t per_image = 1;
+  for (size_t d = 1; d < x.shape.size(); ++d) per_image *= x.shape[d];
+  int64_t known = 1, infer_at = -1;
+  for (size_t d = 1; d < shape.size(); ++d) {
+    if (shape[d] == -1) {
+      if (infer_at >= 0) fail_input(n.name, ": reshape target ", shape_str(shape), " has more than one -1 after the batch");
+      infer_at = static_cast<int64_t>(d);
+    } else if (shape[d] < 0) {
+      fail_input(n.name, ": reshape target ", shape_str(shape), " has extent ", shape[d]);
+    } else {
+      known *= shape[d];
+    }
+  }
+  Shape y = shape;
+  y[0] = x.shape[0];
+  if (infer_at >= 0) {
+    if (known == 0 || per_image % known != 0)
+      fail_input(n.name, ": reshape of ", shape_str(x.shape), " to ", shape_str(shape), ": ", per_image,
+                 " elements per image do not fill the known extents (", known, ")");
+    y[infer_at] = per_image / known;
+  } else if (known != per_image) {
+    fail_input(n.name, ": reshape of ", shape_str(x.shape), " to ", shape_str(shape), ": ", per_image,
+               " elements per image, the target holds ", known);
+  }
+  return y;
+}
+
+Shape infer_upsample_nearest(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  expect_rank(n, x, 4);
+  const std::vector<int64_t> s = required_ints(n, "scales");
+  constexpr int64_t kMax = int64_t{1} << 31;
+  if (s.size() != 2 || s[0] < 1 || s[1] < 1 || s[0] > kMax || s[1] > kMax)
+    fail_input(n.name, ": attribute 'scales' must be two integers >= 1 (height, width), got ", shape_str(s));
+  if (x.shape[2] * s[0] > kMax || x.shape[3] * s[1] > kMax) fail_input(n.name, ": upsampled size above 2^31");
+  return {x.shape[0], x.shape[1], x.shape[2] * s[0], x.shape[3] * s[1]};
+}
+
+Shape infer_gather(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  const Value& index = input(g, n, 1);
+  expect_min_rank(n, x, 2);
+  const int64_t axis = non_batch_axis(n, n.attr_int("axis", 1), x.shape.size());
+  if (index.dtype != DType::I64 && index.dtype != DType::I32)
+    fail_input(n.name, ": index '", index.name, "' is ", dtype_name(index.dtype), ", expected i64 or i32");
+  Shape want(x.shape.begin(), x.shape.begin() + axis);  // index: x.shape[:axis] + [K]
+  const bool ok = index.shape.size() == static_cast<size_t>(axis) + 1 &&
+                  std::equal(want.begin(), want.end(), index.shape.begin());
+  if (!ok) {
+    want.push_back(-1);
+    fail_input(n.name, ": index '", index.name, "' has shape ", shape_str(index.shape), "; gather along axis ", axis,
+               " of ", shape_str(x.shape), " takes an index of shape ", shape_str(want), " (-1: any count)");
+  }
+  Shape y = index.shape;
+  y.insert(y.end(), x.shape.begin() + axis + 1, x.shape.end());
+  return y;
+}
+
 std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
   const Value& x = input(g, n, 0);
   ValueType one{x.dtype, {}};  // ops with one output: x's dtype unless the rule says otherwise
@@ -199,6 +361,17 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
       one.shape = x.shape;
       break;
     }
+    case Op::LayerNorm: one.shape = infer_layer_norm(g, n); break;
+    case Op::Softmax: one.shape = infer_softmax(g, n); break;
+    case Op::MatMul: one.shape = infer_matmul(g, n); break;
+    case Op::Transpose: one.shape = infer_transpose(g, n); break;
+    case Op::Reshape: one.shape = infer_reshape(g, n); break;
+    case Op::UpsampleNearest: one.shape = infer_upsample_nearest(g, n); break;
+    case Op::Gather: one.shape = infer_gather(g, n); break;
+    case Op::InverseSigmoid:
+      eps_attr(n, 1e-5);
+      one.shape = x.shape;
+      break;
     default: fail_input(n.name, ": no shape rule for op ", op_name(n.op));
   }
   return {one};

@@ -1,6 +1,6 @@
-// activation (every kind), add (with each fused activation), mul (channel
-// scale and same shape), batch_norm and linear cases; ranks 2-5 where the op
-// takes any rank.
+// activation (every kind), add (with each fused activation), inverse_sigmoid,
+// mul (channel scale and same shape), batch_norm and linear (x of rank 2-5)
+// cases; ranks 2-5 where the op takes any rank.
 #include <cmath>
 
 #include "op_harness.hpp"
@@ -9,27 +9,15 @@ namespace kiln::ops {
 
 namespace {
 
-const char* const kActs[] = {"none", "relu", "relu6", "silu", "sigmoid"};
+const char* const kActs[] = {"none", "relu", "relu6", "silu", "sigmoid", "gelu"};
 const Shape kShapes[] = {{1, 13, 5, 7}, {3, 24, 1, 1}, {3, 13}, {2, 12, 5}, {1, 3, 2, 3, 4}};
-
-std::string shape_tag(const Shape& s) {
-  std::string t = "r" + std::to_string(s.size());
-  for (int64_t d : s) t += "_" + std::to_string(d);
-  return t;
-}
 
 // Elementwise limit: both sides evaluate the same formula on the same stored
 // inputs; f32 differs by exp()'s last bits (float vs double), f16/bf16 by one
 // rounding of the result (2^-10, 2^-7 relative).
 Limit elementwise_limit(DType dt) { return limit_for(Measure::ElemRel, dt, 1e-6, 1e-3, 8e-3); }
 
-OpCase start(const std::string& op, const std::string& tag, DType dt) {
-  OpCase c;
-  c.name = op + "_" + tag + "_" + dtype_name(dt);
-  c.group = op;
-  c.dtype = dt;
-  return c;
-}
+OpCase start(const std::string& op, const std::string& tag, DType dt) { return one_node_case(op, tag, dt, {}); }
 
 }  // namespace
 
@@ -42,12 +30,14 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
         c.graph = b.finish(b.node(Op::Activation, "act", {b.input("x", s)}, {{"activation", std::string(act)}}));
         c.input_lo = -8.f, c.input_hi = 8.f;  // relu6's clamp at 6 and the sigmoid's tails
         c.limit = elementwise_limit(dt);
+        if (std::string(act) == "gelu") c.cuda = cuda_refuses_gelu();
         out.push_back(std::move(c));
       }
 
     const std::pair<Shape, const char*> add_specs[] = {
         {{1, 13, 5, 7}, "none"}, {{3, 24, 4, 4}, "relu"}, {{1, 12, 1, 1}, "silu"},
         {{3, 13}, "relu6"},      {{2, 12, 5}, "sigmoid"}, {{1, 3, 2, 3, 4}, "relu"},
+        {{1, 13, 24}, "gelu"},
     };
     for (const auto& [s, act] : add_specs) {
       OpCase c = start("add", std::string(act) + "_" + shape_tag(s), dt);
@@ -57,6 +47,32 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Add, "add", {b.input("a", s), b.input("b", s)}, a));
       c.input_lo = -4.f, c.input_hi = 4.f;
       c.limit = elementwise_limit(dt);
+      if (std::string(act) == "gelu") c.cuda = cuda_refuses_gelu();
+      out.push_back(std::move(c));
+    }
+
+    // inverse_sigmoid: inputs past both ends of [0, 1] (the clamp), near 0
+    // and near 1 (where eps decides), eps 1e-5 (RT-DETR's) and 1e-2.
+    struct InverseSigmoidSpec {
+      const char* tag;
+      Shape x;
+      float lo, hi;
+      double eps;
+    };
+    const InverseSigmoidSpec inverse_sigmoid_specs[] = {
+        {"r4_clamped_b1", {1, 13, 5, 7}, -0.2f, 1.2f, 1e-5}, {"r3_boxes_b3", {3, 13, 4}, 0.f, 1.f, 1e-5},
+        {"r2_near0_b3", {3, 24}, 0.f, 1e-4f, 1e-5},           {"r4_near1_b3", {3, 24, 1, 1}, 0.999f, 1.f, 1e-5},
+        {"r5_eps1e2_b1", {1, 3, 2, 3, 4}, -0.1f, 1.1f, 1e-2}, {"r3_clamped_b3", {3, 12, 5}, -0.2f, 1.2f, 1e-5},
+    };
+    for (const InverseSigmoidSpec& is : inverse_sigmoid_specs) {
+      OpCase c = start("inverse_sigmoid", is.tag, dt);
+      CaseBuilder b(c.name, dt);
+      c.graph = b.finish(b.node(Op::InverseSigmoid, "bbox.inverse_sigmoid", {b.input("x", is.x)}, {{"eps", is.eps}}));
+      c.input_lo = is.lo, c.input_hi = is.hi;
+      // A log of a ratio, in f32 (CPU) against double: as the other elementwise ops;
+      // |y| is up to 11.5 (log 1e5), the measure is relative there.
+      c.limit = elementwise_limit(dt);
+      c.cuda = cuda_not_lowered(Op::InverseSigmoid);
       out.push_back(std::move(c));
     }
 
@@ -103,26 +119,34 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
 
     struct LinearSpec {
       const char* tag;
-      int64_t n, k, m;
+      Shape lead;  // x's dims before K (rank 2: [N])
+      int64_t k, m;
       bool bias;
       const char* act;
     };
     const LinearSpec linear_specs[] = {
-        {"k13_m24_relu", 1, 13, 24, true, "relu"}, {"k24_m13_b3", 3, 24, 13, true, "none"},
-        {"k12_m1_nobias_sigmoid", 3, 12, 1, false, "sigmoid"}, {"k130_m10_relu6_b3", 3, 130, 10, true, "relu6"},
-        {"k64_m12_silu", 1, 64, 12, true, "silu"},
+        {"k13_m24_relu", {1}, 13, 24, true, "relu"}, {"k24_m13_b3", {3}, 24, 13, true, "none"},
+        {"k12_m1_nobias_sigmoid", {3}, 12, 1, false, "sigmoid"}, {"k130_m10_relu6_b3", {3}, 130, 10, true, "relu6"},
+        {"k64_m12_silu", {1}, 64, 12, true, "silu"}, {"k24_m13_gelu_b3", {3}, 24, 13, true, "gelu"},
+        // x[..., K] of rank 3-5: token rows (RT-DETR's projections and FFN, fc1 with GELU).
+        {"r3_k24_m13_gelu_b1", {1, 13}, 24, 13, true, "gelu"}, {"r3_k13_m24_b3", {3, 5}, 13, 24, true, "none"},
+        {"r4_k12_m7_relu_b3", {2, 3, 4}, 12, 7, true, "relu"}, {"r5_k13_m5_nobias_b1", {1, 2, 3, 2}, 13, 5, false, "none"},
     };
     for (const LinearSpec& l : linear_specs) {
       OpCase c = start("linear", l.tag, dt);
       CaseBuilder b(c.name, dt);
       const float wr = 1.7f / std::sqrt(static_cast<float>(l.k));
-      std::vector<int> ins = {b.input("x", {l.n, l.k}), b.weight("w", {l.m, l.k}, -wr, wr)};
+      Shape xs = l.lead;
+      xs.push_back(l.k);
+      std::vector<int> ins = {b.input("x", xs), b.weight("w", {l.m, l.k}, -wr, wr)};
       if (l.bias) ins.push_back(b.weight("b", {l.m}, -0.5f, 0.5f));
       Attrs a;
       if (std::string(l.act) != "none") a["activation"] = std::string(l.act);
       c.graph = b.finish(b.node(Op::Linear, "fc", ins, a));
       // A dot product of up to 130 terms: as conv2d (cases_conv.cpp).
       c.limit = limit_for(Measure::MaxRel, dt, 1e-4, 5e-3, 3e-2);
+      if (std::string(l.act) == "gelu") c.cuda = cuda_refuses_gelu();
+      else if (xs.size() > 2) c.cuda = cuda_linear_rows_are_axis0();
       out.push_back(std::move(c));
     }
   }

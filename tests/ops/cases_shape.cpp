@@ -8,18 +8,8 @@ namespace kiln::ops {
 
 namespace {
 
-std::string shape_tag(const Shape& s) {
-  std::string t = "r" + std::to_string(s.size());
-  for (int64_t d : s) t += "_" + std::to_string(d);
-  return t;
-}
-
 OpCase start(const std::string& op, const std::string& tag, DType dt) {
-  OpCase c;
-  c.name = op + "_" + tag + "_" + dtype_name(dt);
-  c.group = op;
-  c.dtype = dt;
-  c.limit = {Measure::Exact, 0};
+  OpCase c = one_node_case(op, tag, dt, {Measure::Exact, 0});
   c.input_lo = -5.f, c.input_hi = 5.f;
   return c;
 }

@@ -65,6 +65,26 @@ int CaseBuilder::weight(const std::string& name, const Shape& shape, float lo, f
   return g_.add_constant(name, HostTensor::from_f32_as(dt_, shape, v));
 }
 
+int CaseBuilder::index_constant(const std::string& name, DType dt, const Shape& shape, int64_t lo, int64_t hi) {
+  if (dt != DType::I64 && dt != DType::I32) fail_runtime("op harness: index constants are i64 or i32");
+  std::mt19937 rng(seed_ + 7919u * static_cast<uint32_t>(++constants_));
+  std::uniform_int_distribution<int64_t> d(lo, hi - 1);
+  HostTensor t;
+  t.dtype = dt;
+  t.shape = shape;
+  std::vector<uint8_t> bytes(t.nbytes());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t v = d(rng);
+    if (dt == DType::I64) std::memcpy(bytes.data() + 8 * i, &v, 8);
+    else {
+      const int32_t v32 = static_cast<int32_t>(v);
+      std::memcpy(bytes.data() + 4 * i, &v32, 4);
+    }
+  }
+  t.blob = Blob::from_vector(std::move(bytes));
+  return g_.add_constant(name, std::move(t));
+}
+
 int CaseBuilder::node(Op op, const std::string& name, const std::vector<int>& ins, Attrs attrs) {
   return g_.add_node(op, name, ins, std::move(attrs));
 }
@@ -77,6 +97,21 @@ Graph CaseBuilder::finish(int output) { return finish(std::vector<int>{output});
 Graph CaseBuilder::finish(const std::vector<int>& outputs) {
   for (int o : outputs) g_.mark_output(o);
   return std::move(g_);
+}
+
+std::string shape_tag(const Shape& s) {
+  std::string t = "r" + std::to_string(s.size());
+  for (int64_t d : s) t += "_" + std::to_string(d);
+  return t;
+}
+
+OpCase one_node_case(const std::string& op, const std::string& tag, DType dt, Limit limit) {
+  OpCase c;
+  c.name = op + "_" + tag + "_" + dtype_name(dt);
+  c.group = op;
+  c.dtype = dt;
+  c.limit = limit;
+  return c;
 }
 
 Limit limit_for(Measure m, DType dt, double f32, double f16, double bf16) {
@@ -93,9 +128,14 @@ std::vector<ref::Buffer> case_inputs(const OpCase& c) {
   std::vector<ref::Buffer> in;
   for (size_t k = 0; k < c.graph.inputs.size(); ++k) {
     const Value& v = c.graph.values[c.graph.inputs[k]];
-    auto x = uniform(static_cast<size_t>(shape_numel(v.shape)), seed + 104729u * static_cast<uint32_t>(k + 1), c.input_lo,
-                     c.input_hi);
-    for (float& e : x) e = round_to_storage(v.dtype, e);
+    const auto range = c.input_range.count(v.name) ? c.input_range.at(v.name) : std::make_pair(c.input_lo, c.input_hi);
+    auto x = uniform(static_cast<size_t>(shape_numel(v.shape)), seed + 104729u * static_cast<uint32_t>(k + 1), range.first,
+                     range.second);
+    if (dtype_is_float(v.dtype)) {
+      for (float& e : x) e = round_to_storage(v.dtype, e);
+    } else {  // integers in [lo, hi), held as floats as the engines take them
+      for (float& e : x) e = std::min(std::floor(e), std::ceil(range.second) - 1);
+    }
     in.push_back(std::move(x));
   }
   return in;
@@ -166,6 +206,9 @@ const std::vector<OpCase>& all_cases() {
     add_shape_cases(v);
     add_group_cases(v);
     add_top_k_cases(v);
+    add_norm_cases(v);
+    add_matmul_cases(v);
+    add_layout_cases(v);
     std::set<std::string> names;
     for (const OpCase& c : v)
       if (!names.insert(c.name).second) fail_runtime("op harness: case name '", c.name, "' is used twice");

@@ -9,6 +9,7 @@
 // declared one, so every limitation is visible.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,9 @@ struct Declared {
 // OpHarness.NotLoweredOnCudaListIsCurrent (CPU) fails as soon as
 // src/backends/cuda/lower.cpp stops declaring it KILN_CUDA_NOT_LOWERED: adding the lowering means
 // removing the op here, and its cases then run against the reference.
-inline constexpr Op kNotLoweredOnCuda[] = {Op::TopK};
+inline constexpr Op kNotLoweredOnCuda[] = {Op::TopK,      Op::LayerNorm,       Op::Softmax, Op::MatMul,
+                                           Op::Transpose, Op::Reshape,         Op::Gather,  Op::UpsampleNearest,
+                                           Op::InverseSigmoid};
 
 // The limitations declared today, one place each.
 inline Declared cuda_refuses_batch_norm_rank() {
@@ -68,6 +71,19 @@ inline Declared cuda_refuses_same_shape_mul() {
   return {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (elementwise.cpp)",
           "elementwise mul of equal shapes is not in the CUDA backend"};
 }
+// CUDA kernels specialise on the activation (dispatch_act, device_common.cuh)
+// and have no GELU yet: the node is refused when it first runs, by
+// fail_unknown_activation's message naming the kind.
+inline Declared cuda_refuses_gelu() {
+  return {Expect::Refuses, "CUDA kernels have no GELU yet (dispatch_act, device_common.cuh)",
+          "activation gelu is not supported"};
+}
+// lower_Linear (src/backends/cuda/linear.cpp) takes x's axis 0 as the GEMM's
+// rows; an x of rank > 2 needs rows = numel / K there (one line).
+inline Declared cuda_linear_rows_are_axis0() {
+  return {Expect::WrongResult,
+          "CUDA lower_Linear takes x.shape[0] as the row count (linear.cpp); x[..., K] of rank > 2 needs numel / K", ""};
+}
 // The message is the CUDA program builder's default (cuda_program.cpp:
 // "<node>: the CUDA backend has no lowering for op <op>"), which is also what
 // `kiln build --backend cuda` reports for such a node.
@@ -83,6 +99,9 @@ struct OpCase {
   Graph graph;
   Limit limit;
   float input_lo = -1.f, input_hi = 1.f;  // graph inputs are uniform in this range, rounded to their dtype
+  // Per graph input (by value name), a range that replaces [input_lo, input_hi).
+  // Integer inputs (gather's index) take integers in [lo, hi).
+  std::map<std::string, std::pair<float, float>> input_range;
   Declared cpu, cuda;
   bool single_op() const { return group.rfind("group:", 0) != 0; }
 };
@@ -96,6 +115,9 @@ void add_elementwise_cases(std::vector<OpCase>& out);
 void add_shape_cases(std::vector<OpCase>& out);
 void add_group_cases(std::vector<OpCase>& out);
 void add_top_k_cases(std::vector<OpCase>& out);
+void add_norm_cases(std::vector<OpCase>& out);    // layer_norm, softmax (cases_norm.cpp)
+void add_matmul_cases(std::vector<OpCase>& out);  // matmul (cases_matmul.cpp)
+void add_layout_cases(std::vector<OpCase>& out);  // transpose, reshape, upsample_nearest, gather (cases_layout.cpp)
 
 inline const DType kCaseTypes[] = {DType::F32, DType::F16, DType::BF16};
 
@@ -107,6 +129,8 @@ class CaseBuilder {
   int input(const std::string& name, const Shape& shape);
   int input_as(const std::string& name, DType dt, const Shape& shape);
   int weight(const std::string& name, const Shape& shape, float lo, float hi);
+  // An integer constant (i64 or i32) of values in [lo, hi), seeded like weights.
+  int index_constant(const std::string& name, DType dt, const Shape& shape, int64_t lo, int64_t hi);
   int node(Op op, const std::string& name, const std::vector<int>& ins, Attrs attrs = {});
   std::vector<int> node_multi(Op op, const std::string& name, const std::vector<int>& ins, Attrs attrs = {});
   Graph finish(int output);
@@ -119,6 +143,11 @@ class CaseBuilder {
   uint32_t seed_;
   int constants_ = 0;
 };
+
+// "r3_1_13_24": a shape as a part of a case name.
+std::string shape_tag(const Shape& s);
+// A one-node case of op `op` named "<op>_<tag>_<dtype>", judged by `limit`.
+OpCase one_node_case(const std::string& op, const std::string& tag, DType dt, Limit limit);
 
 // The limit of a case by dtype: one value per float type, in kCaseTypes order.
 Limit limit_for(Measure m, DType dt, double f32, double f16, double bf16);

@@ -49,8 +49,9 @@ double act_ref(Activation a, double v) {
     case Activation::Relu6: return std::min(std::max(v, 0.0), 6.0);
     case Activation::Silu: return v / (1 + std::exp(-v));
     case Activation::Sigmoid: return 1 / (1 + std::exp(-v));
+    case Activation::Gelu: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    default: fail_unknown_activation(a, "test act_ref");
   }
-  return v;
 }
 
 // ---------------------------------------------------------------- thread pool
@@ -198,7 +199,7 @@ std::vector<ConvCase> conv_matrix() {
   struct Sp { int h, w; };
   const Sp spatial[] = {{1, 1}, {5, 7}, {17, 13}};
   const Activation acts[] = {Activation::None, Activation::Relu, Activation::Relu6, Activation::Silu,
-                             Activation::Sigmoid};
+                             Activation::Sigmoid, Activation::Gelu};
   std::vector<ConvCase> cases;
   int idx = 0;
   for (const Ch& ch : channels)
@@ -212,7 +213,7 @@ std::vector<ConvCase> conv_matrix() {
           // Skip geometries whose kernel does not fit the padded input.
           if (p.h + p.pad_t + p.pad_b < p.dil_h * (p.kh - 1) + 1 || p.w + p.pad_l + p.pad_r < p.dil_w * (p.kw - 1) + 1)
             continue;
-          cases.push_back({p, idx % 2 == 0, idx % 3 == 0, acts[idx % 5]});
+          cases.push_back({p, idx % 2 == 0, idx % 3 == 0, acts[idx % 6]});
           ++idx;
         }
   return cases;
@@ -323,7 +324,7 @@ TEST(Linear, MatchesNaive) {
     for (int in : {1, 13, 64})
       for (int out : {1, 5, 33}) {
         const bool has_bias = idx % 2 == 0;
-        const Activation act = Activation(idx % 5);
+        const Activation act = Activation(idx % 6);
         ++idx;
         auto x = random_vec(size_t(n) * in, idx), w = random_vec(size_t(out) * in, idx + 100);
         auto bias = random_vec(out, idx + 200);

@@ -14,6 +14,7 @@
 #include "backends/cpu/ref/ref.hpp"
 #include "bundle/bundle.hpp"
 #include "core/error.hpp"
+#include "cpu_bundle_util.hpp"
 #include "graph_test_util.hpp"
 #include "ir/printer.hpp"
 #include "ir/serialize.hpp"
@@ -392,25 +393,6 @@ TEST(MultiOutput, MemoryPlannerGivesEveryOutputItsOwnLifetime) {
 
 // ------------------------------------------------------------ engine
 
-// A classification-task CPU bundle around `g` (graph input "pixel_values").
-std::vector<uint8_t> cpu_bundle(const Graph& g) {
-  const SerializedGraph s = serialize_graph(g);
-  ClassificationRuntime r;
-  r.num_classes = 5;
-  r.preprocess.height = r.preprocess.width = 4;
-  r.preprocess.mean = {0.5f, 0.5f, 0.5f};
-  r.preprocess.std = {0.25f, 0.25f, 0.25f};
-  const json prov = {{"checkpoint", {{"id", "test/top_k"}, {"revision", ""}}},
-                     {"build", {{"precision", "f32"}, {"backend", "cpu"}, {"batch", 3}, {"opt_level", 3}}}};
-  BundleWriter w(BundleInfo{kBundleFormat, KILN_VERSION, "test", "classification", "cpu"});
-  w.add_section("graph.json", s.graph_json);
-  w.add_section("weights.bin", s.weights);
-  w.add_section("runtime.json", to_json(r).dump());
-  w.add_section("labels.json", json({"a", "b", "c", "d", "e"}).dump());
-  w.add_section("provenance.json", prov.dump());
-  return w.to_bytes();
-}
-
 TEST(MultiOutput, CpuEngineRunMatchesThePlainReference) {
   // pixel_values [N,3,4,4] -> flatten [N,48] -> top_k k 5 (values, indices)
   // -> values read by relu and add (two readers); outputs scores and indices.
@@ -424,7 +406,7 @@ TEST(MultiOutput, CpuEngineRunMatchesThePlainReference) {
   g.values[vi[1]].name = "indices";
   g.mark_output(sum);
   g.mark_output(vi[1]);
-  const std::vector<uint8_t> bytes = cpu_bundle(g);
+  const std::vector<uint8_t> bytes = testing::cpu_bundle(g, "test/top_k");
   const auto engine = Engine::load_from_memory(bytes.data(), bytes.size(), {}, "top_k.bundle");
   ASSERT_EQ(engine->outputs().size(), 2u);
   EXPECT_EQ(engine->outputs()[1].name, "indices");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -15,26 +16,47 @@
 
 namespace kiln::cpu {
 
+namespace {
+
+// Integer values live in the f32 arena as exact integers (|v| <= 2^24, the
+// range where floats hold every integer): top_k writes its indices so, and the
+// one reader of integers is gather's index, which checks every index against
+// its axis (at most 2^24 long) before it uses one.
+constexpr int64_t kExactFloatInts = int64_t{1} << 24;
+bool reads_as_index(const Node& n, size_t input) { return n.op == Op::Gather && input == 1; }
+
+}  // namespace
+
 bool supports(const Graph& g, const Node& n) {
-  for (int in : n.inputs)
-    if (!dtype_is_float(g.values[in].dtype)) return false;
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (!dtype_is_float(g.values[n.inputs[i]].dtype) && !reads_as_index(n, i)) return false;
   return true;
 }
 
 size_t activation_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * sizeof(float); }
 
 CpuProgram::CpuProgram(const Graph& g) : constants_(g.values.size(), nullptr) {
+  // Integer constants are read only as gather indices; any other reader of one is refused.
+  std::vector<char> index_only(g.values.size(), 1);
+  for (const Node& n : g.nodes)
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!reads_as_index(n, i)) index_only[n.inputs[i]] = 0;
   for (size_t v = 0; v < g.values.size(); ++v) {
     const auto& c = g.values[v].constant;
     if (!c) continue;
     if (c->dtype == DType::F32 && reinterpret_cast<uintptr_t>(c->blob.data) % alignof(float) == 0) {
       constants_[v] = reinterpret_cast<const float*>(c->blob.data);
     } else {
-      // The CPU backend computes in f32; an integer constant (indices) has no
-      // CPU kernel to read it, so refuse by name rather than convert.
-      if (!dtype_is_float(c->dtype))
-        fail_input("constant '", g.values[v].name, "' is ", dtype_name(c->dtype), ": the CPU backend computes in float only");
+      // The CPU backend computes in f32: an integer constant becomes exact
+      // floats for gather's index and is refused by name anywhere else.
+      if (!dtype_is_float(c->dtype) && !index_only[v])
+        fail_input("constant '", g.values[v].name, "' is ", dtype_name(c->dtype),
+                   ": the CPU backend reads integer constants only as gather indices");
       converted_.push_back(c->to_f32());
+      if (!dtype_is_float(c->dtype))
+        for (float f : converted_.back())
+          if (std::fabs(f) > static_cast<float>(kExactFloatInts))
+            fail_input("constant '", g.values[v].name, "' holds ", f, ": the CPU backend keeps integers as f32, exact to 2^24");
       constants_[v] = converted_.back().data();
     }
   }
@@ -138,12 +160,48 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     case Op::GlobalAvgPool: global_avg_pool(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), in(0), out); break;
     case Op::Flatten:
     case Op::Cast: std::memcpy(out, in(0), static_cast<size_t>(count) * sizeof(float)); break;
-    case Op::Linear: {
+    case Op::Linear: {  // x[..., K] as [rows, K]
       const Shape& ws = g.values[n.inputs[1]].shape;
-      linear(as_int(xs[0]), as_int(ws[1]), as_int(ws[0]), in(0), in(1), n.inputs.size() > 2 ? in(2) : nullptr,
-             n.activation(), out, pool);
+      linear(as_int(ws[1] > 0 ? shape_numel(xs) / ws[1] : 0), as_int(ws[1]), as_int(ws[0]), in(0), in(1),
+             n.inputs.size() > 2 ? in(2) : nullptr, n.activation(), out, pool);
       break;
     }
+    case Op::LayerNorm: {
+      const int64_t c = xs.back();
+      layer_norm(count / c, c, in(0), n.inputs.size() > 1 ? in(1) : nullptr, n.inputs.size() > 2 ? in(2) : nullptr,
+                 static_cast<float>(n.attr_float("eps", 1e-5)), out, pool);
+      break;
+    }
+    case Op::Softmax: {
+      const AxisSplit a = softmax_split(g, n);
+      softmax(a.outer, a.extent, a.inner, in(0), out, pool);
+      break;
+    }
+    case Op::MatMul: {
+      const MatMulDims d = matmul_dims(g, n);
+      matmul(d.batch, d.m, d.k, d.n, in(0), d.a_stride(), in(1), d.b_stride(), out, pool);
+      break;
+    }
+    case Op::Transpose: transpose(xs, n.attr_ints("perm"), in(0), out, pool); break;
+    case Op::Reshape: std::memcpy(out, in(0), static_cast<size_t>(count) * sizeof(float)); break;
+    case Op::UpsampleNearest: {
+      const UpsampleAttrs a = upsample_attrs(n);
+      upsample_nearest(xs[0] * xs[1], xs[2], xs[3], a.sh, a.sw, in(0), out, pool);
+      break;
+    }
+    case Op::Gather: {
+      const GatherDims d = gather_dims(g, n);
+      if (d.extent > kExactFloatInts)
+        fail_input(n.name, ": gather along an axis of ", d.extent, " elements (the CPU backend holds indices as f32, exact to 2^24)");
+      if (const int64_t bad = first_bad_index(in(1), d.outer * d.k, d.extent); bad >= 0)
+        fail_input(n.name, ": gather index ", in(1)[bad], " (row ", bad / std::max<int64_t>(1, d.k), ", position ",
+                   bad % std::max<int64_t>(1, d.k), ") is not an integer in [0, ", d.extent, ")");
+      gather(d.outer, d.extent, d.inner, d.k, in(0), in(1), out, pool);
+      break;
+    }
+    case Op::InverseSigmoid:
+      inverse_sigmoid(count, in(0), static_cast<float>(n.attr_float("eps", 1e-5)), out);
+      break;
     case Op::Concat: {
       if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU concat supports NCHW channel axis only");
       const int64_t batch = xs[0], hw = xs[2] * xs[3], c_out = out_v.shape[1];
@@ -159,7 +217,7 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     }
     case Op::TopK: {  // values into `out`, indices (as exact floats) into the second output
       const TopKAttrs a = top_k_attrs(g, n);
-      if (a.extent > (int64_t{1} << 24)) fail_input(n.name, ": top_k over more than 2^24 elements (indices are stored as f32)");
+      if (a.extent > kExactFloatInts) fail_input(n.name, ": top_k over more than 2^24 elements (indices are stored as f32)");
       top_k(a.outer, a.extent, a.inner, a.k, a.largest, in(0), out, ptr[n.outputs[1]], pool);
       break;
     }

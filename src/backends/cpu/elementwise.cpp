@@ -2,6 +2,7 @@
 // vision networks they run at memory bandwidth, which one core nearly
 // saturates, and they take no pool so callers can use them anywhere.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/kernels.hpp"
@@ -34,6 +35,9 @@ void apply_loop(int64_t count, Src src, Activation act, float* y) {
     case Activation::Sigmoid:
       for (int64_t i = 0; i < count; ++i) y[i] = apply_activation(Activation::Sigmoid, src(i));
       break;
+    case Activation::Gelu:
+      for (int64_t i = 0; i < count; ++i) y[i] = apply_activation(Activation::Gelu, src(i));
+      break;
     default: fail_unknown_activation(act, "cpu elementwise");
   }
 }
@@ -50,6 +54,18 @@ void activation(int64_t count, const float* x, Activation act, float* y) {
     return;
   }
   apply_loop(count, [=](int64_t i) { return x[i]; }, act, y);
+}
+
+void inverse_sigmoid(int64_t count, const float* x, float eps, float* y) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = x[i];
+    if (std::isnan(v)) {
+      y[i] = v;
+      continue;
+    }
+    const float c = std::min(std::max(v, 0.f), 1.f);
+    y[i] = std::log(std::max(c, eps) / std::max(1.f - c, eps));
+  }
 }
 
 void mul_channel(int n, int c, int hw, const float* x, const float* s, float* y) {

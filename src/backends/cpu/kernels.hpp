@@ -40,6 +40,7 @@ void conv2d_of_sum(const Conv2dParams& p, const float* x, const float* x_add, DT
                    const float* bias, const float* residual, Activation act, float* y, ThreadPool& pool);
 
 // y[n, out] = act(x[n, in] · w[out, in]^T + bias); bias [out] or nullptr.
+// A linear node on x[..., in] passes n = its rows (all dims but the last).
 void linear(int n, int in, int out, const float* x, const float* w, const float* bias, Activation act, float* y,
             ThreadPool& pool);
 
@@ -87,6 +88,37 @@ void slice_channels(int n, int c_total, int hw, int c_begin, int c_count, const 
 // checked. Neither output may alias x.
 void top_k(int64_t outer, int64_t extent, int64_t inner, int64_t k, bool largest, const float* x, float* values,
            float* indices, ThreadPool& pool);
+
+// layer_norm over rows of c values: y = (x - mean) / sqrt(var + eps) * weight
+// + bias (weight, bias may be null; a bias only with a weight), var the biased
+// variance; mean and variance in f32 (two passes). May run in place.
+void layer_norm(int64_t rows, int64_t c, const float* x, const float* weight, const float* bias, float eps, float* y,
+                ThreadPool& pool);
+// softmax along the middle axis of x [outer, extent, inner], in f32 with the
+// line's max subtracted. May run in place.
+void softmax(int64_t outer, int64_t extent, int64_t inner, const float* x, float* y, ThreadPool& pool);
+// y[p] = a[p] · b[p] for p < batch: a[p] is [m, k] at a + p * a_stride, b[p]
+// [k, n] at b + p * b_stride (stride 0: one operand shared by all), y dense
+// [batch, m, n]; f32 accumulation (OpenBLAS). y must not alias a or b.
+void matmul(int64_t batch, int64_t m, int64_t k, int64_t n, const float* a, int64_t a_stride, const float* b,
+            int64_t b_stride, float* y, ThreadPool& pool);
+// y = x permuted: y.shape[d] = shape[perm[d]] (torch.permute); y must not alias x.
+void transpose(const std::vector<int64_t>& shape, const std::vector<int64_t>& perm, const float* x, float* y,
+               ThreadPool& pool);
+// Nearest upsampling of `planes` maps [h, w] by integer factors:
+// y[p, i, j] = x[p, i / sh, j / sw].
+void upsample_nearest(int64_t planes, int64_t h, int64_t w, int64_t sh, int64_t sw, const float* x, float* y,
+                      ThreadPool& pool);
+// The position of the first index that is not an integer in [0, extent), or -1.
+int64_t first_bad_index(const float* index, int64_t count, int64_t extent);
+// y[o, j, :] = x[o, index[o, j], :] with x [outer, extent, inner], index
+// [outer, k] (integers held as floats; throws when one is out of range: check
+// first_bad_index to name the node), y [outer, k, inner].
+void gather(int64_t outer, int64_t extent, int64_t inner, int64_t k, const float* x, const float* index, float* y,
+            ThreadPool& pool);
+// transformers' inverse_sigmoid: log(max(c, eps) / max(1 - c, eps)) with c =
+// x clamped to [0, 1], in f32; NaN stays NaN. May run in place.
+void inverse_sigmoid(int64_t count, const float* x, float eps, float* y);
 
 // Sets OpenBLAS (process-global) to one thread, once: the pool does all the
 // parallel work, so results do not depend on other contexts running at the

@@ -43,6 +43,14 @@ struct NotLowered {
   void lower_##E(Lowering& L, size_t ni) { fail_input(no_lowering(L.g.nodes[ni])); } \
   static const NotLowered not_lowered_##E{Op::E};
 KILN_CUDA_NOT_LOWERED(TopK)
+KILN_CUDA_NOT_LOWERED(LayerNorm)
+KILN_CUDA_NOT_LOWERED(Softmax)
+KILN_CUDA_NOT_LOWERED(MatMul)
+KILN_CUDA_NOT_LOWERED(Transpose)
+KILN_CUDA_NOT_LOWERED(Reshape)
+KILN_CUDA_NOT_LOWERED(UpsampleNearest)
+KILN_CUDA_NOT_LOWERED(Gather)
+KILN_CUDA_NOT_LOWERED(InverseSigmoid)
 #undef KILN_CUDA_NOT_LOWERED
 
 std::string lowering_refusal(const Graph& g) {

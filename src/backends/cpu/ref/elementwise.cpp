@@ -1,5 +1,9 @@
-// activation, add (with its fused activation) and mul (same shapes, or a
-// per-channel scale [N,C,1,1] broadcast over the pixels of a 4-D x).
+// activation, add (with its fused activation), mul (same shapes, or a
+// per-channel scale [N,C,1,1] broadcast over the pixels of a 4-D x) and
+// inverse_sigmoid.
+#include <algorithm>
+#include <cmath>
+
 #include "backends/cpu/ref/ref.hpp"
 #include "core/error.hpp"
 
@@ -32,6 +36,23 @@ Buffer mul(const OpArgs& a) {
   const int64_t planes = xs[0] * xs[1], hw = xs[2] * xs[3];
   for (int64_t p = 0; p < planes; ++p)
     for (int64_t i = 0; i < hw; ++i) y[p * hw + i] = static_cast<float>(double(x[p * hw + i]) * s[p]);
+  return y;
+}
+
+// transformers' inverse_sigmoid (RT-DETR's box refinement): x clamped to
+// [0, 1], then log(max(x, eps) / max(1 - x, eps)); NaN stays NaN.
+Buffer inverse_sigmoid(const OpArgs& a) {
+  const double eps = a.n.attr_float("eps", 1e-5);
+  Buffer y(a.in[0].size());
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double x = a.in[0][i];
+    if (std::isnan(x)) {
+      y[i] = a.in[0][i];
+      continue;
+    }
+    const double c = std::clamp(x, 0.0, 1.0);
+    y[i] = static_cast<float>(std::log(std::max(c, eps) / std::max(1 - c, eps)));
+  }
   return y;
 }
 

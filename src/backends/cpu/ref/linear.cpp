@@ -1,10 +1,12 @@
-// linear: y[n, m] = act(sum_k x[n, k] * w[m, k] + bias[m]), in double.
+// linear on the last axis: y[r, m] = act(sum_k x[r, k] * w[m, k] + bias[m])
+// for every row r of x[..., K] (x as [rows, K]), in double.
 #include "backends/cpu/ref/ref.hpp"
 
 namespace kiln::ref {
 
 Buffer linear(const OpArgs& a) {
-  const int64_t rows = a.in_shape(0)[0], k_len = a.in_shape(0)[1], m_len = a.in_shape(1)[0];
+  const int64_t k_len = a.in_shape(1)[1], m_len = a.in_shape(1)[0];
+  const int64_t rows = k_len == 0 ? 0 : static_cast<int64_t>(a.in[0].size()) / k_len;
   const Buffer &x = a.in[0], &w = a.in[1];
   const Buffer* bias = a.has_input(2) ? &a.in[2] : nullptr;
   const Activation act = a.n.activation();

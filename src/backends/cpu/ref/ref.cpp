@@ -21,6 +21,7 @@ double activate(Activation a, double x) {
     case Activation::Relu6: return x < 0 ? 0 : (x > 6 ? 6 : x);
     case Activation::Silu: return x / (1 + std::exp(-x));
     case Activation::Sigmoid: return 1 / (1 + std::exp(-x));
+    case Activation::Gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));  // exact (erf) GELU
     default: fail_runtime("reference: unknown activation ", static_cast<int>(a));
   }
 }
@@ -49,6 +50,14 @@ std::vector<Buffer> run_reference(const Graph& g, const Node& n, const std::vect
     case Op::Slice: ys.push_back(slice(a)); break;
     case Op::Cast: ys.push_back(cast(a)); break;
     case Op::TopK: ys = top_k(a); break;
+    case Op::LayerNorm: ys.push_back(layer_norm(a)); break;
+    case Op::Softmax: ys.push_back(softmax(a)); break;
+    case Op::MatMul: ys.push_back(matmul(a)); break;
+    case Op::Transpose: ys.push_back(transpose(a)); break;
+    case Op::Reshape: ys.push_back(reshape(a)); break;
+    case Op::UpsampleNearest: ys.push_back(upsample_nearest(a)); break;
+    case Op::Gather: ys.push_back(gather(a)); break;
+    case Op::InverseSigmoid: ys.push_back(inverse_sigmoid(a)); break;
     default: fail_runtime(n.name, ": the reference has no implementation of op ", static_cast<int>(n.op));
   }
   if (ys.size() != n.outputs.size())

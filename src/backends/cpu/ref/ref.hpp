@@ -56,5 +56,13 @@ Buffer concat(const OpArgs& a);           // shape_ops.cpp
 Buffer slice(const OpArgs& a);            // shape_ops.cpp
 Buffer cast(const OpArgs& a);             // shape_ops.cpp
 std::vector<Buffer> top_k(const OpArgs& a);  // top_k.cpp: values, indices
+Buffer layer_norm(const OpArgs& a);       // layer_norm.cpp
+Buffer softmax(const OpArgs& a);          // softmax.cpp
+Buffer matmul(const OpArgs& a);           // matmul.cpp
+Buffer transpose(const OpArgs& a);        // shape_ops.cpp
+Buffer reshape(const OpArgs& a);          // shape_ops.cpp
+Buffer upsample_nearest(const OpArgs& a); // upsample.cpp
+Buffer gather(const OpArgs& a);           // gather.cpp: indices read from floats holding integers
+Buffer inverse_sigmoid(const OpArgs& a);  // elementwise.cpp
 
 }  // namespace kiln::ref
