@@ -146,7 +146,7 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       // A dot product of up to 130 terms: as conv2d (cases_conv.cpp).
       c.limit = limit_for(Measure::MaxRel, dt, 1e-4, 5e-3, 3e-2);
       if (std::string(l.act) == "gelu") c.cuda = cuda_refuses_gelu();
-      else if (xs.size() > 2) c.cuda = cuda_linear_rows_are_axis0();
+      else if (xs.size() == 4) c.cuda = cuda_refuses_linear_on_4d();
       out.push_back(std::move(c));
     }
   }

@@ -78,11 +78,11 @@ inline Declared cuda_refuses_gelu() {
   return {Expect::Refuses, "CUDA kernels have no GELU yet (dispatch_act, device_common.cuh)",
           "activation gelu is not supported"};
 }
-// lower_Linear (src/backends/cuda/linear.cpp) takes x's axis 0 as the GEMM's
-// rows; an x of rank > 2 needs rows = numel / K there (one line).
-inline Declared cuda_linear_rows_are_axis0() {
-  return {Expect::WrongResult,
-          "CUDA lower_Linear takes x.shape[0] as the row count (linear.cpp); x[..., K] of rank > 2 needs numel / K", ""};
+// lower_Linear (src/backends/cuda/linear.cpp) runs x[..., K] as numel / K rows,
+// which needs x row-major: a 4-D x is stored NHWC (layout assignment), refused.
+inline Declared cuda_refuses_linear_on_4d() {
+  return {Expect::Refuses, "CUDA stores 4-D values NHWC, so a linear over a 4-D x's last axis is refused (linear.cpp)",
+          "CUDA linear takes x of rank 2, 3 or 5+"};
 }
 // The message is the CUDA program builder's default (cuda_program.cpp:
 // "<node>: the CUDA backend has no lowering for op <op>"), which is also what

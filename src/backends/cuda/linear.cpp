@@ -2,6 +2,7 @@
 // handed to the one tactic selector (tactics.hpp).
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/lower.hpp"
+#include "core/error.hpp"
 
 namespace kiln::cuda {
 
@@ -12,7 +13,12 @@ void lower_Linear(Lowering& L, size_t ni) {
   const Shape xs = g.values[in0].shape, ws = g.values[n.inputs[1]].shape;
   const DType dt = g.values[out].dtype;
   const bool has_bias = n.inputs.size() > 2;
-  auto owned = std::make_unique<LinearOp>(L.m.lt.h, dt, as_int(xs[0]), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
+  // x[..., K] is numel / K rows of K, which holds for row-major storage: every
+  // rank but 4 (4-D values are NHWC, lower.hpp).
+  if (xs.size() == 4)
+    fail_input(n.name, ": CUDA linear takes x of rank 2, 3 or 5+ (4-D values are stored NHWC), not ", shape_str(xs));
+  const int64_t rows = shape_numel(xs) / ws[1];
+  auto owned = std::make_unique<LinearOp>(L.m.lt.h, dt, as_int(rows), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
                                           L.m.opts.allow_tf32);
   LinearOp* op = owned.get();
   L.p.linears.push_back(std::move(owned));
