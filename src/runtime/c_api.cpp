@@ -2,6 +2,7 @@
 // each failure becomes a status plus a per-thread message.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -80,25 +81,36 @@ kiln_status storage_dtype(const std::vector<kiln::TensorInfo>& list, int index, 
   return KILN_OK;
 }
 
+// The integer a C caller stored in an enum field. Read as bytes: a C caller
+// may store any int there, and loading an out-of-range value as the C++ enum
+// type is undefined behaviour (UBSan's -fsanitize=enum reports it).
+template <typename E>
+int raw_enum(const E& e) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof v);
+  return static_cast<int>(v);
+}
+
 // One kiln_tensor as a C++ view (TensorView or MutableTensorView); throws
 // Error(Usage) for what only a C caller can get wrong.
 template <typename View>
 View c_view(const kiln_tensor& t, const char* role, size_t index) {
   std::string problem;
+  const int dtype = raw_enum(t.dtype), memory = raw_enum(t.memory);
   if (!t.name) problem = "has a NULL name";
   else if (t.rank < 1 || t.rank > 8) problem = "has rank " + std::to_string(t.rank) + ", outside 1..8";
   else if (!t.shape) problem = "has a NULL shape";
-  else if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > KILN_DTYPE_I8)
-    problem = "has an unknown dtype code " + std::to_string(static_cast<int>(t.dtype));
-  else if (t.memory != KILN_MEMORY_HOST && t.memory != KILN_MEMORY_DEVICE)
-    problem = "has an unknown memory kind " + std::to_string(static_cast<int>(t.memory));
+  else if (dtype < 0 || dtype > KILN_DTYPE_I8)
+    problem = "has an unknown dtype code " + std::to_string(dtype);
+  else if (memory != KILN_MEMORY_HOST && memory != KILN_MEMORY_DEVICE)
+    problem = "has an unknown memory kind " + std::to_string(memory);
   else if (t.capacity == 0) problem = "has capacity 0 bytes";
   if (!problem.empty())
     throw kiln::Error(kiln::ErrorKind::Usage, "kiln_context_run_n: " + std::string(role) + " " +
                                                   (t.name ? "'" + std::string(t.name) + "'" : std::to_string(index)) + " " +
                                                   problem);
-  return View{t.name, static_cast<kiln::DType>(t.dtype), std::vector<int64_t>(t.shape, t.shape + t.rank), t.data,
-              t.memory == KILN_MEMORY_DEVICE ? kiln::MemoryKind::Device : kiln::MemoryKind::Host, t.capacity};
+  return View{t.name, static_cast<kiln::DType>(dtype), std::vector<int64_t>(t.shape, t.shape + t.rank), t.data,
+              memory == KILN_MEMORY_DEVICE ? kiln::MemoryKind::Device : kiln::MemoryKind::Host, t.capacity};
 }
 
 }  // namespace
