@@ -120,7 +120,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
                       {"files", ckpt.file_sha256()}}},
       {"build", {{"precision", dtype_name(o.precision)}, {"backend", o.backend}, {"batch", o.batch}, {"batches", planned_batches(o)}, {"opt_level", o.opt_level}, {"allow_tf32", o.allow_tf32},
                  {"max_batch", o.max_batch}, {"switches", o.switches.to_json()}, {"reference", o.reference},
-                 {"fusion_marks", true}}},
+                 {"fusion_marks", kFusionMarksVersion}}},
       {"quantization", nullptr},
   };
   BundleWriter w(BundleInfo{kBundleFormat, KILN_VERSION, family.name(), fb.task, o.backend});

@@ -97,9 +97,99 @@ std::vector<size_t> split_run_at(const Graph& g, size_t first) {
   return run;
 }
 
+bool on_channel_axis(const Graph& g, const Node& n) {
+  return n.attr_int("axis", -1) == 1 && g.values[n.outputs[0]].shape.size() == 4;
+}
+
+bool is_channel_view(const Node& n) { return n.op == Op::Slice && mark_int(n, kMarkChannelView) == 1; }
+
+std::vector<int64_t> in_place_inputs(const Node& n) {
+  if (n.op != Op::Concat) return {};
+  auto it = n.attrs.find(kMarkInPlace);
+  if (it == n.attrs.end()) return {};
+  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
+  return list ? *list : std::vector<int64_t>{};
+}
+
+namespace {
+
+// The concat (other than entry `skip_k` of node `skip`) that lists value `v`
+// in its in_place, or -1.
+int concat_writing_in_place(const Graph& g, int v, size_t skip, size_t skip_k) {
+  for (int c : g.consumers(v)) {
+    const Node& n = g.nodes[c];
+    for (int64_t k : in_place_inputs(n))
+      if (k >= 0 && static_cast<size_t>(k) < n.inputs.size() && n.inputs[k] == v &&
+          (static_cast<size_t>(c) != skip || static_cast<size_t>(k) != skip_k))
+        return c;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::string channel_view_problem(const Graph& g, size_t slice) {
+  const Node& s = g.nodes[slice];
+  if (s.op != Op::Slice) return cat(s.name, ": ", kMarkChannelView, " on a ", op_name(s.op), " (only slice)");
+  if (!on_channel_axis(g, s)) return cat(s.name, ": ", kMarkChannelView, " on a slice that is not along axis 1 of a 4-D value");
+  if (g.is_graph_output(s.outputs[0])) return cat(s.name, ": ", kMarkChannelView, " on a slice whose output is a graph output");
+  // The concat side (in_place_input_problem) states these two as well; here
+  // they keep fuse_channel_views from marking a slice against an existing
+  // in_place mark.
+  for (const int v : {s.inputs[0], s.outputs[0]})
+    if (const int c = concat_writing_in_place(g, v, g.nodes.size(), 0); c >= 0)
+      return cat(s.name, ": ", kMarkChannelView, " on a slice whose ", v == s.inputs[0] ? "input" : "output", " '",
+                 g.values[v].name, "' ", g.nodes[c].name, " writes in place (", kMarkInPlace, ")");
+  return "";
+}
+
+std::string in_place_input_problem(const Graph& g, size_t concat, size_t k) {
+  const Node& n = g.nodes[concat];
+  const int v = n.inputs[k];
+  auto no = [&](const std::string& why) { return cat(n.name, ": ", kMarkInPlace, " input ", k, " ('", g.values[v].name, "') ", why); };
+  if (g.is_constant(v)) return no("is a constant");
+  const int p = g.values[v].producer;
+  if (p < 0) return no("is a graph input");
+  if (g.is_graph_output(v)) return no("is a graph output");
+  if (is_channel_view(g.nodes[p])) return no(cat("is a view (", g.nodes[p].name, " is a channel_view)"));
+  // The backends tell an in-place input by its value (parent == the concat's
+  // output), so a value the concat reads twice cannot be in place at one
+  // position and copied to the other: it is copied to both.
+  for (size_t j = 0; j < n.inputs.size(); ++j)
+    if (j != k && n.inputs[j] == v) return no(cat("is also input ", j, " of ", n.name, " (a value read twice is copied)"));
+  if (const int c = concat_writing_in_place(g, v, concat, k); c >= 0)
+    return no(cat("is also written in place into ", g.nodes[c].name));
+  for (int r : g.consumers(v))
+    if (is_channel_view(g.nodes[r])) return no(cat("has a window: ", g.nodes[r].name, " is a channel_view of it"));
+  // The old planner also refused an input that is the root of the concat's
+  // own output: in a graph in topological order (the verifier's) it never is.
+  return "";
+}
+
+namespace {
+
+std::string in_place_problem(const Graph& g, size_t concat) {
+  const Node& n = g.nodes[concat];
+  if (n.op != Op::Concat) return cat(n.name, ": ", kMarkInPlace, " on a ", op_name(n.op), " (only concat)");
+  const auto it = n.attrs.find(kMarkInPlace);
+  const auto* list = std::get_if<std::vector<int64_t>>(&it->second);
+  if (!list || list->empty()) return cat(n.name, ": mark ", kMarkInPlace, " must be a non-empty list of input indices");
+  if (!on_channel_axis(g, n)) return cat(n.name, ": ", kMarkInPlace, " on a concat that is not along axis 1 of a 4-D value");
+  for (size_t j = 0; j < list->size(); ++j) {
+    const int64_t k = (*list)[j];
+    if (k < 0 || k >= static_cast<int64_t>(n.inputs.size()))
+      return cat(n.name, ": ", kMarkInPlace, " input ", k, " is out of range (", n.inputs.size(), " inputs)");
+    if (j > 0 && k <= (*list)[j - 1]) return cat(n.name, ": ", kMarkInPlace, " must list input indices in ascending order, once each");
+    if (std::string why = in_place_input_problem(g, concat, static_cast<size_t>(k)); !why.empty()) return why;
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string fusion_mark_problem(const Graph& g, size_t i) {
   const Node& n = g.nodes[i];
-  for (const char* key : {kMarkInputAdd, kMarkSqueezeExcitation}) {
+  for (const char* key : {kMarkInputAdd, kMarkSqueezeExcitation, kMarkChannelView}) {
     const int v = mark_int(n, key);
     if (v == 0 && !n.has_attr(key)) continue;
     if (v != 1) return cat(n.name, ": mark ", key, " must be the integer 1");
@@ -111,6 +201,14 @@ std::string fusion_mark_problem(const Graph& g, size_t i) {
   if (n.has_attr(kMarkSqueezeExcitation)) {
     std::string why;
     if (!squeeze_excitation_at(g, i, &why)) return why;
+  }
+  if (n.has_attr(kMarkChannelView)) {
+    const std::string why = channel_view_problem(g, i);
+    if (!why.empty()) return why;
+  }
+  if (n.has_attr(kMarkInPlace)) {
+    const std::string why = in_place_problem(g, i);
+    if (!why.empty()) return why;
   }
   if (n.has_attr(kMarkSplitRun)) {
     const int v = mark_int(n, kMarkSplitRun);

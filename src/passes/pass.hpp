@@ -47,17 +47,28 @@ int set_precision(Graph& g, DType dtype);
 int fuse_conv_input_add(Graph& g);
 int fuse_squeeze_excitation(Graph& g);
 int fuse_split_runs(Graph& g);
+int fuse_channel_views(Graph& g);  // channel_view on slices, in_place on concats
 
 // Which fusion-mark passes run: the bundle's engine switches fuse_add,
-// fuse_se and fuse_split (each runs unless its switch is off).
+// fuse_se and fuse_split (each runs unless its switch is off). Channel views
+// have no switch: views change no number, the CPU backend always takes them
+// and the CUDA backend decides per batch whether to (window_conv,
+// cuda_views), so marking them costs nothing where they go unused.
 struct FusionOptions {
-  bool input_add = true, squeeze_excitation = true, split_runs = true;
+  bool input_add = true, squeeze_excitation = true, split_runs = true, channel_views = true;
 };
 // The fusion-mark passes a bundle's engine switches enable.
 FusionOptions fusion_options(const EngineSwitches& switches);
 // Runs the fusion-mark passes `f` enables (the pipeline's last step; also
 // applied at load to bundles from before marks were recorded).
 void mark_fusions(Graph& g, const FusionOptions& f);
+// What provenance build.fusion_marks says about a bundle's graph.json:
+// absent, no marks (mark_fusions at load); true or 1, every mark but the
+// channel views (fuse_channel_views at load); kFusionMarksVersion, all of
+// them (the graph is read as it is). The builder (bundle/builder.cpp) is to
+// record kFusionMarksVersion; while it records true, loading runs
+// fuse_channel_views on graphs already marked, which adds nothing.
+inline constexpr int kFusionMarksVersion = 2;
 
 struct PipelineOptions {
   DType precision = DType::F32;

@@ -58,6 +58,7 @@ std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
   if (opts.fusions.input_add) p.push_back({"fuse_conv_input_add", fuse_conv_input_add});
   if (opts.fusions.squeeze_excitation) p.push_back({"fuse_squeeze_excitation", fuse_squeeze_excitation});
   if (opts.fusions.split_runs) p.push_back({"fuse_split_runs", fuse_split_runs});
+  if (opts.fusions.channel_views) p.push_back({"fuse_channel_views", fuse_channel_views});
   return p;
 }
 
@@ -65,7 +66,7 @@ FusionOptions fusion_options(const EngineSwitches& sw) {
   FusionOptions f;
   f.input_add = sw.get(Switch::FuseAdd).value_or(true);
   f.squeeze_excitation = sw.get(Switch::FuseSe).value_or(true);
-  f.split_runs = sw.get(Switch::FuseSplit).value_or(true);
+  f.split_runs = sw.get(Switch::FuseSplit).value_or(true);  // channel_views: always (no switch; pass.hpp says why)
   return f;
 }
 
@@ -73,6 +74,7 @@ void mark_fusions(Graph& g, const FusionOptions& f) {
   if (f.input_add) fuse_conv_input_add(g);
   if (f.squeeze_excitation) fuse_squeeze_excitation(g);
   if (f.split_runs) fuse_split_runs(g);
+  if (f.channel_views) fuse_channel_views(g);
 }
 
 void run_pipeline(Graph& g, const PipelineOptions& opts) {

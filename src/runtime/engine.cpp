@@ -69,7 +69,15 @@ std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& option
   impl->switches = EngineSwitches::from_json(build.value("switches", nlohmann::json()), src + "provenance.json: build");
   // Bundles from before fusion marks were recorded (no build.fusion_marks):
   // the marks their build would have set, from the switches it recorded.
-  if (!build.contains("fusion_marks")) mark_fusions(impl->graph, fusion_options(impl->switches));
+  // Bundles from before channel views were marks (true or 1): those marks.
+  // Newer bundles carry every mark: the graph is read as it is.
+  const nlohmann::json marks = field("fusion_marks", 0, [](const nlohmann::json& j) {
+    return (j.is_boolean() && j.get<bool>()) || (j.is_number_integer() && j.get<int64_t>() >= 1);
+  }, "true or a positive integer");
+  const int64_t marks_version = marks.is_boolean() ? 1 : marks.get<int64_t>();
+  const FusionOptions fusions = fusion_options(impl->switches);
+  if (marks_version == 0) mark_fusions(impl->graph, fusions);
+  else if (marks_version < kFusionMarksVersion && fusions.channel_views) fuse_channel_views(impl->graph);
   const auto max_batch = build.value("max_batch", nlohmann::json(4096));
   if (!max_batch.is_number_integer() || max_batch.get<int64_t>() < 1 || max_batch.get<int64_t>() > 4096)
     fail_input(src, "provenance.json: build.max_batch must be an integer in 1..4096, got ", max_batch.dump());

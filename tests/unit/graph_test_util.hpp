@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/cpu_engine.hpp"
 #include "core/error.hpp"
 #include "ir/graph.hpp"
 #include "runtime/memory_planner.hpp"
@@ -21,21 +22,40 @@ inline HostTensor random_tensor(const Shape& shape, std::mt19937& rng, float lo 
   return HostTensor::from_f32(shape, v);
 }
 
-// Runs the graph on the CPU backend; returns every graph output as f32.
-inline std::vector<std::vector<float>> run_cpu(const Graph& g, const std::vector<std::vector<float>>& inputs) {
-  cpu::CpuProgram prog(g);
-  MemoryPlan plan = plan_memory(g, cpu::activation_bytes);
-  std::vector<float> arena(plan.arena_bytes / sizeof(float) + 1);
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    float* dst = arena.data() + plan.offsets[g.inputs[i]] / 4;
-    std::copy(inputs[i].begin(), inputs[i].end(), dst);
-  }
-  prog.run(g, plan, arena.data(), cpu::default_pool());
+// Copies `inputs` into the arena at the plan's offsets, calls `run`, and
+// returns every graph output as f32.
+inline std::vector<std::vector<float>> run_in_arena(const Graph& g, const MemoryPlan& plan, std::vector<float>& arena,
+                                                    const std::vector<std::vector<float>>& inputs,
+                                                    const std::function<void()>& run) {
+  for (size_t i = 0; i < g.inputs.size(); ++i) std::copy(inputs[i].begin(), inputs[i].end(), arena.data() + plan.offsets[g.inputs[i]] / 4);
+  run();
   std::vector<std::vector<float>> out;
   for (int o : g.outputs) {
     const float* p = arena.data() + plan.offsets[o] / 4;
     out.emplace_back(p, p + shape_numel(g.values[o].shape));
   }
+  return out;
+}
+
+// Runs the graph on the CPU backend; returns every graph output as f32.
+inline std::vector<std::vector<float>> run_cpu(const Graph& g, const std::vector<std::vector<float>>& inputs) {
+  cpu::CpuProgram prog(g);
+  MemoryPlan plan = plan_memory(g, cpu::activation_bytes);
+  std::vector<float> arena(plan.arena_bytes / sizeof(float) + 1);
+  return run_in_arena(g, plan, arena, inputs, [&] { prog.run(g, plan, arena.data(), cpu::default_pool()); });
+}
+
+// Runs the graph as an engine context does: plan_for_batch's memory plan with
+// the channel views of the graph's marks and its fused adds. The arena starts
+// as NaN, so an output nothing writes cannot pass. `plan` receives the plan.
+inline std::vector<std::vector<float>> run_cpu_planned(const Graph& g, const std::vector<std::vector<float>>& inputs,
+                                                       ShapedPlan* plan = nullptr) {
+  ShapedPlan p = plan_for_batch(g, g.values[g.inputs.at(0)].shape.at(0));
+  cpu::CpuProgram prog(p.graph);
+  std::vector<float> arena(p.memory.arena_bytes / sizeof(float) + 1, NAN);
+  auto out = run_in_arena(p.graph, p.memory, arena, inputs,
+                          [&] { prog.run(p.graph, p.memory, arena.data(), cpu::default_pool(), p.layout()); });
+  if (plan) *plan = std::move(p);
   return out;
 }
 
@@ -49,9 +69,14 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// NaN when any difference is NaN (std::max would drop it), so a value never
+// written (a NaN-filled arena) cannot pass a tolerance check.
 inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    if (!(d <= m)) m = d;
+  }
   return a.size() == b.size() ? m : INFINITY;
 }
 

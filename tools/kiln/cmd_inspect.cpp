@@ -100,9 +100,10 @@ void add_inspect(CLI::App& app) {
       for (const auto& [name, v] : t["layers"].items())
         if (v.is_object() && v.contains("tactic") && v["tactic"].is_string()) tactic_of[name] = v["tactic"].get<std::string>();
     }
-    // Input adds are fusion marks in the graph (both backends read them);
-    // views are the CPU backend's plan (the default here); the CUDA backend
-    // decides its own per batch, recorded in its plan (--plan).
+    // Input adds and channel views are fusion marks in the graph (both
+    // backends read them). The CPU backend takes every marked view, so they
+    // are shown for it; the CUDA backend decides per batch whether to use
+    // them, recorded in its plan (--plan).
     ChannelViews views;
     const cpu::PrologueAdds adds = cpu::plan_prologue_adds(e.graph);
     if (e.backend == "cpu") {
