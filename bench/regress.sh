@@ -7,7 +7,8 @@
 # level 3 (tactic cache off: both time every layer afresh), then the bundles are benched back to
 # back, alternating old/new twice (old, new, old, new). A case's time is the mean of its two
 # `kiln bench` engine medians. Writes OUTDIR/regress.json and a table; exits 1 when any case of
-# NEW is more than KILN_REGRESS_LIMIT percent (default 3) slower than OLD.
+# NEW is more than KILN_REGRESS_LIMIT percent (default 3) slower than OLD; each such case is then
+# profiled layer by layer in both bundles (bench/regress_diff.py: OUTDIR/diff_MODEL_bB.txt).
 # Here (no GPU): build OLD from a git worktree at the old commit
 #   git worktree add /work/wt/base REV && (cd /work/wt/base && cp -r /work/main/third_party . &&
 #     cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-cuda --target kiln)
@@ -70,6 +71,21 @@ for m in models:
 bad = [r for r in rows if "error" in r or r["change_pct"] > limit]
 json.dump({"limit_pct": limit, "cases": rows, "pass": not bad}, open(os.path.join(out, "regress.json"), "w"), indent=1)
 print("PASS" if not bad else f"FAIL: {len(bad)} case(s) over {limit}% slower or missing")
+open(os.path.join(out, "over_limit.txt"), "w").write("".join(f"{r['model']} {r['batch']}\n" for r in bad if "error" not in r))
 sys.exit(1 if bad else 0)
 PY
+# Every case over the limit: both bundles profiled layer by layer (KILN_REGRESS_PROFILE rounds,
+# default 50) and compared with bench/regress_diff.py (tactics and layer times, old -> new).
+while read -r m b; do
+  [ -n "$m" ] || continue
+  for tag in old new; do
+    bin=$old; [ $tag = new ] && bin=$new
+    $new inspect "$work/$m.b$b.$tag.bundle" --json > "$out/inspect_${m}_b${b}_$tag.json" 2>/dev/null
+    $bin bench "$work/$m.b$b.$tag.bundle" --batch $b --json --profile ${KILN_REGRESS_PROFILE:-50} \
+      > "$out/profile_${m}_b${b}_$tag.json" 2>/dev/null
+  done
+  echo "== $m batch $b, layer by layer"
+  python3 bench/regress_diff.py "$out/inspect_${m}_b${b}_old.json" "$out/inspect_${m}_b${b}_new.json" \
+    "$out/profile_${m}_b${b}_old.json" "$out/profile_${m}_b${b}_new.json" | tee "$out/diff_${m}_b$b.txt"
+done < <(cat "$out/over_limit.txt" 2>/dev/null)
 exit $status

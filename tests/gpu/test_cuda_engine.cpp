@@ -520,7 +520,8 @@ TEST(CudaEngine, PlanIsRecordedAndReplayedExactly) {
     HostTensor x = read_npy(kFixtures / fixture / "input.npy");
     Shape s = x.shape;
     s[0] = 1;
-    std::vector<float> one(x.to_f32().begin(), x.to_f32().begin() + shape_numel(s));
+    const std::vector<float> all = x.to_f32();  // one vector: two to_f32() calls are two temporaries
+    std::vector<float> one(all.begin(), all.begin() + shape_numel(s));
     auto a = e->create_context()->run({{"pixel_values", s, one}}).at(0).data;
     auto again = Engine::load(b.string())->create_context()->run({{"pixel_values", s, one}}).at(0).data;
     EXPECT_EQ(a, again) << "two loads of one bundle ran different programs";
