@@ -90,12 +90,61 @@ ClassificationRuntime parse_classification_runtime(const json& j, const std::str
   return r;
 }
 
+json to_json(const DetectionRuntime& r) {
+  const auto& p = r.preprocess;
+  return {{"task", "detection"},
+          {"input", r.input},
+          {"logits", r.logits},
+          {"boxes", r.boxes},
+          {"num_classes", r.num_classes},
+          {"num_queries", r.num_queries},
+          {"preprocess",
+           {{"kind", "resize_rescale"},
+            {"height", p.height},
+            {"width", p.width},
+            {"interpolation", interpolation_name(p.interpolation)},
+            {"rescale", p.rescale}}}};
+}
+
+DetectionRuntime parse_detection_runtime(const json& j, const std::string& source) {
+  expect_keys(j, {"task", "input", "logits", "boxes", "num_classes", "num_queries", "preprocess"}, source);
+  DetectionRuntime r;
+  if (typed(j, "task", json::value_t::string, source).get<std::string>() != "detection")
+    fail_input(source, ": key 'task' must be \"detection\"");
+  r.input = typed(j, "input", json::value_t::string, source).get<std::string>();
+  r.logits = typed(j, "logits", json::value_t::string, source).get<std::string>();
+  r.boxes = typed(j, "boxes", json::value_t::string, source).get<std::string>();
+  r.num_classes = typed(j, "num_classes", json::value_t::number_integer, source).get<int>();
+  r.num_queries = typed(j, "num_queries", json::value_t::number_integer, source).get<int>();
+  if (r.num_classes <= 0 || r.num_classes > 100000) fail_input(source, ": key 'num_classes' out of range");
+  if (r.num_queries <= 0 || r.num_queries > 100000) fail_input(source, ": key 'num_queries' out of range");
+  const std::string where = source + ": preprocess";
+  const json& p = j.at("preprocess");
+  expect_keys(p, {"kind", "height", "width", "interpolation", "rescale"}, where);
+  if (typed(p, "kind", json::value_t::string, where).get<std::string>() != "resize_rescale")
+    fail_input(where, ": key 'kind' must be \"resize_rescale\"");
+  auto& pp = r.preprocess;
+  pp.height = typed(p, "height", json::value_t::number_integer, where).get<int>();
+  pp.width = typed(p, "width", json::value_t::number_integer, where).get<int>();
+  if (pp.height <= 0 || pp.width <= 0 || pp.height > 8192 || pp.width > 8192)
+    fail_input(where, ": height/width out of range");
+  pp.interpolation =
+      interpolation_from_name(typed(p, "interpolation", json::value_t::string, where).get<std::string>(), where);
+  pp.rescale = typed(p, "rescale", json::value_t::number_float, where).get<float>();
+  if (!(pp.rescale > 0.f && pp.rescale <= 1.f)) fail_input(where, ": key 'rescale' out of range (0, 1]");
+  return r;
+}
+
 void validate_runtime_json(const std::string& text, const std::string& source) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail_input(source, ": not a JSON object");
   if (!j.contains("task") || !j["task"].is_string()) fail_input(source, ": missing key 'task'");
   if (j["task"] == "classification") {
     parse_classification_runtime(j, source);
+    return;
+  }
+  if (j["task"] == "detection") {
+    parse_detection_runtime(j, source);
     return;
   }
   fail_input(source, ": task ", j["task"].dump(), " is not supported by this kiln");

@@ -66,5 +66,37 @@ TEST(RuntimeConfig, StrictKeysAndTypes) {
   EXPECT_NE(error_of(nlohmann::json::array()).find("runtime.json"), std::string::npos);
 }
 
+nlohmann::json valid_detection() {
+  DetectionRuntime r;
+  r.num_classes = 80;
+  r.num_queries = 300;
+  return to_json(r);
+}
+
+TEST(RuntimeConfig, DetectionRoundTripAndStrictness) {
+  const DetectionRuntime r = parse_detection_runtime(valid_detection(), "x");
+  EXPECT_EQ(r.num_queries, 300);
+  EXPECT_EQ(r.preprocess.height, 640);
+  EXPECT_EQ(r.preprocess.interpolation, Interpolation::Bilinear);
+  EXPECT_FLOAT_EQ(r.preprocess.rescale, 1.f / 255.f);
+  EXPECT_EQ(to_json(r), valid_detection());
+  EXPECT_EQ(error_of(valid_detection()), "");
+  auto missing = valid_detection();
+  missing.erase("boxes");
+  EXPECT_NE(error_of(missing).find("'boxes'"), std::string::npos);
+  auto queries = valid_detection();
+  queries["num_queries"] = 0;
+  EXPECT_NE(error_of(queries).find("'num_queries'"), std::string::npos);
+  auto rescale = valid_detection();
+  rescale["preprocess"]["rescale"] = 255;
+  EXPECT_NE(error_of(rescale).find("'rescale'"), std::string::npos);
+  auto kind = valid_detection();
+  kind["preprocess"]["kind"] = "timm_eval";
+  EXPECT_NE(error_of(kind).find("'kind'"), std::string::npos);
+  auto extra = valid_detection();
+  extra["preprocess"]["mean"] = {0, 0, 0};
+  EXPECT_NE(error_of(extra).find("'mean'"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln
