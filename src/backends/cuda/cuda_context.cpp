@@ -1,5 +1,6 @@
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "backends/backend.hpp"
 #include "backends/cuda/cuda_program.hpp"
@@ -24,6 +25,8 @@ constexpr int64_t kPdlMaxBatch = 4;
 struct BatchState {
   std::shared_ptr<CudaEngine::Program> prog;
   DeviceBuffer arena, workspace, staging_in, staging_out;
+  PinnedBuffer host;     // nodes on the plain reference (reference.cpp)
+  HostCalls host_calls;  // their host functions as this context enqueued them
   std::vector<size_t> out_offsets;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -77,6 +80,7 @@ struct CudaContext::Impl {
     st->arena = DeviceBuffer(p.memory.arena_bytes);
     st->workspace = DeviceBuffer(p.workspace_bytes);
     st->staging_in = DeviceBuffer(p.staging_in_bytes);
+    st->host = PinnedBuffer(p.host_staging_bytes);
     size_t out_bytes = 0;
     for (int v : p.shaped.outputs) {
       st->out_offsets.push_back(out_bytes);
@@ -95,7 +99,19 @@ struct CudaContext::Impl {
     x.workspace_bytes = st.workspace.size();
     for (size_t off : st.prog->staging_in_offsets)
       x.staging_in.push_back(reinterpret_cast<const float*>(static_cast<char*>(st.staging_in.get()) + off));
+    x.host = st.host.get();
+    x.host_calls = &st.host_calls;
     return x;
+  }
+
+  // A host function (a node on the plain reference) that failed in an earlier
+  // enqueue: raised once, by the next call that can see it.
+  static void raise_host_errors(BatchState& st) {
+    for (auto& [key, call] : st.host_calls)
+      if (!call.error.empty()) {
+        const std::string e = std::exchange(call.error, "");
+        fail_runtime(call.node, ": the plain reference (--reference) failed: ", e);
+      }
   }
 
   // Eager run (first call: warms up lazily loaded kernels), then capture.
@@ -167,6 +183,7 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
   Impl& m = *impl_;
   BatchState& st = m.state(batch);
   const auto& p = *st.prog;
+  Impl::raise_host_errors(st);
   const Exec x = m.exec_for(st);
   const PdlDefault pdl(m.pdl_at(batch));
   cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : m.stream.s;
@@ -209,7 +226,10 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
                                       cudaMemcpyDeviceToHost, s));
   }
   m.finish(s);
-  if (own || host) KILN_CUDA_CHECK(cudaEventSynchronize(m.done.e));
+  if (own || host) {
+    KILN_CUDA_CHECK(cudaEventSynchronize(m.done.e));
+    Impl::raise_host_errors(st);
+  }
 }
 
 double CudaContext::timed_replay_ms(int64_t batch) {

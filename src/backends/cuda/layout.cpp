@@ -113,7 +113,7 @@ void lower_Slice(Lowering& L, size_t ni) {
   // Safe for the memory plan: the nodes in between are those slices, which read only
   // the input, and the input stays alive through the last of them.
   std::vector<size_t> run = {ni};
-  for (size_t nj : split_run_at(g, ni)) {
+  for (size_t nj : L.f.dense ? std::vector<size_t>{} : split_run_at(g, ni)) {  // dense (--reference): one slice each
     if (nj == ni) continue;
     if (L.strided(g.nodes[nj].outputs[0]) || run.size() >= size_t(kMaxSplitOutputs)) break;
     run.push_back(nj);

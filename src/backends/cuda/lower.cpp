@@ -64,6 +64,7 @@ void lower_node(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
   if (L.f.folded_cast[ni] || L.f.fused_away[ni]) return;
   L.node_name = n.name;
+  if (!L.f.reference.empty() && L.f.reference[ni]) return lower_reference(L, ni);
   if (L.f.se.scale_at.count(ni)) return lower_se_mlp_scale(L, ni);
   if (L.f.se.mlp_at.count(ni)) return lower_se_mlp(L, ni);
   switch (n.op) {
