@@ -222,7 +222,9 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       break;
     }
     case Op::Slice: {
-      if (views && views->is_view(n.outputs[0])) return;  // a window of its input: nothing to copy
+      // A window of its input: nothing to copy. (A slice whose output is written
+      // in place into a concat is a view of the concat, not of its input: it copies.)
+      if (views && views->is_view(n.outputs[0]) && views->parent[n.outputs[0]] == n.inputs[0]) return;
       if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU slice supports NCHW channel axis only");
       int64_t start = n.attr_int("start"), end = n.attr_int("end");
       slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);
