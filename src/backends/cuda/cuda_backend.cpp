@@ -6,6 +6,7 @@
 #include "backends/cuda/cuda_engine.hpp"
 #include "backends/cuda/lower.hpp"
 #include "bundle/bundle.hpp"
+#include "bundle/tactics_record.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -88,8 +89,7 @@ class CudaBackend : public Backend {
       const std::string mine = "tactics." + gpu_slug(current_gpu_key().gpu) + ".json";
       for (const auto& name : o.bundle->section_names())
         if (name.rfind("tactics.", 0) == 0 && (co.tactics.is_null() || name == mine)) {
-          co.tactics = nlohmann::json::parse(o.bundle->section_text(name), nullptr, false);
-          if (!co.tactics.is_object()) fail_input(o.source, name, ": not a JSON object");
+          co.tactics = parse_tactics_record(o.bundle->section_text(name), o.source + name);
         }
     }
     return std::make_shared<CudaCompiled>(std::make_shared<CudaEngine>(g, co));
