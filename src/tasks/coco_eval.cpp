@@ -386,14 +386,16 @@ CocoEvalResult coco_evaluate(const CocoDataset& gt, const std::vector<CocoDetect
     }
   }
 
-  // summarize: the mean of the entries that are not -1.
-  const auto ap = [&](int t_only, int a, int m) {
+  // summarize: the mean of the entries that are not -1 (of one category
+  // when `k_only` is set).
+  const auto ap = [&](int t_only, int a, int m, long k_only = -1) {
     double sum = 0;
     size_t n = 0;
     for (int t = 0; t < kT; ++t) {
       if (t_only >= 0 && t != t_only) continue;
       for (int r = 0; r < kR; ++r)
         for (size_t k = 0; k < K; ++k) {
+          if (k_only >= 0 && k != static_cast<size_t>(k_only)) continue;
           const double v = precision[P(t, r, k, a, m)];
           if (v > -1) sum += v, ++n;
         }
@@ -413,16 +415,7 @@ CocoEvalResult coco_evaluate(const CocoDataset& gt, const std::vector<CocoDetect
   // iouThr .5 and .75 are thresholds 0 and 5 (np.where(iouThr == iouThrs)).
   result.stats = {ap(-1, 0, 2), ap(0, 0, 2), ap(5, 0, 2), ap(-1, 1, 2), ap(-1, 2, 2), ap(-1, 3, 2),
                   ar(0, 0),     ar(0, 1),    ar(0, 2),    ar(1, 2),     ar(2, 2),     ar(3, 2)};
-  for (size_t k = 0; k < K; ++k) {
-    double sum = 0;
-    size_t n = 0;
-    for (int t = 0; t < kT; ++t)
-      for (int r = 0; r < kR; ++r) {
-        const double v = precision[P(t, r, k, 0, 2)];
-        if (v > -1) sum += v, ++n;
-      }
-    result.ap_per_category[cat_ids[k]] = n ? sum / static_cast<double>(n) : -1.0;
-  }
+  for (size_t k = 0; k < K; ++k) result.ap_per_category[cat_ids[k]] = ap(-1, 0, 2, static_cast<long>(k));
   return result;
 }
 

@@ -199,6 +199,17 @@ ImageU8 random_image(int w, int h, unsigned seed) {
   return img;
 }
 
+void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A classification bundle (flatten of a 4x4 image), for the refusals.
+std::vector<uint8_t> classification_bundle() {
+  Graph g;
+  g.mark_output(g.add_node(Op::Flatten, "logits", {g.add_input("pixel_values", DType::F32, {1, 3, 4, 4})}));
+  return testing::cpu_bundle(g, "test/cls");
+}
+
 void expect_same(const std::vector<Detection>& got, const std::vector<Detection>& want,
                  const std::vector<std::string>& labels) {
   ASSERT_EQ(got.size(), want.size());
@@ -315,10 +326,7 @@ TEST(Detector, EqualScoresComeOutInTorchTopkOrder) {
 TEST(Detector, RefusesOtherTasksAndMismatchedRuntimes) {
   // A classification bundle: the detector names the task, the classifier
   // refuses a detection bundle the same way.
-  Graph g;
-  const int x = g.add_input("pixel_values", DType::F32, {1, 3, 4, 4});
-  g.mark_output(g.add_node(Op::Flatten, "logits", {x}));
-  const auto cls = testing::cpu_bundle(g, "test/cls");
+  const auto cls = classification_bundle();
   const auto cls_engine = Engine::load_from_memory(cls.data(), cls.size());
   EXPECT_NE(testing::error_of([&] { Detector d(cls_engine); }).find("task is 'classification', not detection"),
             std::string::npos);
@@ -420,13 +428,26 @@ extern "C" int kiln_c_detect(const char* bundle, const char* image, float thresh
 namespace kiln {
 namespace {
 
-TEST(DetectorCApi, DetectsFromCWithTheCppNumbers) {
+// A linear-head detection bundle and `n` PNG images in a temporary folder.
+struct DetectorFiles {
   testing::TempDir tmp;
-  const LinearDetector m(7);
-  const auto bytes = testing::cpu_detection_bundle(m.g, m.rt, {"cat", "dog", "bird"});
-  const fs::path bundle = tmp.path() / "det.bundle", img = tmp.path() / "img.png";
-  std::ofstream(bundle, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  write_png(img, random_image(20, 14, 8));
+  LinearDetector m;
+  fs::path bundle;
+  std::vector<std::string> images;
+  DetectorFiles(unsigned seed, int n) : m(seed) {
+    bundle = tmp.path() / "det.bundle";
+    write_file(bundle, testing::cpu_detection_bundle(m.g, m.rt, {"cat", "dog", "bird"}));
+    for (int i = 0; i < n; ++i) {
+      images.push_back((tmp.path() / ("im" + std::to_string(i) + ".png")).string());
+      write_png(images.back(), random_image(60 + 13 * i, 40 + 7 * i, seed * 10 + static_cast<unsigned>(i)));
+    }
+  }
+};
+
+TEST(DetectorCApi, DetectsFromCWithTheCppNumbers) {
+  DetectorFiles f(7, 1);
+  const fs::path& bundle = f.bundle;
+  const fs::path img = f.images[0];
   kiln_detection out[5];
   int count = -1;
   char label0[32] = {};
@@ -446,12 +467,10 @@ TEST(DetectorCApi, DetectsFromCWithTheCppNumbers) {
 }
 
 TEST(DetectorCApi, ErrorsAreStatusesAndWriteNothing) {
-  testing::TempDir tmp;
-  const LinearDetector m(8);
-  const auto bytes = testing::cpu_detection_bundle(m.g, m.rt, {"cat", "dog", "bird"});
-  const fs::path bundle = tmp.path() / "det.bundle", img = tmp.path() / "img.png";
-  std::ofstream(bundle, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  write_png(img, random_image(9, 9, 9));
+  DetectorFiles f(8, 1);
+  const fs::path& bundle = f.bundle;
+  const fs::path img = f.images[0];
+  testing::TempDir& tmp = f.tmp;
   kiln_engine* e = nullptr;
   ASSERT_EQ(kiln_engine_load(bundle.c_str(), nullptr, &e), KILN_OK) << kiln_last_error();
   kiln_detection out[5];
@@ -477,11 +496,9 @@ TEST(DetectorCApi, ErrorsAreStatusesAndWriteNothing) {
   EXPECT_EQ(kiln_engine_label(e, 3, &label), KILN_ERROR_USAGE);
   kiln_engine_free(e);
   // A classification bundle is an input error naming the task.
-  Graph g;
-  g.mark_output(g.add_node(Op::Flatten, "logits", {g.add_input("pixel_values", DType::F32, {1, 3, 4, 4})}));
-  const auto cls = testing::cpu_bundle(g, "test/cls");
+  const auto cls = classification_bundle();
   const fs::path cb = tmp.path() / "cls.bundle";
-  std::ofstream(cb, std::ios::binary).write(reinterpret_cast<const char*>(cls.data()), cls.size());
+  write_file(cb, cls);
   ASSERT_EQ(kiln_engine_load(cb.c_str(), nullptr, &e), KILN_OK);
   EXPECT_EQ(kiln_detect_file(e, img.c_str(), 0.f, out, 5, &count), KILN_ERROR_INPUT);
   EXPECT_NE(std::string(kiln_last_error()).find("not detection"), std::string::npos);
@@ -499,20 +516,8 @@ TEST(DetectorCApi, ErrorsAreStatusesAndWriteNothing) {
 namespace kiln {
 namespace {
 
-struct CliFixture {
-  testing::TempDir tmp;
-  LinearDetector m{11};
-  fs::path bundle;
-  std::vector<std::string> images;
-  CliFixture() {
-    const auto bytes = testing::cpu_detection_bundle(m.g, m.rt, {"cat", "dog", "bird"});
-    bundle = tmp.path() / "det.bundle";
-    std::ofstream(bundle, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    for (int i = 0; i < 4; ++i) {
-      images.push_back((tmp.path() / ("im" + std::to_string(i) + ".png")).string());
-      write_png(images.back(), random_image(60 + 13 * i, 40 + 7 * i, 20 + i));
-    }
-  }
+struct CliFixture : DetectorFiles {
+  CliFixture() : DetectorFiles(2, 4) {}
 };
 
 TEST(DetectCli, TextJsonAndDrawnImages) {
@@ -549,11 +554,9 @@ TEST(DetectCli, TextJsonAndDrawnImages) {
   EXPECT_NE(r.out.find(f.images[0] + " (60x40): " + std::to_string(want.boxes.size())), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(want.boxes[0].label), std::string::npos);
   // A classification bundle is refused naming the task.
-  Graph g;
-  g.mark_output(g.add_node(Op::Flatten, "logits", {g.add_input("pixel_values", DType::F32, {1, 3, 4, 4})}));
-  const auto cls = testing::cpu_bundle(g, "test/cls");
+  const auto cls = classification_bundle();
   const fs::path cb = f.tmp.path() / "cls.bundle";
-  std::ofstream(cb, std::ios::binary).write(reinterpret_cast<const char*>(cls.data()), cls.size());
+  write_file(cb, cls);
   r = testing::run_kiln("detect " + cb.string() + " --image " + f.images[0]);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("not detection"), std::string::npos) << r.err;
