@@ -125,4 +125,41 @@ struct PreprocessPlan {
 PreprocessPlan plan_timm_preprocess(int in_w, int in_h, const TimmPreprocess& p);
 std::vector<float> run_preprocess_plan(const ImageU8& img, const PreprocessPlan& plan);
 
+// Detection pre-processing (transformers' RTDetrImageProcessor): Resize to
+// (height, width) with PIL (no crop, aspect not kept; an image already of
+// that size is not resampled, as PIL's resize returns a copy), then
+// float(v) * rescale in float32 laid out CHW, no mean/std. The float math is
+// torch's (uint8 tensor * python float), i.e. what transformers' default
+// torchvision image processor computes; its PIL processor multiplies in
+// float64 and rounds once, which differs by at most 1 ulp (6e-8).
+struct ResizeRescale {
+  int height = 640, width = 640;
+  Interpolation interpolation = Interpolation::Bilinear;
+  float rescale = 1.f / 255.f;
+  PilPassOrder pil_pass_order = PilPassOrder::Pillow13;
+};
+// The 8-bit image right before the rescale.
+ImageU8 resize_rescale_u8(const ImageU8& img, const ResizeRescale& p);
+std::vector<float> rescale_to_chw(const ImageU8& img, float rescale);
+std::vector<float> resize_rescale(const ImageU8& img, const ResizeRescale& p);
+
+// PNG encoding (8-bit RGB, no interlace). write_png writes to a temporary
+// file beside `path` and renames it, so a failure leaves nothing behind;
+// errors name the file.
+std::vector<uint8_t> encode_png(const ImageU8& img);
+void write_png(const std::filesystem::path& path, const ImageU8& img);
+
+// Drawing on RGB8 images (kiln detect --draw): rectangle outlines clipped to
+// the image, and text in a built-in 5x7 bitmap font (ASCII 32..126; lower
+// case is drawn as upper case, other bytes as '?'), scaled by `scale`.
+struct Rgb {
+  uint8_t r = 0, g = 0, b = 0;
+};
+void draw_rect(ImageU8& img, int x0, int y0, int x1, int y1, Rgb color, int thickness = 1);
+void fill_rect(ImageU8& img, int x0, int y0, int x1, int y1, Rgb color);
+// Width and height in pixels of `text` drawn at `scale`.
+int text_width(const std::string& text, int scale = 1);
+int text_height(int scale = 1);
+void draw_text(ImageU8& img, int x, int y, const std::string& text, Rgb color, int scale = 1);
+
 }  // namespace kiln

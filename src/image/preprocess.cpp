@@ -196,4 +196,28 @@ std::vector<float> run_preprocess_plan(const ImageU8& img, const PreprocessPlan&
   return out;
 }
 
+ImageU8 resize_rescale_u8(const ImageU8& img, const ResizeRescale& p) {
+  if (p.height < 1 || p.width < 1 || p.height > kMaxImageSide || p.width > kMaxImageSide)
+    fail_input("pre-processing: invalid input size ", p.height, "x", p.width);
+  if (img.width < 1 || img.height < 1) fail_input("pre-processing: empty image");
+  if (img.width == p.width && img.height == p.height) return img;
+  return resize_pil(img, p.width, p.height, p.interpolation, p.pil_pass_order);
+}
+
+std::vector<float> rescale_to_chw(const ImageU8& img, float rescale) {
+  const size_t plane = static_cast<size_t>(img.width) * img.height;
+  std::vector<float> out(plane * 3);
+  float lut[256];
+  for (int v = 0; v < 256; ++v) lut[v] = static_cast<float>(v) * rescale;
+  for (int c = 0; c < 3; ++c) {
+    float* dst = &out[plane * c];
+    for (size_t i = 0; i < plane; ++i) dst[i] = lut[img.rgb[i * 3 + c]];
+  }
+  return out;
+}
+
+std::vector<float> resize_rescale(const ImageU8& img, const ResizeRescale& p) {
+  return rescale_to_chw(resize_rescale_u8(img, p), p.rescale);
+}
+
 }  // namespace kiln
