@@ -8,6 +8,7 @@ deviation per channel on the seeded input (FIELD-NOTES §8: deep random nets exp
 
 Each case directory holds
     config.json        written by save_pretrained (model_type rt_detr_v2, RTDetrV2ForObjectDetection)
+    preprocessor_config.json  RTDetrImageProcessor's, size = the input's (H, W)
     model.safetensors  written by save_pretrained (transformers 5.x names; see families/rt_detr_v2/README.md)
     input.npy          float32 [N, 3, H, W], seeded U(0, 1) (pixel_values after /255)
     logits.npy         float32 [N, Q, C]  model.eval(), torch fp32 on the CPU
@@ -178,6 +179,9 @@ def build_case(cfg, hw, batch, seed, out_dir: Path, note=""):
         margin = selection_margins(model, x)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
+    # The image processor's config carries the input size the engine is built for.
+    from transformers import RTDetrImageProcessor
+    RTDetrImageProcessor(size={"height": h, "width": w}).save_pretrained(str(out_dir))
     np.save(out_dir / "input.npy", x.numpy())
     np.save(out_dir / "logits.npy", out.logits.numpy().astype(np.float32))
     np.save(out_dir / "pred_boxes.npy", out.pred_boxes.numpy().astype(np.float32))
@@ -231,7 +235,7 @@ def main(argv=None):
         json.dump(dict(description="Seeded RT-DETR v2 fixtures (tools/reference/make_fixtures_rtdetr.py): input.npy "
                                    "is pixel_values (after /255); logits.npy and pred_boxes.npy are torch fp32, "
                                    "CPU, eval mode.", versions=versions(), seed=SEED,
-                       files=["config.json", "model.safetensors", "input.npy", "logits.npy", "pred_boxes.npy"],
+                       files=["config.json", "preprocessor_config.json", "model.safetensors", "input.npy", "logits.npy", "pred_boxes.npy"],
                        cases=cases), f, indent=2)
         f.write("\n")
     return 0
