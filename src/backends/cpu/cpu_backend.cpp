@@ -199,6 +199,15 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       gather(d.outer, d.extent, d.inner, d.k, in(0), in(1), out, pool);
       break;
     }
+    case Op::MsDeformAttn: {
+      const DeformAttnDims d = deform_attn_dims(g, n);
+      DeformAttnParams pr;
+      pr.n = d.n, pr.s = d.s, pr.heads = d.heads, pr.d = d.d, pr.q = d.q, pr.p = d.p;
+      pr.level_h = d.level_h, pr.level_w = d.level_w, pr.level_start = d.level_start, pr.points = d.points;
+      pr.offset_scale = static_cast<float>(d.offset_scale), pr.discrete = d.discrete;
+      ms_deform_attn(pr, in(0), in(1), in(2), in(3), out, pool);
+      break;
+    }
     case Op::InverseSigmoid:
       inverse_sigmoid(count, in(0), static_cast<float>(n.attr_float("eps", 1e-5)), out);
       break;

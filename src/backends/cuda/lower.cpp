@@ -51,6 +51,7 @@ KILN_CUDA_NOT_LOWERED(Reshape)
 KILN_CUDA_NOT_LOWERED(UpsampleNearest)
 KILN_CUDA_NOT_LOWERED(Gather)
 KILN_CUDA_NOT_LOWERED(InverseSigmoid)
+KILN_CUDA_NOT_LOWERED(MsDeformAttn)
 #undef KILN_CUDA_NOT_LOWERED
 
 std::string lowering_refusal(const Graph& g) {
