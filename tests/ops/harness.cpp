@@ -12,6 +12,7 @@
 #include "backends/cpu/thread_pool.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/half.hpp"
 #include "op_harness.hpp"
 #include "runtime/engine_impl.hpp"
 
@@ -131,7 +132,9 @@ std::vector<ref::Buffer> case_inputs(const OpCase& c) {
     const auto range = c.input_range.count(v.name) ? c.input_range.at(v.name) : std::make_pair(c.input_lo, c.input_hi);
     auto x = uniform(static_cast<size_t>(shape_numel(v.shape)), seed + 104729u * static_cast<uint32_t>(k + 1), range.first,
                      range.second);
-    if (dtype_is_float(v.dtype)) {
+    if (v.dtype == DType::F8E4M3) {  // e4m3 code values (the range in code units)
+      for (float& e : x) e = e4m3_to_f32(f32_to_e4m3(e));
+    } else if (dtype_is_float(v.dtype)) {
       for (float& e : x) e = round_to_storage(v.dtype, e);
     } else {  // integers in [lo, hi), held as floats as the engines take them
       for (float& e : x) e = std::min(std::floor(e), std::ceil(range.second) - 1);
@@ -209,6 +212,7 @@ const std::vector<OpCase>& all_cases() {
     add_norm_cases(v);
     add_matmul_cases(v);
     add_layout_cases(v);
+    add_quant_cases(v);
     std::set<std::string> names;
     for (const OpCase& c : v)
       if (!names.insert(c.name).second) fail_runtime("op harness: case name '", c.name, "' is used twice");

@@ -52,7 +52,7 @@ struct Declared {
 // removing the op here, and its cases then run against the reference.
 inline constexpr Op kNotLoweredOnCuda[] = {Op::TopK,      Op::LayerNorm,       Op::Softmax, Op::MatMul,
                                            Op::Transpose, Op::Reshape,         Op::Gather,  Op::UpsampleNearest,
-                                           Op::InverseSigmoid};
+                                           Op::InverseSigmoid, Op::Quantize, Op::Dequantize};
 
 // The limitations declared today, one place each.
 inline Declared cuda_refuses_batch_norm_rank() {
@@ -118,6 +118,7 @@ void add_top_k_cases(std::vector<OpCase>& out);
 void add_norm_cases(std::vector<OpCase>& out);    // layer_norm, softmax (cases_norm.cpp)
 void add_matmul_cases(std::vector<OpCase>& out);  // matmul (cases_matmul.cpp)
 void add_layout_cases(std::vector<OpCase>& out);  // transpose, reshape, upsample_nearest, gather (cases_layout.cpp)
+void add_quant_cases(std::vector<OpCase>& out);   // quantize, dequantize, quantized conv2d/linear (cases_quant.cpp)
 
 inline const DType kCaseTypes[] = {DType::F32, DType::F16, DType::BF16};
 

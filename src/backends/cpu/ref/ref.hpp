@@ -64,5 +64,7 @@ Buffer reshape(const OpArgs& a);          // shape_ops.cpp
 Buffer upsample_nearest(const OpArgs& a); // upsample.cpp
 Buffer gather(const OpArgs& a);           // gather.cpp: indices read from floats holding integers
 Buffer inverse_sigmoid(const OpArgs& a);  // elementwise.cpp
+Buffer quantize(const OpArgs& a);         // quant.cpp (quantized conv2d/linear: conv2d.cpp, linear.cpp)
+Buffer dequantize(const OpArgs& a);       // quant.cpp
 
 }  // namespace kiln::ref
