@@ -48,13 +48,13 @@ std::string quant_node_problem(const Graph& g, const Node& n) {
     }
     default: break;
   }
-  // Any other node: no 8-bit inputs or outputs (dequantize first).
+  // Any other node reads no quantized codes (8-bit values with scales): they
+  // mean code * scale, which only dequantize and the quantized layers apply.
+  // (An 8-bit value without scales is plain storage, as the IR allows.)
   for (int v : n.inputs)
-    if (is_8bit(val(v).dtype) && !(n.op == Op::Conv2d || n.op == Op::Linear))
-      return cat(n.name, ": ", op_name(n.op), " reads 8-bit value '", val(v).name, "' (only quantized conv2d/linear and dequantize read codes)");
-  for (int v : n.outputs)
-    if (is_8bit(val(v).dtype))
-      return cat(n.name, ": ", op_name(n.op), " writes 8-bit value '", val(v).name, "'");
+    if (is_8bit(val(v).dtype) && val(v).quant && !(n.op == Op::Conv2d || n.op == Op::Linear))
+      return cat(n.name, ": ", op_name(n.op), " reads quantized value '", val(v).name,
+                 "' (only quantized conv2d/linear and dequantize read codes with scales)");
   return "";
 }
 

@@ -22,7 +22,7 @@ bool is_quantized_layer(const Graph& g, const Node& n);
 // output, a dequantize input and a quantized layer's x carry Value::quant of
 // their code type; a quantized layer's weight is a constant with one scale
 // or one per output channel (axis 0); an 8-bit layer output has one scale;
-// no code value lacks its scales. Names the node and the value.
+// no other op reads an 8-bit value that has scales. Names the node and the value.
 std::string quant_node_problem(const Graph& g, const Node& n);
 
 }  // namespace kiln
