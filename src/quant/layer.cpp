@@ -2,28 +2,17 @@
 
 #include <cmath>
 
+#include "core/activation.hpp"
 #include "core/error.hpp"
 #include "ir/quant_form.hpp"
 
 namespace kiln::quant {
 
-float activate_f32(Activation a, float x) {
-  switch (a) {
-    case Activation::None: return x;
-    case Activation::Relu: return x > 0.f ? x : 0.f;
-    case Activation::Relu6: return x < 0.f ? 0.f : (x > 6.f ? 6.f : x);
-    case Activation::Silu: return x / (1.f + std::exp(-x));
-    case Activation::Sigmoid: return 1.f / (1.f + std::exp(-x));
-    case Activation::Gelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
-    default: fail_runtime("quantized layer: unknown activation ", static_cast<int>(a));
-  }
-}
-
 float LayerEpilogue::apply(int64_t oc, double acc, const float* residual) const {
   const size_t c = static_cast<size_t>(oc);
   float y = std::fma(static_cast<float>(acc), alpha[c], bias[c]);
   if (residual) y += *residual * residual_mul;
-  y = activate_f32(act, y);
+  y = apply_activation(act, y);
   if (!is_8bit(out)) return y;
   if (!folded) y *= inv_out_scale;
   return decode(out, encode(out, y, Int8Range::Full));

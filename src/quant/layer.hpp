@@ -15,7 +15,7 @@
 //   8-bit output, other act: y = encode(act(fma(...) + residual) * inv_s_y)
 // with alpha = f32(s_x * s_w[oc]), inv_s_y = f32(1 / s_y), alpha' = f32(alpha
 // * inv_s_y), bias' = f32(bias * inv_s_y); encode rounds to nearest even into
-// e4m3 saturating at 448 (or i8, [-128, 127]). Activations are evaluated in f32.
+// e4m3 saturating at 448 (or i8, [-128, 127]). Activations in f32 (apply_activation).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -47,8 +47,5 @@ struct LayerEpilogue {
 // `bias` the node's bias values at storage precision, or null. Throws
 // Error(Input) naming the node when the reduction is too long to be exact.
 LayerEpilogue layer_epilogue(const Graph& g, const Node& n, const float* bias);
-
-// act(x) evaluated in f32 (the quantized layers' epilogue).
-float activate_f32(Activation a, float x);
 
 }  // namespace kiln::quant

@@ -5,8 +5,6 @@
 // none/relu, applied after the activation for silu), bias, residual, groups,
 // strides and padding. Every case is Exact: the CPU kernels and the plain
 // reference run the same arithmetic (quant/layer.hpp), bit for bit.
-#include <random>
-
 #include "core/error.hpp"
 #include "ir/quant_form.hpp"
 #include "op_harness.hpp"
@@ -15,20 +13,6 @@
 namespace kiln::ops {
 
 namespace {
-
-std::vector<float> seeded(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-uint32_t seed_of(const std::string& s) {
-  uint32_t h = 2166136261u;
-  for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
-  return h;
-}
 
 const char* code_tag(DType code) { return code == DType::I8 ? "i8" : "f8"; }
 
@@ -103,18 +87,18 @@ void add_layers(std::vector<OpCase>& out) {
         c.group = "group:quantized_layer";
         c.dtype = dt;
         c.limit = {Measure::Exact, 0};
-        const uint32_t seed = seed_of(c.name);
+        const uint32_t seed = name_seed(c.name);
         Graph g;
         const int x = g.add_input("x", code, s.x);
         g.values[x].quant = scales(code, 1, -1);
         // Weights: a real kernel quantized per output channel as a recipe does it (amax / code_max).
-        const HostTensor wf = HostTensor::from_f32(s.w, seeded(static_cast<size_t>(shape_numel(s.w)), seed, -0.5f, 0.5f));
+        const HostTensor wf = HostTensor::from_f32(s.w, uniform(static_cast<size_t>(shape_numel(s.w)), seed, -0.5f, 0.5f));
         const QuantParams wq = quant::weight_quant(wf, code);
         const int w = g.add_constant("w", quant::quantize_tensor(wf, wq, quant::Int8Range::Narrow));
         g.values[w].quant = wq;
         std::vector<int> ins{x, w};
         if (s.bias || s.residual)
-          ins.push_back(g.add_constant("b", HostTensor::from_f32_as(dt, {s.w[0]}, seeded(static_cast<size_t>(s.w[0]), seed + 1, -2.f, 2.f))));
+          ins.push_back(g.add_constant("b", HostTensor::from_f32_as(dt, {s.w[0]}, uniform(static_cast<size_t>(s.w[0]), seed + 1, -2.f, 2.f))));
         Attrs attrs = s.attrs;
         attrs["activation"] = std::string(activation_name(s.act));
         attrs["out_dtype"] = std::string(dtype_name(s.out_8bit ? code : dt));

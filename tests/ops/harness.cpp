@@ -12,13 +12,10 @@
 #include "backends/cpu/thread_pool.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "core/half.hpp"
 #include "op_harness.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln::ops {
-
-namespace {
 
 uint32_t name_seed(const std::string& s) {
   uint32_t h = 2166136261u;  // FNV-1a: stable across runs and platforms, unlike std::hash
@@ -33,8 +30,6 @@ std::vector<float> uniform(size_t count, uint32_t seed, float lo, float hi) {
   for (float& x : v) x = d(rng);
   return v;
 }
-
-}  // namespace
 
 const char* measure_name(Measure m) {
   switch (m) {

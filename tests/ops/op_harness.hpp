@@ -145,6 +145,11 @@ class CaseBuilder {
   int constants_ = 0;
 };
 
+// A seed from a case name (FNV-1a: stable across runs and platforms) and
+// `count` floats uniform in [lo, hi) from it (std::mt19937).
+uint32_t name_seed(const std::string& s);
+std::vector<float> uniform(size_t count, uint32_t seed, float lo, float hi);
+
 // "r3_1_13_24": a shape as a part of a case name.
 std::string shape_tag(const Shape& s);
 // A one-node case of op `op` named "<op>_<tag>_<dtype>", judged by `limit`.
