@@ -39,6 +39,16 @@ struct BuildOptions {
   std::vector<std::string> reference;
   // CUDA tactic cache file used while building ("" = none); default_tactic_cache() by default.
   std::string tactic_cache = default_tactic_cache();
+  // 8-bit quantization (issue 13; docs/quantization.md). quantize: "" (none),
+  // "fp8" (e4m3) or "int8". The recipe file (default: every conv/linear minus
+  // the default exclusions) says which layers; activation scales come from
+  // `scales` (a scales file) or are calibrated on the images in `calib`
+  // (the first calib_images, pre-processed as runtime.json says) by
+  // calib_method ("" = the recipe's; percentile < 0 = the recipe's).
+  // write_scales saves the scales used. CPU backend only so far.
+  std::string quantize, recipe, calib, calib_method, scales, write_scales;
+  double percentile = -1;
+  int calib_images = 32;
   bool verify = false;          // IR verifier after every pass
   std::ostream* log = nullptr;  // progress lines
   // CUDA builds: called per graph node during tactic selection (done, total),

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/window.hpp"
 #include "ir/graph.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln {
 
@@ -380,12 +381,52 @@ Shape infer_ms_deform_attn(const Graph& g, const Node& n) {
   return {batch, q, heads * v.shape[3]};
 }
 
+// conv2d / linear output dtype. A quantized layer (x 8-bit) takes a weight of
+// x's code type and names its output type in out_dtype: a wide float, or x's
+// code type when the output quantize is folded into the layer.
+DType layer_dtype(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  const Value& w = input(g, n, 1);
+  if (!is_8bit(x.dtype)) {
+    if (is_8bit(w.dtype))
+      fail_input(n.name, ": weight '", w.name, "' is ", dtype_name(w.dtype), " but input '", x.name, "' is ", dtype_name(x.dtype),
+                 " (an 8-bit layer reads an 8-bit input)");
+    if (n.has_attr("out_dtype")) fail_input(n.name, ": out_dtype is only for quantized layers (8-bit input)");
+    return x.dtype;
+  }
+  if (w.dtype != x.dtype)
+    fail_input(n.name, ": quantized layer input '", x.name, "' is ", dtype_name(x.dtype), " but weight '", w.name, "' is ",
+               dtype_name(w.dtype));
+  if (!n.has_attr("out_dtype")) fail_input(n.name, ": quantized layer without attribute out_dtype");
+  const auto t = dtype_from_name(n.attr_str("out_dtype"));
+  if (!t || !(is_wide_float(*t) || *t == x.dtype))
+    fail_input(n.name, ": out_dtype '", n.attr_str("out_dtype"), "' must be f32, f16, bf16 or ", dtype_name(x.dtype));
+  return *t;
+}
+
+// quantize (wide -> codes) and dequantize (codes -> wide): the dtype attr.
+DType qdq_dtype(const Graph& g, const Node& n) {
+  const Value& x = input(g, n, 0);
+  const auto t = dtype_from_name(n.attr_str("dtype"));
+  if (n.op == Op::Quantize) {
+    if (!is_wide_float(x.dtype)) fail_input(n.name, ": quantize input '", x.name, "' is ", dtype_name(x.dtype), " (f32, f16 or bf16)");
+    if (!t || !is_8bit(*t)) fail_input(n.name, ": quantize dtype '", n.attr_str("dtype"), "' must be f8e4m3 or i8");
+  } else {
+    if (!is_8bit(x.dtype)) fail_input(n.name, ": dequantize input '", x.name, "' is ", dtype_name(x.dtype), " (f8e4m3 or i8)");
+    if (!t || !is_wide_float(*t)) fail_input(n.name, ": dequantize dtype '", n.attr_str("dtype"), "' must be f32, f16 or bf16");
+  }
+  return *t;
+}
+
 std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
   const Value& x = input(g, n, 0);
   ValueType one{x.dtype, {}};  // ops with one output: x's dtype unless the rule says otherwise
   switch (n.op) {
     case Op::TopK: return infer_top_k(g, n);
-    case Op::Conv2d: one.shape = infer_conv(g, n); break;
+    case Op::Conv2d:
+      one.shape = infer_conv(g, n);
+      one.dtype = layer_dtype(g, n);
+      break;
     case Op::BatchNorm: one.shape = infer_batch_norm(g, n); break;
     case Op::Activation: one.shape = x.shape; break;
     case Op::Add:
@@ -401,7 +442,15 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
       if (x.shape.empty()) fail_input(n.name, ": flatten of rank-0 input '", x.name, "'");
       one.shape = {x.shape[0], x.shape[0] == 0 ? 0 : shape_numel(x.shape) / x.shape[0]};
       break;
-    case Op::Linear: one.shape = infer_linear(g, n); break;
+    case Op::Linear:
+      one.shape = infer_linear(g, n);
+      one.dtype = layer_dtype(g, n);
+      break;
+    case Op::Quantize:
+    case Op::Dequantize:
+      one.dtype = qdq_dtype(g, n);
+      one.shape = x.shape;
+      break;
     case Op::Concat: one.shape = infer_concat(g, n); break;
     case Op::Slice: one.shape = infer_slice(g, n); break;
     case Op::Cast: {

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "ir/fusion_marks.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln {
 
@@ -56,6 +57,7 @@ void verify_graph(const Graph& g, const std::string& stage) {
       available[out] = 1;
     }
     const std::vector<ValueType> types = infer_outputs(g, n);
+    if (const std::string why = quant_node_problem(g, n); !why.empty()) bad(why);
     if (types.size() != n.outputs.size())
       bad(cat(n.name, ": ", n.outputs.size(), " outputs but its op rule gives ", types.size()));
     for (size_t k = 0; k < types.size(); ++k) {

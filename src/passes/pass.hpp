@@ -8,6 +8,7 @@
 
 #include "core/switches.hpp"
 #include "ir/graph.hpp"
+#include "quant/calibrate.hpp"
 
 namespace kiln {
 
@@ -41,6 +42,12 @@ int pad_channels(Graph& g, int64_t align);
 // Converts float constants and activations to `dtype` (f16/bf16) and inserts
 // casts so graph inputs and outputs stay f32 (the engine casts internally).
 int set_precision(Graph& g, DType dtype);
+// Quantizes the conv2d/linear nodes `nodes` (quant::select_quantized on this
+// graph) with `scales` (static per-tensor activation scales by value name, and
+// its precision): 8-bit weights per output channel, quantize nodes or folded
+// output quantizes on their inputs (passes/quantize.cpp says how). Runs on the
+// float graph before set_precision; returns the number of rewrites.
+int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::ActivationScales& scales);
 
 // Fusion marks (ir/fusion_marks.hpp): attributes only, the graph computes the
 // same. Each returns the number of nodes it marked.
@@ -77,6 +84,10 @@ struct PipelineOptions {
   DType precision = DType::F32;
   int64_t channel_align = 0;    // pad_channels alignment in channels (0: pass not run)
   FusionOptions fusions;        // fusion marks, set last (after precision: they describe the final graph)
+  // 8-bit quantization (kiln build --quantize): run on the f32 graph after the
+  // BatchNorm and activation folds, before pad_channels and set_precision; it
+  // selects, calibrates and calls quantize_layers (bundle/builder.cpp). Empty: not run.
+  std::function<int(Graph&)> quantize;
   bool verify = false;          // run the IR verifier after every pass (always on in debug builds)
   std::ostream* log = nullptr;  // one line per pass: name, rewrites, node count
 };

@@ -51,6 +51,7 @@ std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
       {"fuse_residual_add", fuse_residual_add},
       {"eliminate_dead_nodes", eliminate_dead_nodes},
   };
+  if (opts.quantize) p.push_back({"quantize", opts.quantize});
   if (opts.channel_align > 1)
     p.push_back({"pad_channels", [a = opts.channel_align](Graph& g) { return pad_channels(g, a); }});
   if (opts.precision != DType::F32)

@@ -22,13 +22,18 @@ int set_precision(Graph& g, DType dtype) {
   // Narrow every f32 activation first (every output of every node; integer
   // results such as top_k's indices keep their type), then re-widen the
   // graph boundary.
-  for (auto& n : g.nodes)
+  for (auto& n : g.nodes) {
     for (int o : n.outputs)
       if (g.values[o].dtype == DType::F32) g.values[o].dtype = dtype;
+    // Quantized layers and dequantize name their wide output type: it narrows too.
+    for (const char* key : {"out_dtype", "dtype"})
+      if (n.op != Op::Cast && n.op != Op::Quantize && n.has_attr(key) && n.attr_str(key) == "f32")
+        n.attrs[key] = std::string(dtype_name(dtype));
+  }
   std::vector<Node> prologue;
   for (int in : old_inputs) {
     if (g.values[in].dtype != DType::F32) continue;
-    Value cast_out{g.values[in].name + ".cast", dtype, g.values[in].shape, std::nullopt, -1};
+    Value cast_out{g.values[in].name + ".cast", dtype, g.values[in].shape, std::nullopt, -1, std::nullopt};
     g.values.push_back(cast_out);
     int nv = static_cast<int>(g.values.size()) - 1;
     replace_uses(g, in, nv);

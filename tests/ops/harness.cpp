@@ -17,8 +17,6 @@
 
 namespace kiln::ops {
 
-namespace {
-
 uint32_t name_seed(const std::string& s) {
   uint32_t h = 2166136261u;  // FNV-1a: stable across runs and platforms, unlike std::hash
   for (unsigned char c : s) h = (h ^ c) * 16777619u;
@@ -32,8 +30,6 @@ std::vector<float> uniform(size_t count, uint32_t seed, float lo, float hi) {
   for (float& x : v) x = d(rng);
   return v;
 }
-
-}  // namespace
 
 const char* measure_name(Measure m) {
   switch (m) {
@@ -131,7 +127,9 @@ std::vector<ref::Buffer> case_inputs(const OpCase& c) {
     const auto range = c.input_range.count(v.name) ? c.input_range.at(v.name) : std::make_pair(c.input_lo, c.input_hi);
     auto x = uniform(static_cast<size_t>(shape_numel(v.shape)), seed + 104729u * static_cast<uint32_t>(k + 1), range.first,
                      range.second);
-    if (dtype_is_float(v.dtype)) {
+    if (v.dtype == DType::F8E4M3) {  // e4m3 code values (the range in code units)
+      for (float& e : x) e = e4m3_to_f32(f32_to_e4m3(e));
+    } else if (dtype_is_float(v.dtype)) {
       for (float& e : x) e = round_to_storage(v.dtype, e);
     } else {  // integers in [lo, hi), held as floats as the engines take them
       for (float& e : x) e = std::min(std::floor(e), std::ceil(range.second) - 1);
@@ -210,6 +208,7 @@ const std::vector<OpCase>& all_cases() {
     add_matmul_cases(v);
     add_layout_cases(v);
     add_deform_cases(v);
+    add_quant_cases(v);
     std::set<std::string> names;
     for (const OpCase& c : v)
       if (!names.insert(c.name).second) fail_runtime("op harness: case name '", c.name, "' is used twice");

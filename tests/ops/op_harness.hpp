@@ -52,7 +52,7 @@ struct Declared {
 // removing the op here, and its cases then run against the reference.
 inline constexpr Op kNotLoweredOnCuda[] = {Op::TopK,      Op::LayerNorm,       Op::Softmax, Op::MatMul,
                                            Op::Transpose, Op::Reshape,         Op::Gather,  Op::UpsampleNearest,
-                                           Op::InverseSigmoid, Op::MsDeformAttn};
+                                           Op::InverseSigmoid, Op::MsDeformAttn, Op::Quantize, Op::Dequantize};
 
 // The limitations declared today, one place each.
 inline Declared cuda_refuses_batch_norm_rank() {
@@ -119,6 +119,7 @@ void add_norm_cases(std::vector<OpCase>& out);    // layer_norm, softmax (cases_
 void add_matmul_cases(std::vector<OpCase>& out);  // matmul (cases_matmul.cpp)
 void add_layout_cases(std::vector<OpCase>& out);  // transpose, reshape, upsample_nearest, gather (cases_layout.cpp)
 void add_deform_cases(std::vector<OpCase>& out);  // ms_deform_attn (cases_deform.cpp)
+void add_quant_cases(std::vector<OpCase>& out);   // quantize, dequantize, quantized conv2d/linear (cases_quant.cpp)
 
 inline const DType kCaseTypes[] = {DType::F32, DType::F16, DType::BF16};
 
@@ -144,6 +145,11 @@ class CaseBuilder {
   uint32_t seed_;
   int constants_ = 0;
 };
+
+// A seed from a case name (FNV-1a: stable across runs and platforms) and
+// `count` floats uniform in [lo, hi) from it (std::mt19937).
+uint32_t name_seed(const std::string& s);
+std::vector<float> uniform(size_t count, uint32_t seed, float lo, float hi);
 
 // "r3_1_13_24": a shape as a part of a case name.
 std::string shape_tag(const Shape& s);

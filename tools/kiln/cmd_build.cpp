@@ -34,6 +34,16 @@ void add_build(CLI::App& app) {
                   "Layer globs (names or ops, e.g. 'layer2.*,linear') run by the plain reference (CUDA: on the host, in the stream; debugging)");
   sub->add_option("--tactic-cache", o->b.tactic_cache,
                   "CUDA tactic cache file read and written while timing, or 'off' (default ~/.cache/kiln/tactics.json)");
+  sub->add_option("--quantize", o->b.quantize, "8-bit layers: fp8 (e4m3) or int8 (CPU backend; docs/quantization.md)")
+      ->check(CLI::IsMember({"fp8", "int8"}));
+  sub->add_option("--calib", o->b.calib, "--quantize: folder of calibration images (.jpg/.png), pre-processed as the model's runtime.json says");
+  sub->add_option("--calib-method", o->b.calib_method, "max | percentile | entropy | mse (default: the recipe's, else max)")
+      ->check(CLI::IsMember({"max", "percentile", "entropy", "mse"}));
+  sub->add_option("--percentile", o->b.percentile, "--calib-method percentile: the percentile of |x| (default 99.99)");
+  sub->add_option("--calib-images", o->b.calib_images, "--calib: use the first N images by name (default 32)");
+  sub->add_option("--recipe", o->b.recipe, "--quantize: recipe file (which layers; default every conv/linear minus the default exclusions)");
+  sub->add_option("--scales", o->b.scales, "--quantize: activation scales file from an earlier --write-scales (instead of --calib)");
+  sub->add_option("--write-scales", o->b.write_scales, "--quantize: save the activation scales used to this file");
   sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");
   sub->add_flag("--tf32", o->b.allow_tf32, "CUDA fp32 engines: allow TF32 tensor cores (off by default: it changes results)");
   sub->add_flag("--json", o->json, "Print a JSON summary on stdout");

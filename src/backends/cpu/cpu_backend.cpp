@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "ir/attrs.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln::cpu {
 
@@ -24,13 +25,28 @@ namespace {
 // its axis (at most 2^24 long) before it uses one.
 constexpr int64_t kExactFloatInts = int64_t{1} << 24;
 bool reads_as_index(const Node& n, size_t input) { return n.op == Op::Gather && input == 1; }
+// i8 codes are read by dequantize and by quantized layers (x and weight); they
+// are exact small integers in the f32 arena.
+bool reads_codes(const Node& n, size_t input) {
+  return (n.op == Op::Dequantize && input == 0) || ((n.op == Op::Conv2d || n.op == Op::Linear) && input < 2);
+}
+
+QuantScales quant_scales(const Value& v) {
+  QuantScales s;
+  if (!v.quant) fail_input("value '", v.name, "' has no quantization scales");
+  s.scales = v.quant->scales;
+  if (v.quant->axis >= 0) s.inner = split_at(v.shape, v.quant->axis).inner;
+  return s;
+}
 
 }  // namespace
 
 bool supports(const Graph& g, const Node& n) {
   for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (!dtype_is_float(g.values[n.inputs[i]].dtype) && !reads_as_index(n, i)) return false;
-  return true;
+    if (!dtype_is_float(g.values[n.inputs[i]].dtype) && !reads_as_index(n, i) &&
+        !(g.values[n.inputs[i]].dtype == DType::I8 && reads_codes(n, i)))
+      return false;
+  return quant_node_problem(g, n).empty();
 }
 
 size_t activation_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * sizeof(float); }
@@ -40,7 +56,7 @@ CpuProgram::CpuProgram(const Graph& g) : constants_(g.values.size(), nullptr) {
   std::vector<char> index_only(g.values.size(), 1);
   for (const Node& n : g.nodes)
     for (size_t i = 0; i < n.inputs.size(); ++i)
-      if (!reads_as_index(n, i)) index_only[n.inputs[i]] = 0;
+      if (!reads_as_index(n, i) && !reads_codes(n, i)) index_only[n.inputs[i]] = 0;
   for (size_t v = 0; v < g.values.size(); ++v) {
     const auto& c = g.values[v].constant;
     if (!c) continue;
@@ -117,7 +133,10 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       cp.pad_t = a.pad_t, cp.pad_l = a.pad_l, cp.pad_b = a.pad_b, cp.pad_r = a.pad_r;
       const float* bias = n.inputs.size() > 2 ? in(2) : nullptr;
       const float* residual = n.inputs.size() > 3 ? in(3) : nullptr;
-      if (prologue_add) {
+      if (is_quantized_layer(g, n)) {
+        if (prologue_add) fail_runtime(n.name, ": a quantized conv2d cannot read through a fused add");
+        qconv2d(cp, in(0), in(1), residual, quant::layer_epilogue(g, n, bias), out, pool);
+      } else if (prologue_add) {
         conv2d_of_sum(cp, ptr[prologue_add->inputs[0]], ptr[prologue_add->inputs[1]],
                       g.values[prologue_add->outputs[0]].dtype, in(1), bias, residual, n.activation(), out, pool);
       } else {
@@ -162,6 +181,11 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     case Op::Cast: std::memcpy(out, in(0), static_cast<size_t>(count) * sizeof(float)); break;
     case Op::Linear: {  // x[..., K] as [rows, K]
       const Shape& ws = g.values[n.inputs[1]].shape;
+      if (is_quantized_layer(g, n)) {
+        qlinear(ws[1] > 0 ? shape_numel(xs) / ws[1] : 0, ws[1], ws[0], in(0), in(1),
+                quant::layer_epilogue(g, n, n.inputs.size() > 2 ? in(2) : nullptr), out, pool);
+        break;
+      }
       linear(as_int(ws[1] > 0 ? shape_numel(xs) / ws[1] : 0), as_int(ws[1]), as_int(ws[0]), in(0), in(1),
              n.inputs.size() > 2 ? in(2) : nullptr, n.activation(), out, pool);
       break;
@@ -211,6 +235,8 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     case Op::InverseSigmoid:
       inverse_sigmoid(count, in(0), static_cast<float>(n.attr_float("eps", 1e-5)), out);
       break;
+    case Op::Quantize: quantize(count, in(0), quant_scales(out_v), out_v.dtype, out, pool); break;
+    case Op::Dequantize: dequantize(count, in(0), quant_scales(g.values[n.inputs[0]]), out, pool); break;
     case Op::Concat: {
       if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU concat supports NCHW channel axis only");
       const int64_t batch = xs[0], hw = xs[2] * xs[3], c_out = out_v.shape[1];

@@ -12,6 +12,7 @@
 #include "core/activation.hpp"
 #include "core/dtype.hpp"
 #include "core/window.hpp"
+#include "quant/layer.hpp"
 
 namespace kiln::cpu {
 
@@ -132,6 +133,23 @@ struct DeformAttnParams {
 };
 void ms_deform_attn(const DeformAttnParams& pr, const float* value, const float* ref, const float* off,
                     const float* logits, float* y, ThreadPool& pool);
+// The 8-bit ops (quant.cpp; docs/quantization.md "CPU emulation"). 8-bit
+// buffers hold code values in code units. Scales per tensor (one) or per
+// channel: element i takes scales[(i / inner) % scales.size()].
+struct QuantScales {
+  std::vector<float> scales;
+  int64_t inner = 1;
+};
+// y = decode(encode(x * f32(1 / scale))), RNE, e4m3 saturating at 448, i8 in [-128, 127]; may run in place.
+void quantize(int64_t count, const float* x, const QuantScales& s, DType code, float* y, ThreadPool& pool);
+// y = code * scale (f32); may run in place.
+void dequantize(int64_t count, const float* x, const QuantScales& s, float* y, ThreadPool& pool);
+// Quantized conv2d / linear on code values: the exact sum of code products
+// (DGEMM), then ep (quant/layer.hpp). residual: real values or null.
+void qconv2d(const Conv2dParams& p, const float* x, const float* w, const float* residual, const quant::LayerEpilogue& ep,
+             float* y, ThreadPool& pool);
+void qlinear(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const quant::LayerEpilogue& ep, float* y,
+             ThreadPool& pool);
 
 // Sets OpenBLAS (process-global) to one thread, once: the pool does all the
 // parallel work, so results do not depend on other contexts running at the

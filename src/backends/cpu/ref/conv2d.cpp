@@ -5,6 +5,8 @@
 #include "backends/cpu/ref/ref.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
+#include "ir/quant_form.hpp"
+#include "quant/layer.hpp"
 
 namespace kiln::ref {
 
@@ -23,6 +25,10 @@ Buffer conv2d(const OpArgs& a) {
   const Buffer* bias = a.has_input(2) ? &a.in[2] : nullptr;
   const Buffer* residual = a.has_input(3) ? &a.in[3] : nullptr;
   const Activation act = a.n.activation();
+  // A quantized layer (8-bit x and weight, buffers holding code values): the
+  // double sum below is exact (quant/layer.hpp), the epilogue is the layer's.
+  const bool quantized = is_quantized_layer(a.g, a.n);
+  const quant::LayerEpilogue ep = quantized ? quant::layer_epilogue(a.g, a.n, bias ? bias->data() : nullptr) : quant::LayerEpilogue{};
 
   Buffer y(static_cast<size_t>(batch * c_out * oh * ow));
   for (int64_t b = 0; b < batch; ++b)
@@ -42,6 +48,10 @@ Buffer conv2d(const OpArgs& a) {
               }
           }
           const int64_t at_y = ((b * c_out + oc) * oh + oy) * ow + ox;
+          if (quantized) {
+            y[at_y] = ep.apply(oc, sum, residual ? &(*residual)[at_y] : nullptr);
+            continue;
+          }
           if (bias) sum += (*bias)[oc];
           if (residual) sum += (*residual)[at_y];
           y[at_y] = static_cast<float>(activate(act, sum));

@@ -65,5 +65,7 @@ Buffer upsample_nearest(const OpArgs& a); // upsample.cpp
 Buffer gather(const OpArgs& a);           // gather.cpp: indices read from floats holding integers
 Buffer inverse_sigmoid(const OpArgs& a);  // elementwise.cpp
 Buffer ms_deform_attn(const OpArgs& a);   // ms_deform_attn.cpp
+Buffer quantize(const OpArgs& a);         // quant.cpp (quantized conv2d/linear: conv2d.cpp, linear.cpp)
+Buffer dequantize(const OpArgs& a);       // quant.cpp
 
 }  // namespace kiln::ref

@@ -1,0 +1,52 @@
+#include "quant/calib_images.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.hpp"
+#include "image/image.hpp"
+#include "tasks/runtime_config.hpp"
+
+namespace kiln::quant {
+
+std::vector<std::filesystem::path> calibration_images(const std::filesystem::path& dir, int64_t limit) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) fail_input("--calib ", dir.string(), ": not a folder");
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file()) continue;
+    std::string ext = e.path().extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (ext == ".jpg" || ext == ".jpeg" || ext == ".png") files.push_back(e.path());
+  }
+  if (ec) fail_input("--calib ", dir.string(), ": ", ec.message());
+  if (files.empty()) fail_input("--calib ", dir.string(), ": no .jpg, .jpeg or .png images in the folder");
+  std::sort(files.begin(), files.end());
+  if (limit > 0 && static_cast<int64_t>(files.size()) > limit) files.resize(static_cast<size_t>(limit));
+  return files;
+}
+
+CalibrationData image_calibration_data(std::vector<std::filesystem::path> files, const nlohmann::json& runtime,
+                                       const std::string& task) {
+  if (task != "classification")
+    fail_usage("--calib: calibration images are pre-processed for classification models only so far (this model's task is '",
+               task, "'); pass --scales FILE instead");
+  const ClassificationRuntime rt = parse_classification_runtime(runtime, "runtime.json");
+  TimmPreprocess pre;  // the constants kiln classify uses (tasks/classifier.cpp)
+  pre.height = rt.preprocess.height;
+  pre.width = rt.preprocess.width;
+  pre.crop_pct = rt.preprocess.crop_pct;
+  pre.interpolation = rt.preprocess.interpolation;
+  pre.mean = rt.preprocess.mean;
+  pre.std = rt.preprocess.std;
+  pre.crop_mode = rt.preprocess.crop_mode;
+  CalibrationData d;
+  d.batches = static_cast<int64_t>(files.size());
+  d.batch = [files = std::move(files), pre](int64_t i) {
+    const auto& f = files.at(static_cast<size_t>(i));
+    return std::vector<std::vector<float>>{timm_preprocess(decode_image(f), pre)};
+  };
+  return d;
+}
+
+}  // namespace kiln::quant

@@ -1,0 +1,131 @@
+// 8-bit cases (issue 13): quantize and dequantize per tensor and per channel
+// into e4m3 and i8 (inputs past the e4m3 range so saturation is exercised),
+// and the quantized conv2d / linear groups: 8-bit x and weight (per-output-
+// channel scales), wide or 8-bit output (the output scale folded for
+// none/relu, applied after the activation for silu), bias, residual, groups,
+// strides and padding. Every case is Exact: the CPU kernels and the plain
+// reference run the same arithmetic (quant/layer.hpp), bit for bit.
+#include "core/error.hpp"
+#include "ir/quant_form.hpp"
+#include "op_harness.hpp"
+#include "quant/fp8.hpp"
+
+namespace kiln::ops {
+
+namespace {
+
+const char* code_tag(DType code) { return code == DType::I8 ? "i8" : "f8"; }
+
+// Scales 0.01 .. 0.04 over `count` channels (a per-channel QuantParams on axis), or one 0.025.
+QuantParams scales(DType code, int count, int axis) {
+  QuantParams q;
+  q.dtype = code, q.axis = axis;
+  for (int i = 0; i < count; ++i) q.scales.push_back(count == 1 ? 0.025f : 0.01f + 0.03f * static_cast<float>(i) / static_cast<float>(count));
+  return q;
+}
+
+void add_qdq(std::vector<OpCase>& out) {
+  for (DType dt : kCaseTypes)
+    for (DType code : {DType::F8E4M3, DType::I8})
+      for (int axis : {-1, 1}) {
+        const Shape s{2, 5, 3, 4};
+        const std::string tag = std::string(code_tag(code)) + (axis < 0 ? "_tensor" : "_channel");
+        {  // quantize: x in [-15, 15] at scales 0.01..0.04: e4m3 saturates (|x| / 0.01 > 448), i8 clamps
+          OpCase c = one_node_case("quantize", tag, dt, {Measure::Exact, 0});
+          Graph g;
+          const int x = g.add_input("x", dt, s);
+          const int y = g.add_node(Op::Quantize, "x.quantize", {x}, {{"dtype", std::string(dtype_name(code))}});
+          g.values[y].quant = scales(code, axis < 0 ? 1 : 5, axis);
+          g.mark_output(y);
+          c.graph = std::move(g);
+          c.input_lo = -15.f, c.input_hi = 15.f;
+          c.cuda = cuda_not_lowered(Op::Quantize);
+          out.push_back(std::move(c));
+        }
+        {  // dequantize: codes over the whole range
+          OpCase c = one_node_case("dequantize", tag, dt, {Measure::Exact, 0});
+          Graph g;
+          const int x = g.add_input("x", code, s);
+          g.values[x].quant = scales(code, axis < 0 ? 1 : 5, axis);
+          g.mark_output(g.add_node(Op::Dequantize, "x.dequantize", {x}, {{"dtype", std::string(dtype_name(dt))}}));
+          c.graph = std::move(g);
+          c.input_lo = code == DType::I8 ? -128.f : -448.f, c.input_hi = code == DType::I8 ? 128.f : 448.f;
+          c.cuda = cuda_not_lowered(Op::Dequantize);
+          out.push_back(std::move(c));
+        }
+      }
+}
+
+struct LayerSpec {
+  const char* tag;
+  Op op;
+  Shape x, w;
+  Attrs attrs;
+  bool bias, residual;
+  Activation act;
+  bool out_8bit;
+};
+
+void add_layers(std::vector<OpCase>& out) {
+  const Attrs plain;
+  const Attrs s2p1{{"strides", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  const Attrs g3{{"groups", int64_t{3}}, {"pads", std::vector<int64_t>{1, 0, 1, 2}}};
+  const LayerSpec specs[] = {
+      {"conv1x1_wide", Op::Conv2d, {2, 24, 5, 6}, {13, 24, 1, 1}, plain, true, false, Activation::None, false},
+      {"conv3x3_s2_relu_8bit", Op::Conv2d, {1, 12, 9, 7}, {16, 12, 3, 3}, s2p1, true, false, Activation::Relu, true},
+      {"conv3x3_g3_silu_8bit", Op::Conv2d, {2, 12, 6, 6}, {9, 4, 3, 3}, g3, true, false, Activation::Silu, true},
+      {"conv1x1_residual_relu_wide", Op::Conv2d, {2, 16, 4, 4}, {24, 16, 1, 1}, plain, true, true, Activation::Relu, false},
+      {"conv1x1_residual_8bit", Op::Conv2d, {1, 16, 4, 4}, {24, 16, 1, 1}, plain, false, true, Activation::None, true},
+      {"linear_wide", Op::Linear, {3, 40}, {13, 40}, plain, true, false, Activation::None, false},
+      {"linear_gelu_8bit", Op::Linear, {2, 4, 24}, {16, 24}, plain, true, false, Activation::Gelu, true},
+  };
+  for (DType dt : kCaseTypes)
+    for (DType code : {DType::F8E4M3, DType::I8})
+      for (const LayerSpec& s : specs) {
+        OpCase c;
+        c.name = cat("quantized_", s.tag, "_", code_tag(code), "_", dtype_name(dt));
+        c.group = "group:quantized_layer";
+        c.dtype = dt;
+        c.limit = {Measure::Exact, 0};
+        const uint32_t seed = name_seed(c.name);
+        Graph g;
+        const int x = g.add_input("x", code, s.x);
+        g.values[x].quant = scales(code, 1, -1);
+        // Weights: a real kernel quantized per output channel as a recipe does it (amax / code_max).
+        const HostTensor wf = HostTensor::from_f32(s.w, uniform(static_cast<size_t>(shape_numel(s.w)), seed, -0.5f, 0.5f));
+        const QuantParams wq = quant::weight_quant(wf, code);
+        const int w = g.add_constant("w", quant::quantize_tensor(wf, wq, quant::Int8Range::Narrow));
+        g.values[w].quant = wq;
+        std::vector<int> ins{x, w};
+        if (s.bias || s.residual)
+          ins.push_back(g.add_constant("b", HostTensor::from_f32_as(dt, {s.w[0]}, uniform(static_cast<size_t>(s.w[0]), seed + 1, -2.f, 2.f))));
+        Attrs attrs = s.attrs;
+        attrs["activation"] = std::string(activation_name(s.act));
+        attrs["out_dtype"] = std::string(dtype_name(s.out_8bit ? code : dt));
+        if (s.residual) {
+          // The residual's shape is the layer's output shape: infer it on a copy without one.
+          Graph probe = g;
+          const Shape ys = probe.values[probe.add_node(s.op, "probe", ins, attrs)].shape;
+          ins.push_back(g.add_input("residual", dt, ys));
+        }
+        const int y = g.add_node(s.op, "layer", ins, attrs);
+        if (s.out_8bit) g.values[y].quant = QuantParams{{code == DType::I8 ? 0.05f : 0.004f}, -1, code};
+        g.mark_output(y);
+        if (const std::string why = quant_node_problem(g, g.nodes.back()); !why.empty()) fail_runtime("op harness: ", why);
+        c.graph = std::move(g);
+        c.input_range["x"] = code == DType::I8 ? std::make_pair(-128.f, 128.f) : std::make_pair(-448.f, 448.f);
+        c.input_range["residual"] = {-3.f, 3.f};
+        c.cuda = {Expect::Refuses, "the CUDA backend has no FP8/INT8 kernels yet (lowering_refusal, backends/cuda/lower.cpp)",
+                  "has no FP8/INT8 kernels yet"};
+        out.push_back(std::move(c));
+      }
+}
+
+}  // namespace
+
+void add_quant_cases(std::vector<OpCase>& out) {
+  add_qdq(out);
+  add_layers(out);
+}
+
+}  // namespace kiln::ops
