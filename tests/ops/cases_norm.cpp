@@ -43,7 +43,6 @@ void add_norm_cases(std::vector<OpCase>& out) {
       if (s.params >= 2) ins.push_back(b.weight("bias", {ch}, -0.5f, 0.5f));
       c.graph = b.finish(b.node(Op::LayerNorm, "norm", ins, {{"eps", s.eps}}));
       c.input_lo = 2.f, c.input_hi = 4.f;  // mean 3, spread 1
-      c.cuda = cuda_not_lowered(Op::LayerNorm);
       out.push_back(std::move(c));
     }
     for (size_t i = 0; i < std::size(softmax_shapes); ++i) {
@@ -53,14 +52,12 @@ void add_norm_cases(std::vector<OpCase>& out) {
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::Softmax, "attn.softmax", {b.input("x", s)}, {{"axis", softmax_axes[i]}}));
       c.input_lo = -8.f, c.input_hi = 8.f;
-      c.cuda = cuda_not_lowered(Op::Softmax);
       out.push_back(std::move(c));
     }
     OpCase c = one_node_case("softmax", "large_logits_r3_3_4_24", dt, norm_limit(dt));
     CaseBuilder b(c.name, dt);
     c.graph = b.finish(b.node(Op::Softmax, "attn.softmax", {b.input("x", {3, 4, 24})}, {{"axis", int64_t{-1}}}));
     c.input_lo = 80.f, c.input_hi = 100.f;
-    c.cuda = cuda_not_lowered(Op::Softmax);
     out.push_back(std::move(c));
   }
 }

@@ -66,7 +66,6 @@ void add_top_k_cases(std::vector<OpCase>& out) {
                  "the runtime also plans every graph at batch 1 (plan_for_batch, engine.cpp), where k > 1 does not fit "
                  "a top_k over the batch axis",
                  "is larger than the extent"};
-      c.cuda = cuda_not_lowered(Op::TopK);
       out.push_back(std::move(c));
     }
 }

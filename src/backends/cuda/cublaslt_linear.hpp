@@ -8,6 +8,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include <mutex>
 #include <string>
 #include <vector>
@@ -61,5 +63,46 @@ class LinearOp {
   // it and enqueues under this lock; engines are shared across threads.
   mutable std::mutex run_mutex_;
 };
+
+// Batched row-major products through cuBLASLt, the IR's matmul:
+// y[p] = a[p] · b[p] for p < batch, a [m, k], b [k, n], y [m, n] row-major,
+// a_stride / b_stride elements between consecutive products (0: one operand
+// shared by all, a 2-D operand; y is dense). Accumulates in f32 (fp32 without
+// TF32 unless allow_tf32). Pointers 16-byte aligned; the algorithms are asked
+// for the alignment the batch strides keep.
+class MatMulOp {
+ public:
+  MatMulOp(cublasLtHandle_t handle, DType dt, int64_t batch, int m, int k, int n, int64_t a_stride, int64_t b_stride,
+           bool allow_tf32 = false);
+  ~MatMulOp();
+  MatMulOp(const MatMulOp&) = delete;
+  MatMulOp& operator=(const MatMulOp&) = delete;
+
+  int tactic_count() const { return int(algos_.size()); }
+  std::string tactic_name(int i) const;
+  void select(int i);
+  size_t workspace_bytes() const;
+  void run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const;
+
+ private:
+  void release();
+  cublasLtHandle_t handle_;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos_;
+  int selected_ = 0;
+};
+
+// The cuBLASLt plumbing LinearOp and MatMulOp share (cublaslt_linear.cpp).
+namespace lt {
+cudaDataType_t data_type(DType dt);
+// Up to `max` algorithms of cuBLASLt's heuristic for D = op(A) op(B) (C = D),
+// with the minimum pointer alignments of A, B and C/D in bytes; empty: none.
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic_algos(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                                             cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                             cublasLtMatrixLayout_t d, const uint32_t (&align)[3], int max);
+// "cublasLt algo 21 tile 7 stages 13 splitk 1 red 0 swizzle 0 custom 0 cluster 0".
+std::string algo_name(const cublasLtMatmulAlgo_t& a);
+}  // namespace lt
 
 }  // namespace kiln::cuda
