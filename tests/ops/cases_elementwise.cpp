@@ -142,7 +142,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Linear, "fc", ins, a));
       // A dot product of up to 130 terms: as conv2d (cases_conv.cpp).
       c.limit = limit_for(Measure::MaxRel, dt, 1e-4, 5e-3, 3e-2);
-      if (xs.size() == 4) c.cuda = cuda_refuses_linear_on_4d();
       out.push_back(std::move(c));
     }
   }

@@ -23,6 +23,7 @@ void add_matmul_cases(std::vector<OpCase>& out) {
       {"r4_const_a_b3", {13, 24}, {3, 2, 24, 5}, true, false},
       {"r5_b1", {1, 2, 3, 13, 4}, {1, 2, 3, 4, 24}, false, false},
       {"r3_k1_b3", {3, 13, 1}, {3, 1, 24}, false, false},
+      {"r4_attention_300_b1", {1, 8, 300, 32}, {1, 8, 32, 300}, false, false},  // q·kᵀ of RT-DETR's decoder size
   };
   for (DType dt : kCaseTypes)
     for (const MatMulSpec& s : specs) {

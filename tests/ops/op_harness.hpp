@@ -71,12 +71,6 @@ inline Declared cuda_refuses_same_shape_mul() {
   return {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (elementwise.cpp)",
           "elementwise mul of equal shapes is not in the CUDA backend"};
 }
-// lower_Linear (src/backends/cuda/linear.cpp) runs x[..., K] as numel / K rows,
-// which needs x row-major: a 4-D x is stored NHWC (layout assignment), refused.
-inline Declared cuda_refuses_linear_on_4d() {
-  return {Expect::Refuses, "CUDA stores 4-D values NHWC, so a linear over a 4-D x's last axis is refused (linear.cpp)",
-          "CUDA linear takes x of rank 2, 3 or 5+"};
-}
 // The message is the CUDA program builder's default (cuda_program.cpp:
 // "<node>: the CUDA backend has no lowering for op <op>"), which is also what
 // `kiln build --backend cuda` reports for such a node.

@@ -108,8 +108,9 @@ void lower_Reshape(Lowering& L, size_t ni) {
   const bool x_nhwc = stored_nhwc(xv), y_nhwc = stored_nhwc(yv);
   const Operand x_at = operand(L, n.inputs[0]), y_at = operand(L, n.outputs[0]);
   const size_t es = dtype_size(yv.dtype), bytes = value_bytes(yv);
-  const StridedCopy from_x = permute_copy(xv.shape, true, identity(xv.shape.size()), false);
-  const StridedCopy to_y = permute_copy(yv.shape, false, identity(yv.shape.size()), true);
+  // x's NHWC bytes to row-major, and row-major bytes of y's shape to y's NHWC (where they apply).
+  const StridedCopy from_x = x_nhwc ? permute_copy(xv.shape, true, identity(4), false) : StridedCopy{};
+  const StridedCopy to_y = y_nhwc ? permute_copy(yv.shape, false, identity(4), true) : StridedCopy{};
   if (!x_nhwc && !y_nhwc) {  // a constant input: copied
     L.step("copy", [=](const Exec& x) {
       KILN_CUDA_CHECK(cudaMemcpyAsync(y_at(x), x_at(x), bytes, cudaMemcpyDeviceToDevice, x.stream));
