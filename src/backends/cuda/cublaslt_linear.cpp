@@ -76,7 +76,7 @@ std::string algo_name(const cublasLtMatmulAlgo_t& a) {
 
 LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
                    bool allow_tf32)
-    : handle_(handle), dt_(dt), m_(m), k_(k), n_(n), has_bias_(has_bias), act_(act), post_act_(Activation::None) {
+    : LtGemm(handle, "linear"), dt_(dt), m_(m), k_(k), n_(n), has_bias_(has_bias), act_(act), post_act_(Activation::None) {
   if (m < 1 || k < 1 || n < 1) fail_runtime("cuda linear: invalid shape m=", m, " k=", k, " n=", n);
   const cudaDataType_t t = lt::data_type(dt);
   const cublasComputeType_t compute =
@@ -120,9 +120,7 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
   }
 }
 
-LinearOp::~LinearOp() { release(); }
-
-void LinearOp::release() {
+void LtGemm::release() {
   if (d_) cublasLtMatrixLayoutDestroy(d_);
   if (b_) cublasLtMatrixLayoutDestroy(b_);
   if (a_) cublasLtMatrixLayoutDestroy(a_);
@@ -131,17 +129,17 @@ void LinearOp::release() {
   op_ = nullptr;
 }
 
-std::string LinearOp::tactic_name(int i) const {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda linear: tactic ", i, " of ", tactic_count());
+std::string LtGemm::tactic_name(int i) const {
+  if (i < 0 || i >= tactic_count()) fail_runtime("cuda ", what_, ": tactic ", i, " of ", tactic_count());
   return lt::algo_name(algos_[size_t(i)].algo);
 }
 
-void LinearOp::select(int i) {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda linear: tactic ", i, " of ", tactic_count());
+void LtGemm::select(int i) {
+  if (i < 0 || i >= tactic_count()) fail_runtime("cuda ", what_, ": tactic ", i, " of ", tactic_count());
   selected_ = i;
 }
 
-size_t LinearOp::workspace_bytes() const { return algos_[size_t(selected_)].workspaceSize; }
+size_t LtGemm::workspace_bytes() const { return algos_[size_t(selected_)].workspaceSize; }
 
 void LinearOp::run(const void* x, const void* w, const void* bias, void* y, void* workspace, size_t workspace_size,
                    cudaStream_t s) const {
@@ -187,59 +185,32 @@ uint32_t stride_alignment(int64_t batch, int64_t stride, size_t elem) {
 
 MatMulOp::MatMulOp(cublasLtHandle_t handle, DType dt, int64_t batch, int m, int k, int n, int64_t a_stride,
                    int64_t b_stride, bool allow_tf32)
-    : handle_(handle) {
+    : LtGemm(handle, "matmul") {
   if (batch < 1 || m < 1 || k < 1 || n < 1 || batch > INT32_MAX)
     fail_runtime("cuda matmul: invalid shape batch=", batch, " m=", m, " k=", k, " n=", n);
   const cudaDataType_t t = lt::data_type(dt);
   const cublasComputeType_t compute = dt == DType::F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  try {
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F));
-    const cublasOperation_t none = CUBLAS_OP_N;
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &none, sizeof(none)));
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, t, n, k, n));  // the IR's b
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, t, k, m, k));  // the IR's a
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, t, n, m, n));
-    if (batch > 1) {
-      set_batch(a_, batch, b_stride);
-      set_batch(b_, batch, a_stride);
-      set_batch(d_, batch, int64_t(m) * n);
-    }
-    const size_t es = dtype_size(dt);
-    const uint32_t align[3] = {stride_alignment(batch, b_stride, es), stride_alignment(batch, a_stride, es),
-                               stride_alignment(batch, int64_t(m) * n, es)};
-    algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, align, LinearOp::kMaxTactics);
-    if (algos_.empty())
-      fail_runtime("cuda matmul: cuBLASLt offers no algorithm for ", dtype_name(dt), " batch=", batch, " m=", m, " k=", k,
-                   " n=", n, " strides ", a_stride, "/", b_stride);
-  } catch (...) {
-    release();
-    throw;
+  // (the LtGemm destructor frees what was made when this throws)
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F));
+  const cublasOperation_t none = CUBLAS_OP_N;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &none, sizeof(none)));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, t, n, k, n));  // the IR's b
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, t, k, m, k));  // the IR's a
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, t, n, m, n));
+  if (batch > 1) {
+    set_batch(a_, batch, b_stride);
+    set_batch(b_, batch, a_stride);
+    set_batch(d_, batch, int64_t(m) * n);
   }
+  const size_t es = dtype_size(dt);
+  const uint32_t align[3] = {stride_alignment(batch, b_stride, es), stride_alignment(batch, a_stride, es),
+                             stride_alignment(batch, int64_t(m) * n, es)};
+  algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, align, LinearOp::kMaxTactics);
+  if (algos_.empty())
+    fail_runtime("cuda matmul: cuBLASLt offers no algorithm for ", dtype_name(dt), " batch=", batch, " m=", m, " k=", k,
+                 " n=", n, " strides ", a_stride, "/", b_stride);
 }
-
-MatMulOp::~MatMulOp() { release(); }
-
-void MatMulOp::release() {
-  if (d_) cublasLtMatrixLayoutDestroy(d_);
-  if (b_) cublasLtMatrixLayoutDestroy(b_);
-  if (a_) cublasLtMatrixLayoutDestroy(a_);
-  if (op_) cublasLtMatmulDescDestroy(op_);
-  d_ = b_ = a_ = nullptr;
-  op_ = nullptr;
-}
-
-std::string MatMulOp::tactic_name(int i) const {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda matmul: tactic ", i, " of ", tactic_count());
-  return lt::algo_name(algos_[size_t(i)].algo);
-}
-
-void MatMulOp::select(int i) {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda matmul: tactic ", i, " of ", tactic_count());
-  selected_ = i;
-}
-
-size_t MatMulOp::workspace_bytes() const { return algos_[size_t(selected_)].workspaceSize; }
 
 void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const {
   const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
