@@ -44,7 +44,7 @@ secs="${1:-60}"
 shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(safetensors safetensors_index bundle bundle_sections hf_config runtime_json labels_json eval_labels npy jpeg png)
+  targets=(safetensors safetensors_index bundle bundle_sections hf_config runtime_json labels_json eval_labels npy jpeg png tactics_json)
 fi
 
 mkdir -p build-fuzz/artifacts build-fuzz/logs

@@ -1,9 +1,11 @@
-/* kiln C ABI: load a bundle, run it, classify images. Plain C, no CUDA headers.
+/* kiln C ABI: load a bundle, run it, classify images, detect objects. Plain C, no CUDA headers.
  *
  *   kiln_engine* e = NULL;
  *   if (kiln_engine_load("model.bundle", NULL, &e) != KILN_OK) fprintf(stderr, "%s\n", kiln_last_error());
  *   int ids[5]; float scores[5]; int n = 0;
  *   kiln_classify_file(e, "cat.jpg", 5, ids, scores, &n);
+ *   kiln_detection boxes[300]; int found = 0;     (a detection bundle)
+ *   kiln_detect_file(e, "street.jpg", 0.5f, boxes, 300, &found);
  *   kiln_engine_free(e);
  *
  * Every call returns a kiln_status; on failure kiln_last_error() gives the
@@ -113,6 +115,30 @@ kiln_status kiln_context_run_n(kiln_context* context, const kiln_tensor* inputs,
  * concurrent calls on one engine run one after another. */
 kiln_status kiln_classify_file(const kiln_engine* engine, const char* image_path, int top_k, int* class_ids,
                                float* scores, int* count);
+
+/* Number of labels in the bundle's labels.json (0 when it has none), and the
+ * label of class `class_id` (valid while the engine lives). */
+int kiln_engine_num_labels(const kiln_engine* engine);
+kiln_status kiln_engine_label(const kiln_engine* engine, int class_id, const char** label);
+
+/* One detected object, in pixels of the original image (not clipped). */
+typedef struct {
+  float x_min, y_min, x_max, y_max;
+  float score; /* sigmoid of the class logit */
+  int class_id;
+} kiln_detection;
+
+/* Detection bundles: the objects of one image file (JPEG/PNG) scoring above
+ * score_threshold (strictly), sorted by score, highest first; pre- and post-
+ * processing as kiln::Detector (RT-DETR's). `detections` has room for
+ * `capacity` entries; *count receives how many were found. When they do not
+ * fit, KILN_ERROR_USAGE, *count says how many there are and nothing is
+ * written: a capacity of num_queries (dimension 1 of the logits output,
+ * kiln_engine_output) always suffices. A classification bundle is
+ * KILN_ERROR_INPUT. One detector per engine (made at the first call) serves
+ * these calls; concurrent calls on one engine run one after another. */
+kiln_status kiln_detect_file(const kiln_engine* engine, const char* image_path, float score_threshold,
+                             kiln_detection* detections, int capacity, int* count);
 
 #ifdef __cplusplus
 }

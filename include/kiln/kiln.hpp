@@ -10,6 +10,9 @@
 //
 //   kiln::Classifier clf(engine);
 //   auto result = clf.classify_file("cat.jpg", 5);
+//
+//   kiln::Detector det(kiln::Engine::load("rtdetr.bundle"));
+//   for (const auto& d : det.detect_file("street.jpg", 0.5f).boxes) ...
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -218,6 +221,73 @@ class Classifier {
   struct Impl;
   std::vector<Classification> run_batch(std::vector<float> pixels, int64_t images, int top_k);
   std::vector<float> timed_preprocess(const std::string& path, TaskTimings& t) const;
+  std::shared_ptr<const Engine> engine_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ------------------------------------------------------------ detection --
+
+// One detected object, in pixels of the original image (x right, y down; not
+// clipped to the image, as transformers leaves them).
+struct Detection {
+  float x_min = 0, y_min = 0, x_max = 0, y_max = 0;
+  float score = 0;  // sigmoid of the class logit
+  int class_id = 0;
+  std::string label;  // the bundle's label of class_id, or the id as text
+};
+
+// One image's detections, sorted by score (highest first).
+struct Detections {
+  int image_width = 0, image_height = 0;  // the original image
+  std::vector<Detection> boxes;
+};
+
+struct DetectionOutcome {
+  std::string path;
+  bool ok = false;
+  Detections result;  // when ok
+  std::string error;  // when !ok (names the file)
+};
+
+// An image after pre-processing, with the size of the image it came from
+// (post-processing scales the boxes back to it).
+struct DetectionInput {
+  std::vector<float> pixels;  // CHW float32, 3 x input height x input width
+  int image_width = 0, image_height = 0;
+};
+
+// Object detection bundles (task "detection", e.g. RT-DETR v2). Pre-processing
+// from runtime.json: resize to the engine's height x width with PIL-exact
+// resampling (aspect not kept, no crop), x rescale (1/255), no mean/std.
+// Post-processing as transformers' post_process_object_detection: sigmoid of
+// the logits, top num_queries over queries x classes (ties: lower flat index
+// first), class = index % classes, box = that query's (cx, cy, w, h) turned
+// into corners and scaled to the original image, kept when score > threshold.
+class Detector {
+ public:
+  explicit Detector(std::shared_ptr<const Engine> engine);
+  ~Detector();
+  Detections detect_file(const std::string& image_path, float score_threshold = 0.3f);
+  // Batched: one engine call for all images; the first unreadable image
+  // throws (Error kind Input) and no result is returned.
+  std::vector<Detections> detect_files(const std::vector<std::string>& image_paths, float score_threshold = 0.3f);
+  // Batched, per image (as Classifier::try_classify_files): bad files become
+  // outcomes with an error, the others run in one engine call.
+  std::vector<DetectionOutcome> try_detect_files(const std::vector<std::string>& image_paths,
+                                                 float score_threshold = 0.3f);
+  // 8-bit RGB, row-major HWC.
+  Detections detect(int width, int height, const uint8_t* rgb, float score_threshold = 0.3f);
+  // The two halves: preprocess_file is const and safe to call concurrently;
+  // detect_preprocessed runs the images in one engine call.
+  DetectionInput preprocess_file(const std::string& image_path) const;
+  std::vector<Detections> detect_preprocessed(const std::vector<DetectionInput>& images, float score_threshold = 0.3f);
+  const Engine& engine() const { return *engine_; }
+  int num_classes() const;
+  const TaskTimings& last_timings() const;
+
+ private:
+  struct Impl;
+  std::vector<Detections> run_batch(const std::vector<DetectionInput>& images, float score_threshold);
   std::shared_ptr<const Engine> engine_;
   std::unique_ptr<Impl> impl_;
 };

@@ -45,6 +45,35 @@ enum class PilPassOrder { Pillow13, Pillow12 };
 ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp,
                    PilPassOrder order = PilPassOrder::Pillow13);
 
+// resize_pil as data, so another executor (the GPU's) applies the very same
+// integer arithmetic: one 8-bit pass along one axis. For output index i along
+// the axis, the taps are inputs first[i] .. first[i] + count[i] - 1 with the
+// fixed-point weights weights[i * ksize ...] (PIL's 22 fractional bits); the
+// sum starts at one half and is shifted and clipped to 0..255.
+struct ResamplePass {
+  bool horizontal = true;
+  int in_w = 0, in_h = 0;    // the pass's input image
+  int out_w = 0, out_h = 0;  // its output image
+  // Horizontal: output row y reads input row y + row_offset (PIL computes only the
+  // rows the vertical pass reads). Vertical: coefficient row r reads input row
+  // first[r] - row_offset.
+  int row_offset = 0;
+  int ksize = 0;
+  std::vector<int> first, count;
+  std::vector<int32_t> weights;
+};
+inline constexpr int kResampleFractionBits = 22;  // 32 - 8 - 2, PIL's PRECISION_BITS
+
+struct ResizePlan {
+  int in_w = 0, in_h = 0, out_w = 0, out_h = 0;
+  bool nearest = false;
+  std::vector<int> nearest_x, nearest_y;  // NEAREST: source index per output index, -1: black
+  std::vector<ResamplePass> passes;       // in order; none when the size does not change
+};
+ResizePlan plan_resize_pil(int in_w, int in_h, int out_w, int out_h, Interpolation interp,
+                           PilPassOrder order = PilPassOrder::Pillow13);
+ImageU8 run_resize_plan(const ImageU8& in, const ResizePlan& plan);
+
 // torchvision CenterCrop: offsets round((in - out) / 2) half-to-even; when the
 // crop is larger than the image it first pads (extra pixel on the right/bottom)
 // with `fill` (torchvision uses 0, timm's CenterCropOrPad the mean colour).
@@ -79,5 +108,58 @@ std::vector<float> normalize_to_chw(const ImageU8& img, const std::array<float, 
 
 // The whole timm eval transform; returns CHW float32 of 3 * p.height * p.width.
 std::vector<float> timm_preprocess(const ImageU8& img, const TimmPreprocess& p);
+
+// A whole pre-processing as data, for one input size: the resize, then output
+// pixel (x, y) of the crop is resized pixel (x + dx, y + dy), or `fill` outside
+// it, then channel c's 8-bit value v becomes lut[c][v] in CHW float32. The
+// table holds the float32 results of torch's own operations, computed once, so
+// any executor that indexes it (the CPU's run_preprocess_plan, the GPU's)
+// gives the same bits.
+struct PreprocessPlan {
+  ResizePlan resize;
+  int out_w = 0, out_h = 0;
+  int dx = 0, dy = 0;
+  std::array<uint8_t, 3> fill{0, 0, 0};
+  std::array<std::array<float, 256>, 3> lut{};
+};
+PreprocessPlan plan_timm_preprocess(int in_w, int in_h, const TimmPreprocess& p);
+std::vector<float> run_preprocess_plan(const ImageU8& img, const PreprocessPlan& plan);
+
+// Detection pre-processing (transformers' RTDetrImageProcessor): Resize to
+// (height, width) with PIL (no crop, aspect not kept; an image already of
+// that size is not resampled, as PIL's resize returns a copy), then
+// float(v) * rescale in float32 laid out CHW, no mean/std. The float math is
+// torch's (uint8 tensor * python float), i.e. what transformers' default
+// torchvision image processor computes; its PIL processor multiplies in
+// float64 and rounds once, which differs by at most 1 ulp (6e-8).
+struct ResizeRescale {
+  int height = 640, width = 640;
+  Interpolation interpolation = Interpolation::Bilinear;
+  float rescale = 1.f / 255.f;
+  PilPassOrder pil_pass_order = PilPassOrder::Pillow13;
+};
+// The 8-bit image right before the rescale.
+ImageU8 resize_rescale_u8(const ImageU8& img, const ResizeRescale& p);
+std::vector<float> rescale_to_chw(const ImageU8& img, float rescale);
+std::vector<float> resize_rescale(const ImageU8& img, const ResizeRescale& p);
+
+// PNG encoding (8-bit RGB, no interlace). write_png writes to a temporary
+// file beside `path` and renames it, so a failure leaves nothing behind;
+// errors name the file.
+std::vector<uint8_t> encode_png(const ImageU8& img);
+void write_png(const std::filesystem::path& path, const ImageU8& img);
+
+// Drawing on RGB8 images (kiln detect --draw): rectangle outlines clipped to
+// the image, and text in a built-in 5x7 bitmap font (ASCII 32..126; lower
+// case is drawn as upper case, other bytes as '?'), scaled by `scale`.
+struct Rgb {
+  uint8_t r = 0, g = 0, b = 0;
+};
+void draw_rect(ImageU8& img, int x0, int y0, int x1, int y1, Rgb color, int thickness = 1);
+void fill_rect(ImageU8& img, int x0, int y0, int x1, int y1, Rgb color);
+// Width and height in pixels of `text` drawn at `scale`.
+int text_width(const std::string& text, int scale = 1);
+int text_height(int scale = 1);
+void draw_text(ImageU8& img, int x, int y, const std::string& text, Rgb color, int scale = 1);
 
 }  // namespace kiln

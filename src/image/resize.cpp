@@ -25,6 +25,7 @@ namespace {
 // PIL: 8 bits of result, 2 bits of headroom for the negative lobes of the
 // cubic kernel, the rest for the fractional part of the coefficients.
 constexpr int kPrecisionBits = 32 - 8 - 2;
+static_assert(kPrecisionBits == kResampleFractionBits);
 
 struct Filter {
   double (*weight)(double);
@@ -114,18 +115,17 @@ void for_rows(int rows, int64_t work_per_row, const std::function<void(int, int)
   pool.parallel_for(rows, [&](int64_t b, int64_t e) { fn(static_cast<int>(b), static_cast<int>(e)); }, grain);
 }
 
-// Horizontal pass over input rows [row0, row0 + rows).
-ImageU8 resample_horizontal(const ImageU8& in, int out_w, int row0, int rows,
-                            const AxisCoeffs& c) {
+// Horizontal pass: output row y is input row y + pass.row_offset.
+ImageU8 resample_horizontal(const ImageU8& in, const ResamplePass& c) {
   ImageU8 out;
-  out.width = out_w;
-  out.height = rows;
-  out.rgb.resize(static_cast<size_t>(out_w) * rows * 3);
-  for_rows(rows, static_cast<int64_t>(out_w) * c.ksize * 3, [&](int y0, int y1) {
+  out.width = c.out_w;
+  out.height = c.out_h;
+  out.rgb.resize(static_cast<size_t>(c.out_w) * c.out_h * 3);
+  for_rows(c.out_h, static_cast<int64_t>(c.out_w) * c.ksize * 3, [&](int y0, int y1) {
     for (int yy = y0; yy < y1; ++yy) {
-      const uint8_t* src = &in.rgb[static_cast<size_t>(yy + row0) * in.width * 3];
-      uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * out_w * 3];
-      for (int xx = 0; xx < out_w; ++xx) {
+      const uint8_t* src = &in.rgb[static_cast<size_t>(yy + c.row_offset) * in.width * 3];
+      uint8_t* dst = &out.rgb[static_cast<size_t>(yy) * c.out_w * 3];
+      for (int xx = 0; xx < c.out_w; ++xx) {
         const int32_t* k = &c.weights[static_cast<size_t>(xx) * c.ksize];
         const uint8_t* p = src + static_cast<size_t>(c.first[xx]) * 3;
         int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
@@ -143,21 +143,21 @@ ImageU8 resample_horizontal(const ImageU8& in, int out_w, int row0, int rows,
   return out;
 }
 
-// Vertical pass; `row_offset` is the input row that the coefficients' row 0
-// refers to (non-zero when the horizontal pass only produced the needed rows).
-ImageU8 resample_vertical(const ImageU8& in, int out_h, int row_offset, const AxisCoeffs& c) {
+// Vertical pass: coefficient row r reads input row first[r] - pass.row_offset
+// (non-zero when the horizontal pass only produced the needed rows).
+ImageU8 resample_vertical(const ImageU8& in, const ResamplePass& c) {
   ImageU8 out;
   out.width = in.width;
-  out.height = out_h;
-  out.rgb.resize(static_cast<size_t>(in.width) * out_h * 3);
+  out.height = c.out_h;
+  out.rgb.resize(static_cast<size_t>(in.width) * c.out_h * 3);
   const size_t stride = static_cast<size_t>(in.width) * 3;
-  for_rows(out_h, static_cast<int64_t>(stride) * c.ksize, [&](int y0, int y1) {
+  for_rows(c.out_h, static_cast<int64_t>(stride) * c.ksize, [&](int y0, int y1) {
     // Accumulate whole rows (y outer, x inner) so the loop is contiguous and
     // vectorizes; each pixel still sums its taps in PIL's order.
     std::vector<int32_t> acc(stride);
     for (int yy = y0; yy < y1; ++yy) {
       const int32_t* k = &c.weights[static_cast<size_t>(yy) * c.ksize];
-      const uint8_t* base = &in.rgb[static_cast<size_t>(c.first[yy] - row_offset) * stride];
+      const uint8_t* base = &in.rgb[static_cast<size_t>(c.first[yy] - c.row_offset) * stride];
       std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
       for (int y = 0; y < c.count[yy]; ++y) {
         const uint8_t* p = base + static_cast<size_t>(y) * stride;
@@ -186,18 +186,18 @@ std::vector<int> nearest_positions(int in_size, int out_size) {
   return pos;
 }
 
-ImageU8 resize_nearest(const ImageU8& in, int out_w, int out_h) {
-  const std::vector<int> xs = nearest_positions(in.width, out_w);
-  const std::vector<int> ys = nearest_positions(in.height, out_h);
+ImageU8 resize_nearest(const ImageU8& in, const ResizePlan& plan) {
+  const std::vector<int>& xs = plan.nearest_x;
+  const std::vector<int>& ys = plan.nearest_y;
   ImageU8 out;
-  out.width = out_w;
-  out.height = out_h;
-  out.rgb.assign(static_cast<size_t>(out_w) * out_h * 3, 0);
-  for (int y = 0; y < out_h; ++y) {
+  out.width = plan.out_w;
+  out.height = plan.out_h;
+  out.rgb.assign(static_cast<size_t>(plan.out_w) * plan.out_h * 3, 0);
+  for (int y = 0; y < plan.out_h; ++y) {
     if (ys[y] < 0) continue;
     const uint8_t* src = &in.rgb[static_cast<size_t>(ys[y]) * in.width * 3];
-    uint8_t* dst = &out.rgb[static_cast<size_t>(y) * out_w * 3];
-    for (int x = 0; x < out_w; ++x) {
+    uint8_t* dst = &out.rgb[static_cast<size_t>(y) * plan.out_w * 3];
+    for (int x = 0; x < plan.out_w; ++x) {
       if (xs[x] < 0) continue;
       std::memcpy(dst + x * 3, src + static_cast<size_t>(xs[x]) * 3, 3);
     }
@@ -205,40 +205,79 @@ ImageU8 resize_nearest(const ImageU8& in, int out_w, int out_h) {
   return out;
 }
 
+ResamplePass make_pass(bool horizontal, int in_w, int in_h, int out_w, int out_h, int row_offset, AxisCoeffs c) {
+  ResamplePass p;
+  p.horizontal = horizontal;
+  p.in_w = in_w, p.in_h = in_h, p.out_w = out_w, p.out_h = out_h;
+  p.row_offset = row_offset;
+  p.ksize = c.ksize;
+  p.first = std::move(c.first);
+  p.count = std::move(c.count);
+  p.weights = std::move(c.weights);
+  return p;
+}
+
 }  // namespace
 
-ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp,
-                   PilPassOrder order) {
+ResizePlan plan_resize_pil(int in_w, int in_h, int out_w, int out_h, Interpolation interp, PilPassOrder order) {
   if (out_w < 1 || out_h < 1) fail_input("resize: height and width must be > 0, got ", out_w, "x", out_h);
-  if (in.width < 1 || in.height < 1 ||
-      in.rgb.size() != static_cast<size_t>(in.width) * in.height * 3)
-    fail_input("resize: malformed input image ", in.width, "x", in.height);
+  if (in_w < 1 || in_h < 1) fail_input("resize: malformed input image ", in_w, "x", in_h);
+  ResizePlan plan;
+  plan.in_w = in_w, plan.in_h = in_h, plan.out_w = out_w, plan.out_h = out_h;
   // Image.resize returns a copy when the size does not change.
-  if (out_w == in.width && out_h == in.height) return in;
-  if (interp == Interpolation::Nearest) return resize_nearest(in, out_w, out_h);
-
+  if (out_w == in_w && out_h == in_h) return plan;
+  if (interp == Interpolation::Nearest) {
+    plan.nearest = true;
+    plan.nearest_x = nearest_positions(in_w, out_w);
+    plan.nearest_y = nearest_positions(in_h, out_h);
+    return plan;
+  }
   const Filter filter = interp == Interpolation::Bicubic ? Filter{bicubic_weight, 2.0}
                                                          : Filter{bilinear_weight, 1.0};
   // A pass runs only when its dimension changes (default box).
-  if (out_h == in.height)
-    return resample_horizontal(in, out_w, 0, in.height, precompute_coeffs(in.width, out_w, filter));
-  const AxisCoeffs vert = precompute_coeffs(in.height, out_h, filter);
-  if (out_w == in.width) return resample_vertical(in, out_h, 0, vert);
-  const AxisCoeffs horiz = precompute_coeffs(in.width, out_w, filter);
+  if (out_h == in_h) {
+    plan.passes.push_back(make_pass(true, in_w, in_h, out_w, in_h, 0, precompute_coeffs(in_w, out_w, filter)));
+    return plan;
+  }
+  AxisCoeffs vert = precompute_coeffs(in_h, out_h, filter);
+  if (out_w == in_w) {
+    plan.passes.push_back(make_pass(false, in_w, in_h, in_w, out_h, 0, std::move(vert)));
+    return plan;
+  }
+  AxisCoeffs horiz = precompute_coeffs(in_w, out_w, filter);
   // Pillow 13 measures the reductions in pixels: vertical first iff the height
   // shrinks and loses more than twice as many pixels as the width does.
-  const bool vertical_first = order == PilPassOrder::Pillow13 && out_h < in.height &&
-                              (in.height - out_h) > 2 * (in.width - out_w);
+  const bool vertical_first = order == PilPassOrder::Pillow13 && out_h < in_h && (in_h - out_h) > 2 * (in_w - out_w);
   if (vertical_first) {
-    const ImageU8 tmp = resample_vertical(in, out_h, 0, vert);
-    return resample_horizontal(tmp, out_w, 0, out_h, horiz);
+    plan.passes.push_back(make_pass(false, in_w, in_h, in_w, out_h, 0, std::move(vert)));
+    plan.passes.push_back(make_pass(true, in_w, out_h, out_w, out_h, 0, std::move(horiz)));
+    return plan;
   }
   // Like PIL, the horizontal pass only produces the rows the vertical pass
   // reads (identical results, less work when the rows are cropped away).
   const int row_first = vert.first.front();
   const int row_last = vert.first.back() + vert.count.back();
-  const ImageU8 tmp = resample_horizontal(in, out_w, row_first, row_last - row_first, horiz);
-  return resample_vertical(tmp, out_h, row_first, vert);
+  plan.passes.push_back(make_pass(true, in_w, in_h, out_w, row_last - row_first, row_first, std::move(horiz)));
+  plan.passes.push_back(make_pass(false, out_w, row_last - row_first, out_w, out_h, row_first, std::move(vert)));
+  return plan;
+}
+
+ImageU8 run_resize_plan(const ImageU8& in, const ResizePlan& plan) {
+  if (in.width != plan.in_w || in.height != plan.in_h ||
+      in.rgb.size() != static_cast<size_t>(in.width) * in.height * 3)
+    fail_input("resize: malformed input image ", in.width, "x", in.height, " for a plan of ", plan.in_w, "x", plan.in_h);
+  if (plan.nearest) return resize_nearest(in, plan);
+  if (plan.passes.empty()) return in;
+  ImageU8 cur = plan.passes[0].horizontal ? resample_horizontal(in, plan.passes[0]) : resample_vertical(in, plan.passes[0]);
+  for (size_t i = 1; i < plan.passes.size(); ++i)
+    cur = plan.passes[i].horizontal ? resample_horizontal(cur, plan.passes[i]) : resample_vertical(cur, plan.passes[i]);
+  return cur;
+}
+
+ImageU8 resize_pil(const ImageU8& in, int out_w, int out_h, Interpolation interp, PilPassOrder order) {
+  if (in.width < 1 || in.height < 1 || in.rgb.size() != static_cast<size_t>(in.width) * in.height * 3)
+    fail_input("resize: malformed input image ", in.width, "x", in.height);
+  return run_resize_plan(in, plan_resize_pil(in.width, in.height, out_w, out_h, interp, order));
 }
 
 }  // namespace kiln

@@ -94,6 +94,36 @@ inline GatherDims gather_dims(const Graph& g, const Node& n) {
   return {s.outer, s.extent, s.inner, g.values.at(n.inputs.at(1)).shape.at(static_cast<size_t>(axis))};
 }
 
+// ms_deform_attn's extents and attributes (checked by the shape rule):
+// value [n, s, heads, d], queries q, p sampling points per head, levels
+// (h, w) with their first row in value's S axis.
+struct DeformAttnDims {
+  int64_t n = 1, s = 1, heads = 1, d = 1, q = 1, p = 1;
+  std::vector<int64_t> level_h, level_w, level_start, points;
+  double offset_scale = 0.5;
+  bool discrete = false;
+};
+inline DeformAttnDims deform_attn_dims(const Graph& g, const Node& n) {
+  const Shape& v = g.values.at(n.inputs.at(0)).shape;
+  const Shape& r = g.values.at(n.inputs.at(1)).shape;
+  DeformAttnDims d;
+  d.n = v.at(0), d.s = v.at(1), d.heads = v.at(2), d.d = v.at(3), d.q = r.at(1);
+  const std::vector<int64_t> hw = n.attr_ints("spatial_shapes");
+  d.points = n.attr_ints("points");
+  int64_t start = 0;
+  d.p = 0;
+  for (size_t l = 0; l + 1 < hw.size(); l += 2) {
+    d.level_h.push_back(hw[l]);
+    d.level_w.push_back(hw[l + 1]);
+    d.level_start.push_back(start);
+    start += hw[l] * hw[l + 1];
+  }
+  for (int64_t pl : d.points) d.p += pl;
+  d.offset_scale = n.attr_float("offset_scale", 0.5);
+  d.discrete = n.has_attr("method") && n.attr_str("method") == "discrete";
+  return d;
+}
+
 // upsample_nearest's integer factors (checked by the shape rule).
 struct UpsampleAttrs {
   int64_t sh = 1, sw = 1;

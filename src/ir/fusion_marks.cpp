@@ -133,6 +133,9 @@ std::string channel_view_problem(const Graph& g, size_t slice) {
   if (s.op != Op::Slice) return cat(s.name, ": ", kMarkChannelView, " on a ", op_name(s.op), " (only slice)");
   if (!on_channel_axis(g, s)) return cat(s.name, ": ", kMarkChannelView, " on a slice that is not along axis 1 of a 4-D value");
   if (g.is_graph_output(s.outputs[0])) return cat(s.name, ": ", kMarkChannelView, " on a slice whose output is a graph output");
+  // Constants live outside the activation arena (the CUDA backend's weights
+  // are their own buffers), so a window of one has no arena address.
+  if (g.is_constant(s.inputs[0])) return cat(s.name, ": ", kMarkChannelView, " on a slice of a constant");
   // The concat side (in_place_input_problem) states these two as well; here
   // they keep fuse_channel_views from marking a slice against an existing
   // in_place mark.

@@ -330,6 +330,56 @@ Shape infer_gather(const Graph& g, const Node& n) {
   return y;
 }
 
+// ms_deform_attn: value [N,S,H,D], ref [N,Q,4], offsets [N,Q,H,P,2], logits
+// [N,Q,H,P] -> [N,Q,H*D]; S must be the sum of the levels' h*w and P the sum of
+// the points, so a checkpoint whose config disagrees with its tensors is named.
+Shape infer_ms_deform_attn(const Graph& g, const Node& n) {
+  const Value& v = input(g, n, 0);
+  const Value& r = input(g, n, 1);
+  const Value& off = input(g, n, 2);
+  const Value& w = input(g, n, 3);
+  expect_same_dtype(g, n);
+  if (!dtype_is_float(v.dtype)) fail_input(n.name, ": ms_deform_attn takes float values, '", v.name, "' is ", dtype_name(v.dtype));
+  expect_rank(n, v, 4);
+  expect_rank(n, r, 3);
+  expect_rank(n, off, 5);
+  expect_rank(n, w, 4);
+  const std::vector<int64_t> hw = required_ints(n, "spatial_shapes");
+  const std::vector<int64_t> points = required_ints(n, "points");
+  if (hw.empty() || hw.size() % 2 != 0)
+    fail_input(n.name, ": attribute 'spatial_shapes' must hold (h, w) per level, got ", shape_str(hw));
+  if (points.size() * 2 != hw.size())
+    fail_input(n.name, ": attribute 'points' ", shape_str(points), " must give one count per level of 'spatial_shapes' ",
+               shape_str(hw));
+  constexpr int64_t kMax = int64_t{1} << 31;
+  int64_t s = 0, p = 0;
+  for (int64_t e : hw) {
+    if (e < 1 || e > kMax) fail_input(n.name, ": level extent ", e, " in 'spatial_shapes' ", shape_str(hw), " (must be 1..2^31)");
+  }
+  for (size_t l = 0; l < points.size(); ++l) {
+    if (points[l] < 1 || points[l] > 4096) fail_input(n.name, ": points ", points[l], " of level ", l, " (must be 1..4096)");
+    s += hw[2 * l] * hw[2 * l + 1];
+    p += points[l];
+  }
+  const int64_t batch = v.shape[0], heads = v.shape[2], q = r.shape[1];
+  if (v.shape[1] != s)
+    fail_input(n.name, ": value '", v.name, "' ", shape_str(v.shape), " has ", v.shape[1], " positions, the levels ",
+               shape_str(hw), " hold ", s);
+  if (r.shape != Shape{batch, q, 4})
+    fail_input(n.name, ": reference boxes '", r.name, "' ", shape_str(r.shape), ", expected [", batch, ", Q, 4]");
+  if (off.shape != Shape{batch, q, heads, p, 2})
+    fail_input(n.name, ": offsets '", off.name, "' ", shape_str(off.shape), ", expected ",
+               shape_str(Shape{batch, q, heads, p, 2}), " (N, Q, heads, points, 2)");
+  if (w.shape != Shape{batch, q, heads, p})
+    fail_input(n.name, ": attention logits '", w.name, "' ", shape_str(w.shape), ", expected ",
+               shape_str(Shape{batch, q, heads, p}), " (N, Q, heads, points)");
+  const double os = n.attr_float("offset_scale", 0.5);
+  if (!std::isfinite(os)) fail_input(n.name, ": attribute 'offset_scale' must be finite, got ", os);
+  if (n.has_attr("method") && n.attr_str("method") != "default" && n.attr_str("method") != "discrete")
+    fail_input(n.name, ": method '", n.attr_str("method"), "' (ms_deform_attn knows 'default' and 'discrete')");
+  return {batch, q, heads * v.shape[3]};
+}
+
 std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
   const Value& x = input(g, n, 0);
   ValueType one{x.dtype, {}};  // ops with one output: x's dtype unless the rule says otherwise
@@ -368,6 +418,7 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
     case Op::Reshape: one.shape = infer_reshape(g, n); break;
     case Op::UpsampleNearest: one.shape = infer_upsample_nearest(g, n); break;
     case Op::Gather: one.shape = infer_gather(g, n); break;
+    case Op::MsDeformAttn: one.shape = infer_ms_deform_attn(g, n); break;
     case Op::InverseSigmoid:
       eps_attr(n, 1e-5);
       one.shape = x.shape;

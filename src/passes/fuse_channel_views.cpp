@@ -19,13 +19,7 @@
 namespace kiln {
 
 int fuse_channel_views(Graph& g) {
-  int marked = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& n = g.nodes[i];
-    if (n.op != Op::Slice || n.has_attr(kMarkChannelView) || !channel_view_problem(g, i).empty()) continue;
-    n.attrs[kMarkChannelView] = int64_t{1};
-    ++marked;
-  }
+  int marked = mark_each(g, Op::Slice, kMarkChannelView, [&](size_t i) { return channel_view_problem(g, i).empty(); });
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (g.nodes[i].op != Op::Concat || g.nodes[i].has_attr(kMarkInPlace) || !on_channel_axis(g, g.nodes[i])) continue;
     std::vector<int64_t> in_place;

@@ -8,15 +8,19 @@
 
 namespace kiln {
 
-int fuse_conv_input_add(Graph& g) {
+int mark_each(Graph& g, Op op, const char* mark, const std::function<bool(size_t)>& fits) {
   int marked = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
-    if (n.op != Op::Conv2d || n.has_attr(kMarkInputAdd) || !input_add_problem(g, i).empty()) continue;
-    n.attrs[kMarkInputAdd] = int64_t{1};
+    if (n.op != op || n.has_attr(mark) || !fits(i)) continue;
+    n.attrs[mark] = int64_t{1};
     ++marked;
   }
   return marked;
+}
+
+int fuse_conv_input_add(Graph& g) {
+  return mark_each(g, Op::Conv2d, kMarkInputAdd, [&](size_t i) { return input_add_problem(g, i).empty(); });
 }
 
 }  // namespace kiln

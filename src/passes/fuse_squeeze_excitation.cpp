@@ -8,14 +8,7 @@
 namespace kiln {
 
 int fuse_squeeze_excitation(Graph& g) {
-  int marked = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& n = g.nodes[i];
-    if (n.op != Op::Mul || n.has_attr(kMarkSqueezeExcitation) || !squeeze_excitation_at(g, i)) continue;
-    n.attrs[kMarkSqueezeExcitation] = int64_t{1};
-    ++marked;
-  }
-  return marked;
+  return mark_each(g, Op::Mul, kMarkSqueezeExcitation, [&](size_t i) { return squeeze_excitation_at(g, i).has_value(); });
 }
 
 }  // namespace kiln

@@ -44,6 +44,9 @@ int set_precision(Graph& g, DType dtype);
 
 // Fusion marks (ir/fusion_marks.hpp): attributes only, the graph computes the
 // same. Each returns the number of nodes it marked.
+// The mark passes' loop: sets attribute `mark` = 1 on every node of op `op`
+// that has no such mark yet and for which `fits(node index)`; returns how many.
+int mark_each(Graph& g, Op op, const char* mark, const std::function<bool(size_t)>& fits);
 int fuse_conv_input_add(Graph& g);
 int fuse_squeeze_excitation(Graph& g);
 int fuse_split_runs(Graph& g);

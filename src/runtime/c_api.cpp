@@ -19,6 +19,9 @@ struct kiln_engine {
   // since a context runs one call at a time.
   mutable std::mutex classify_mutex;
   mutable std::unique_ptr<kiln::Classifier> classifier;
+  // The same for kiln_detect_file.
+  mutable std::mutex detect_mutex;
+  mutable std::unique_ptr<kiln::Detector> detector;
 };
 struct kiln_context {
   std::unique_ptr<kiln::ExecutionContext> ctx;
@@ -230,6 +233,35 @@ kiln_status kiln_classify_file(const kiln_engine* e, const char* image_path, int
     for (size_t i = 0; i < r.top_k.size(); ++i) {
       class_ids[i] = r.top_k[i].class_id;
       scores[i] = r.top_k[i].score;
+    }
+  });
+}
+
+int kiln_engine_num_labels(const kiln_engine* e) { return e ? static_cast<int>(e->engine->labels().size()) : 0; }
+
+kiln_status kiln_engine_label(const kiln_engine* e, int class_id, const char** label) {
+  if (!e || !label) return usage("kiln_engine_label: NULL argument");
+  const auto& labels = e->engine->labels();
+  if (class_id < 0 || class_id >= static_cast<int>(labels.size())) return usage("kiln_engine_label: class id out of range");
+  *label = labels[static_cast<size_t>(class_id)].c_str();
+  return KILN_OK;
+}
+
+kiln_status kiln_detect_file(const kiln_engine* e, const char* image_path, float score_threshold,
+                             kiln_detection* detections, int capacity, int* count) {
+  if (!e || !image_path || !count || capacity < 0 || (capacity > 0 && !detections))
+    return usage("kiln_detect_file: NULL argument or negative capacity");
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(e->detect_mutex);
+    if (!e->detector) e->detector = std::make_unique<kiln::Detector>(e->engine);
+    const kiln::Detections r = e->detector->detect_file(image_path, score_threshold);
+    *count = static_cast<int>(r.boxes.size());
+    if (r.boxes.size() > static_cast<size_t>(capacity))
+      throw kiln::Error(kiln::ErrorKind::Usage, "kiln_detect_file: " + std::to_string(r.boxes.size()) +
+                                                    " detections do not fit in capacity " + std::to_string(capacity));
+    for (size_t i = 0; i < r.boxes.size(); ++i) {
+      const kiln::Detection& d = r.boxes[i];
+      detections[i] = {d.x_min, d.y_min, d.x_max, d.y_max, d.score, d.class_id};
     }
   });
 }

@@ -19,7 +19,7 @@ struct Classifier::Impl {
 
 Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)), impl_(std::make_unique<Impl>()) {
   if (engine_->task() != "classification")
-    fail_input("engine task is '", engine_->task(), "', not classification");
+    fail_input("this bundle's task is '", engine_->task(), "', not classification", engine_->task() == "detection" ? " (use kiln::Detector or kiln detect)" : "");
   impl_->rt = parse_classification_runtime(nlohmann::json::parse(engine_->runtime_json()), "runtime.json");
   const auto& p = impl_->rt.preprocess;
   impl_->pre.height = p.height;

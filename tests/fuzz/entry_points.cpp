@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "bundle/bundle.hpp"
+#include "bundle/tactics_record.hpp"
 #include "checkpoint/hf_config.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "core/error.hpp"
@@ -140,6 +141,18 @@ void bundle_sections(const uint8_t* data, size_t size) {
   load_engine_cpu(bytes.data(), bytes.size(), "fuzz.bundle");
 }
 
+void tactics_json(const uint8_t* data, size_t size) {
+  const nlohmann::json t = parse_tactics_record(as_text(data, size), "fuzz tactics.json");
+  // What kiln inspect --plan reads of a record that passed.
+  if (t.contains("batches"))
+    for (const auto& [b, v] : t["batches"].items())
+      if (v.contains("plan") && v["plan"].contains("steps"))
+        for (const auto& st : v["plan"]["steps"]) {
+          const std::string name = st[0].get<std::string>() + st[1].get<std::string>();
+          touch(reinterpret_cast<const uint8_t*>(name.data()), name.size());
+        }
+}
+
 void hf_config(const uint8_t* data, size_t size) {
   TimmConfig c = parse_timm_config_bytes(data, size, "fuzz config.json");
   for (const auto& l : c.label_names) touch(reinterpret_cast<const uint8_t*>(l.data()), l.size());
@@ -186,6 +199,7 @@ const std::vector<Target>& targets() {
       {"hf_config", hf_config},     {"runtime_json", runtime_json},
       {"labels_json", labels_json}, {"eval_labels", eval_labels}, {"npy", npy},
       {"jpeg", image},              {"png", image},
+      {"tactics_json", tactics_json},
   };
   return kTargets;
 }

@@ -29,6 +29,7 @@ void labels_json(const uint8_t* data, size_t size);        // labels.json
 void npy(const uint8_t* data, size_t size);                // .npy
 void eval_labels(const uint8_t* data, size_t size);        // kiln eval --labels FILE ("path class_id" lines)
 void image(const uint8_t* data, size_t size);              // JPEG / PNG decode (the jpeg and png targets)
+void tactics_json(const uint8_t* data, size_t size);       // a CUDA bundle's tactics.<gpu>.json (record and plans)
 
 // Every target, in the order tools/fuzz.sh runs them.
 const std::vector<Target>& targets();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -553,6 +554,82 @@ TEST(CudaEngine, PlanThatDoesNotMatchIsRefused) {
   refused("window", [](nlohmann::json& p) { p["window_conv"] = true; }, "runs window convs");
   refused("flag", [](nlohmann::json& p) { p["channel_views"] = "yes"; }, "not true/false");
   refused("type", [](nlohmann::json& p) { p = 7; }, "not an object");
+}
+
+// --reference on the CUDA backend (reference.cpp): the matched nodes run the
+// plain reference on the host inside the stream (and its CUDA graph). With
+// every node matched, the engine computes exactly what the CPU backend's
+// reference path computes: the same rounding to storage after each node.
+fs::path build_reference(const std::string& fixture, const std::string& backend, const std::vector<std::string>& globs) {
+  std::string flat = fixture + "_" + backend + "_ref";
+  for (const auto& g : globs) flat += "_" + g;
+  for (char& c : flat)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  const fs::path out = temp_dir("ref") / (flat + ".bundle");
+  BuildOptions o;
+  o.model = (kFixtures / fixture).string();
+  o.backend = backend;
+  o.precision = DType::F16;
+  o.batch = 2;
+  o.reference = globs;
+  build_bundle(o, out);
+  return out;
+}
+
+std::vector<float> run_fixture_input(const fs::path& bundle, const std::string& fixture) {
+  HostTensor x = read_npy(kFixtures / fixture / "input.npy");
+  return Engine::load(bundle.string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+}
+
+TEST(CudaEngine, ReferenceOnEveryNodeEqualsTheCpuReferencePath) {
+  REQUIRE_GPU();
+  for (const char* fixture : {"resnet/basic", "res2net/s4_26w", "efficientnet/b0_narrow"}) {
+    SCOPED_TRACE(fixture);
+    const fs::path gpu = build_reference(fixture, "cuda", {"*"});
+    const fs::path cpu = build_reference(fixture, "cpu", {"*"});
+    const auto plan = tactics_of(Bundle::open(gpu)).second["batches"]["2"]["plan"];
+    ASSERT_TRUE(plan.is_object());
+    EXPECT_FALSE(plan["window_conv"].get<bool>());
+    EXPECT_FALSE(plan["channel_views"].get<bool>());
+    for (const auto& step : plan["steps"]) EXPECT_EQ(step[1], "plain reference (host)") << step.dump();
+    EXPECT_EQ(run_fixture_input(gpu, fixture), run_fixture_input(cpu, fixture));
+  }
+}
+
+TEST(CudaEngine, ReferenceOnSomeNodesRunsBesideTheKernelsAndReplays) {
+  REQUIRE_GPU();
+  const char* fixture = "res2net/s4_26w";
+  const fs::path b = build_reference(fixture, "cuda", {"layer1.*", "fc"});
+  const auto plan = tactics_of(Bundle::open(b)).second["batches"]["2"]["plan"];
+  int on_host = 0, on_gpu = 0;
+  for (const auto& step : plan["steps"]) {
+    const std::string node = step[0], kernel = step[1];
+    const bool matched = node.rfind("layer1.", 0) == 0 || node == "fc";
+    if (kernel == "plain reference (host)") {
+      ++on_host;
+      EXPECT_TRUE(matched) << node;
+    } else {
+      ++on_gpu;
+      EXPECT_FALSE(matched) << node << " should run on the host, runs " << kernel;
+    }
+  }
+  EXPECT_GT(on_host, 3);
+  EXPECT_GT(on_gpu, 3);
+  // Against the same model without --reference: fp16 kernels against fp16 reference nodes.
+  const auto ref = run_fixture_input(b, fixture);
+  const auto plain = run_fixture_input(build(fixture, DType::F16, 3, 2), fixture);
+  ASSERT_EQ(ref.size(), plain.size());
+  double mx = 0, diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) mx = std::max(mx, double(std::abs(plain[i]))), diff = std::max(diff, double(std::abs(ref[i] - plain[i])));
+  EXPECT_LT(diff, 2e-2 * mx);
+  // Replayed: a second load runs the same program (graph replay included: two calls per context).
+  auto e = Engine::load(b.string());
+  auto ctx = e->create_context();
+  HostTensor x = read_npy(kFixtures / fixture / "input.npy");
+  const auto first = ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+  const auto second = ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+  EXPECT_EQ(first, ref);
+  EXPECT_EQ(second, ref);
 }
 
 }  // namespace

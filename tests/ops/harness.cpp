@@ -209,6 +209,7 @@ const std::vector<OpCase>& all_cases() {
     add_norm_cases(v);
     add_matmul_cases(v);
     add_layout_cases(v);
+    add_deform_cases(v);
     std::set<std::string> names;
     for (const OpCase& c : v)
       if (!names.insert(c.name).second) fail_runtime("op harness: case name '", c.name, "' is used twice");

@@ -101,3 +101,25 @@ int kiln_c_run_n(const char* bundle, const float* a, const float* b, int64_t n, 
   kiln_engine_free(e);
   return step;
 }
+
+/* Loads a detection bundle and detects objects in `image` from C. Returns 0
+ * on success, otherwise a step number; the first label is copied to label0. */
+int kiln_c_detect(const char* bundle, const char* image, float threshold, kiln_detection* out, int capacity,
+                  int* count, char* label0, size_t label0_size) {
+  kiln_engine* e = NULL;
+  const char* label = NULL;
+  int i;
+  if (kiln_engine_load(bundle, NULL, &e) != KILN_OK) return 1;
+  if (kiln_detect_file(e, image, threshold, out, capacity, count) != KILN_OK) {
+    kiln_engine_free(e);
+    return 2;
+  }
+  for (i = 1; i < *count; ++i)
+    if (out[i - 1].score < out[i].score) return 3;
+  if (*count > 0) {
+    if (kiln_engine_label(e, out[0].class_id, &label) != KILN_OK) return 4;
+    snprintf(label0, label0_size, "%s", label);
+  }
+  kiln_engine_free(e);
+  return 0;
+}

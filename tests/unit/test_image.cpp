@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unistd.h>
@@ -468,6 +469,46 @@ TEST(ImagePreprocess, NormalizationMatchesTorchFloat32) {
     // Bitwise: every one of the 3 x 256 possible values.
     EXPECT_EQ(std::memcmp(got.data(), ref.data.data(), ref.data.size()), 0) << e["config"];
   }
+}
+
+// The pre-processing as data (PreprocessPlan, what a GPU executor applies)
+// against the step-by-step CPU path, on synthetic images of awkward sizes:
+// down- and upscales, one axis unchanged, crops larger than the image (pad
+// with the fill), every interpolation and crop mode, both Pillow pass orders.
+TEST(ImagePreprocess, PlanEqualsTheStepByStepPath) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  int cases = 0;
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{17, 23}, {300, 200}, {64, 64}, {1900, 260}, {240, 1500}, {56, 40}}) {
+    ImageU8 img;
+    img.width = w, img.height = h;
+    img.rgb.resize(size_t(w) * h * 3);
+    for (auto& v : img.rgb) v = static_cast<uint8_t>(byte(rng));
+    for (const char* mode : {"center", "squash", "border"})
+      for (Interpolation interp : {Interpolation::Nearest, Interpolation::Bilinear, Interpolation::Bicubic})
+        for (kiln::PilPassOrder order : {kiln::PilPassOrder::Pillow13, kiln::PilPassOrder::Pillow12}) {
+          kiln::TimmPreprocess p;
+          p.height = 48, p.width = 56, p.crop_pct = mode == std::string("border") ? 1.2f : 0.9f;
+          p.crop_mode = mode, p.interpolation = interp, p.pil_pass_order = order;
+          p.mean = {0.5f, 0.25f, 0.125f};
+          const kiln::PreprocessPlan plan = kiln::plan_timm_preprocess(w, h, p);
+          const std::vector<float> want = kiln::normalize_to_chw(kiln::timm_resize_crop(img, p), p.mean, p.std);
+          EXPECT_EQ(kiln::run_preprocess_plan(img, plan), want) << w << "x" << h << " " << mode << " " << kiln::interpolation_name(interp);
+          // The resize alone, as data, is resize_pil.
+          const kiln::ResizeStep st = kiln::timm_resize_step(w, h, p);
+          EXPECT_EQ(kiln::run_resize_plan(img, plan.resize).rgb, kiln::resize_pil(img, st.width, st.height, st.interpolation, order).rgb);
+          EXPECT_LE(plan.resize.passes.size(), 2u);
+          for (const auto& pass : plan.resize.passes) {
+            const int n = pass.horizontal ? pass.out_w : pass.out_h;
+            ASSERT_EQ(pass.first.size(), size_t(n));
+            ASSERT_EQ(pass.weights.size(), size_t(n) * pass.ksize);
+          }
+          ++cases;
+        }
+  }
+  EXPECT_EQ(cases, 6 * 3 * 3 * 2);
+  EXPECT_THROW(kiln::run_resize_plan(ImageU8{3, 3, std::vector<uint8_t>(27)}, kiln::plan_resize_pil(4, 4, 2, 2, Interpolation::Bilinear)),
+               kiln::Error);
 }
 
 TEST(ImageInterpolation, NamesRoundTrip) {

@@ -31,7 +31,7 @@ void add_build(CLI::App& app) {
   sub->add_option("--enable", o->enable, "Engine switches to force on, comma-separated (" + switch_names() + ")");
   sub->add_option("--disable", o->disable, "Engine switches to force off, comma-separated (recorded in the bundle)");
   sub->add_option("--reference", o->reference,
-                  "Layer globs (names or ops, e.g. 'layer2.*,linear') run by the plain reference (CPU backend; debugging)");
+                  "Layer globs (names or ops, e.g. 'layer2.*,linear') run by the plain reference (CUDA: on the host, in the stream; debugging)");
   sub->add_option("--tactic-cache", o->b.tactic_cache,
                   "CUDA tactic cache file read and written while timing, or 'off' (default ~/.cache/kiln/tactics.json)");
   sub->add_flag("--verify", o->b.verify, "Run the IR verifier after every pass");

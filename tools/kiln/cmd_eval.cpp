@@ -1,5 +1,6 @@
 // kiln eval BUNDLE --dataset DIR | --labels FILE [--images DIR]: top-1 and
-// top-5 accuracy. DIR is an ImageFolder tree (class id = position of the
+// top-5 accuracy of a classification bundle; --coco FILE --images DIR: COCO
+// box mAP of a detection bundle (cmd_eval_coco.cpp). DIR is an ImageFolder tree (class id = position of the
 // folder name in sorted order, as torchvision assigns it, or the bundle's
 // label of that name); FILE has one "path class_id" per line.
 //
@@ -26,20 +27,27 @@ namespace kiln::cli {
 void add_eval(CLI::App& app) {
   struct Opts {
     std::string backend;
-    std::string bundle, dataset, labels, images;
+    std::string bundle, dataset, labels, images, coco, detections_out;
+    float score_threshold = 0.f;
     int batch = 16, threads = 0;
     size_t limit = 0;
     bool json = false, strict = false, quiet = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("eval", "Top-1/top-5 accuracy of a classification bundle on an ImageFolder tree or a label file");
+  auto* sub = app.add_subcommand("eval", "Top-1/top-5 accuracy of a classification bundle (ImageFolder tree or label file), "
+                                "or COCO box mAP of a detection bundle (--coco)");
   sub->add_option("bundle", o->bundle, "Bundle file")->required();
   add_load_backend_option(sub, o->backend);
   auto* dataset = sub->add_option("--dataset", o->dataset, "Directory with one subfolder per class");
   auto* labels = sub->add_option("--labels", o->labels, "Label file: one 'path class_id' per line");
+  auto* coco = sub->add_option("--coco", o->coco, "COCO instances file (detection bundles): mAP with pycocotools' rules");
   dataset->excludes(labels);
-  sub->add_option("--images", o->images, "Folder the label file's paths are relative to (default: the label file's folder)")
-      ->needs(labels);
+  coco->excludes(dataset)->excludes(labels);
+  sub->add_option("--images", o->images,
+                  "Folder the label file's or COCO file's image paths are relative to (default: that file's folder)");
+  sub->add_option("--score-threshold", o->score_threshold, "--coco: keep detections scoring above this (default 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--detections-out", o->detections_out, "--coco: also write the detections as a COCO results file");
   sub->add_option("--limit", o->limit, "Evaluate only the first N images")->check(CLI::PositiveNumber);
   sub->add_option("--batch", o->batch, "Images per engine call")->check(CLI::Range(1, 4096));
   sub->add_option("--threads", o->threads, "Decode threads (default: cores, at most 8)")->check(CLI::Range(1, 256));
@@ -47,7 +55,14 @@ void add_eval(CLI::App& app) {
   sub->add_flag("--quiet", o->quiet, "No progress bar");
   sub->add_flag("--json", o->json, "JSON output (keys top1, top5, images, errors)");
   sub->callback([o] {
-    if (o->dataset.empty() && o->labels.empty()) fail_usage("eval needs --dataset DIR or --labels FILE");
+    if (!o->coco.empty()) {
+      run_coco_eval({o->bundle, o->backend, o->coco, o->images, o->detections_out, o->batch, o->threads, o->limit,
+                     o->score_threshold, o->json, o->strict, o->quiet});
+      return;
+    }
+    if (!o->detections_out.empty()) fail_usage("--detections-out goes with --coco");
+    if (!o->images.empty() && o->labels.empty()) fail_usage("--images goes with --labels or --coco");
+    if (o->dataset.empty() && o->labels.empty()) fail_usage("eval needs --dataset DIR, --labels FILE or --coco FILE");
     Classifier clf(Engine::load(o->bundle, LoadOptions{o->backend, &std::cerr}));
     const auto& names = clf.engine().labels();
     EvalSet set = o->labels.empty() ? read_image_folder(o->dataset, names)

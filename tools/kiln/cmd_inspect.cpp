@@ -4,6 +4,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bundle/tactics_record.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "ir/printer.hpp"
@@ -86,8 +87,8 @@ void add_inspect(CLI::App& app) {
     nlohmann::json plans = nlohmann::json::object();  // batch -> the recorded CUDA plan
     for (const auto& sec : e.bundle.section_names()) {
       if (sec.rfind("tactics.", 0) != 0) continue;
-      auto t = nlohmann::json::parse(e.bundle.section_text(sec), nullptr, false);
-      if (!t.is_object() || !t.contains("layers") || !t["layers"].is_object()) continue;
+      const nlohmann::json t = parse_tactics_record(e.bundle.section_text(sec), o->bundle + ": " + sec);
+      if (!t.contains("layers")) continue;
       tactic_gpu = t.value("key", nlohmann::json::object()).value("gpu", sec);
       if (t.contains("batches") && t["batches"].is_object()) {
         std::string built;

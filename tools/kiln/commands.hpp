@@ -11,8 +11,19 @@ inline void add_load_backend_option(CLI::App* sub, std::string& backend) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
+// kiln eval --coco (cmd_eval_coco.cpp), reached from add_eval.
+struct CocoEvalOptions {
+  std::string bundle, backend, coco, images, detections_out;
+  int batch = 16, threads = 0;
+  size_t limit = 0;
+  float score_threshold = 0.f;
+  bool json = false, strict = false, quiet = false;
+};
+void run_coco_eval(const CocoEvalOptions& o);
+
 void add_build(CLI::App& app);
 void add_classify(CLI::App& app);
+void add_detect(CLI::App& app);
 void add_run(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_inspect(CLI::App& app);

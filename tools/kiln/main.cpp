@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   kiln::cli::add_build(app);
   kiln::cli::add_classify(app);
+  kiln::cli::add_detect(app);
   kiln::cli::add_run(app);
   kiln::cli::add_eval(app);
   kiln::cli::add_inspect(app);

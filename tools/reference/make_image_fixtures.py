@@ -12,6 +12,7 @@ ToTensor + Normalize is checked separately on an image holding all 256 values.
 Usage:  python3 tools/reference/make_image_fixtures.py --out tests/fixtures/images
         [--force-fallback]   (ignore timm even if installed)
         [--resize-dir DIR --resize-cases N]  (extra random resize cases, not committed)
+        [--detection-only]  (only tests/fixtures/images/detection: RT-DETR's squash resize)
 Needs: pillow, numpy, scikit-image (sample images); optionally timm + torch.
 """
 import argparse
@@ -305,13 +306,62 @@ def random_resize_cases(n, seed, out_dir, prefix, entries):
                         "width": ow, "height": oh, "interpolation": interp})
 
 
+
+# ---------------------------------------------------- detection resizing --
+# RTDetrImageProcessor: Resize((640, 640), BILINEAR) of the whole image (no crop, aspect not kept),
+# then x 1/255. References are the 8-bit PIL outputs, stored as PNG (lossless, small); the
+# 640 x 640 output of chelsea is also the source of two downscaling cases.
+DETECTION_CASES = [
+    ("images/chelsea.jpg", 640, 640), ("images/portrait.png", 640, 640), ("images/tiny.png", 640, 640),
+    ("images/rocket.jpg", 640, 640), ("images/strip.png", 640, 640),
+    ("detection/chelsea_jpg_640x640.png", 320, 320), ("detection/chelsea_jpg_640x640.png", 240, 320),
+]
+
+
+def make_detection_fixtures(out):
+    d = os.path.join(out, "detection")
+    os.makedirs(d, exist_ok=True)
+    cases = []
+    try:  # transformers' default (torchvision) processor, for the record only
+        from transformers.models.rt_detr.image_processing_rt_detr import RTDetrImageProcessor
+        tv = RTDetrImageProcessor()
+    except Exception:
+        tv = None
+    for src, w, h in DETECTION_CASES:
+        img = Image.open(os.path.join(out, src)).convert("RGB")
+        res = img.resize((w, h), Image.BILINEAR)
+        stem = os.path.splitext(src)[0].split("/")[-1] + "_" + os.path.splitext(src)[1][1:]
+        if src.startswith("detection/"):
+            stem = os.path.splitext(src)[0].split("/")[-1]
+        ref = f"detection/{stem}_{w}x{h}.png" if not src.startswith("detection/") else f"detection/{stem}_to_{w}x{h}.png"
+        res.save(os.path.join(out, ref), optimize=True)
+        entry = {"image": src, "width": w, "height": h, "interpolation": "bilinear", "reference": ref,
+                 "source_size": [img.width, img.height]}
+        if tv is not None and (w, h) == (640, 640):
+            px = tv(img, return_tensors="np")["pixel_values"][0]
+            u8 = np.asarray(res, dtype=np.uint8).transpose(2, 0, 1)
+            entry["torchvision_processor_max_abs_diff_x255"] = float(np.abs(px * 255 - u8).max())
+        cases.append(entry)
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        import PIL
+        json.dump({"pillow": PIL.__version__, "cases": cases,
+                   "note": "torchvision_processor_max_abs_diff_x255: transformers' default RTDetrImageProcessor "
+                           "(torchvision backend) against PIL, in 8-bit steps; not what kiln matches"}, f, indent=1)
+    print(f"wrote {len(cases)} detection resize cases to {d}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/images")
     ap.add_argument("--force-fallback", action="store_true")
     ap.add_argument("--resize-dir", help="also write many random resize cases here (not committed)")
     ap.add_argument("--resize-cases", type=int, default=600)
+    ap.add_argument("--detection-only", action="store_true",
+                    help="only write the detection resize fixtures (needs the sample images already there)")
     args = ap.parse_args()
+    if args.detection_only:
+        make_detection_fixtures(args.out)
+        return
 
     tf_factory = None if args.force_fallback else load_timm()
     if tf_factory is not None:
@@ -390,6 +440,7 @@ def main():
 
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
+    make_detection_fixtures(out)
     total = sum(os.path.getsize(os.path.join(r, n)) for r, _, fs in os.walk(out) for n in fs)
     print(f"wrote {out}: {total / 1e6:.2f} MB")
 

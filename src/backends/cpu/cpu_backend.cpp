@@ -199,6 +199,15 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       gather(d.outer, d.extent, d.inner, d.k, in(0), in(1), out, pool);
       break;
     }
+    case Op::MsDeformAttn: {
+      const DeformAttnDims d = deform_attn_dims(g, n);
+      DeformAttnParams pr;
+      pr.n = d.n, pr.s = d.s, pr.heads = d.heads, pr.d = d.d, pr.q = d.q, pr.p = d.p;
+      pr.level_h = d.level_h, pr.level_w = d.level_w, pr.level_start = d.level_start, pr.points = d.points;
+      pr.offset_scale = static_cast<float>(d.offset_scale), pr.discrete = d.discrete;
+      ms_deform_attn(pr, in(0), in(1), in(2), in(3), out, pool);
+      break;
+    }
     case Op::InverseSigmoid:
       inverse_sigmoid(count, in(0), static_cast<float>(n.attr_float("eps", 1e-5)), out);
       break;
@@ -222,7 +231,9 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       break;
     }
     case Op::Slice: {
-      if (views && views->is_view(n.outputs[0])) return;  // a window of its input: nothing to copy
+      // A window of its input: nothing to copy. (A slice whose output is written
+      // in place into a concat is a view of the concat, not of its input: it copies.)
+      if (views && views->is_view(n.outputs[0]) && views->parent[n.outputs[0]] == n.inputs[0]) return;
       if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU slice supports NCHW channel axis only");
       int64_t start = n.attr_int("start"), end = n.attr_int("end");
       slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);

@@ -18,7 +18,7 @@ Graph graph_at_batch(const Graph& g, int64_t batch) {
   return s;
 }
 
-ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches, bool dense) {
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch, bool dense) {
   ShapedPlan p{graph_at_batch(g, batch), {}, {}, {}, {}};
   if (dense) {
     p.views.parent.assign(p.graph.values.size(), -1);
@@ -63,7 +63,7 @@ class CpuContext : public BackendContext {
 
 class CpuCompiled : public CompiledEngine, public std::enable_shared_from_this<CpuCompiled> {
  public:
-  CpuCompiled(const Graph& g, const CompileOptions& o) : graph(g), program(g), switches(o.switches), dense(!o.reference.empty()) {
+  CpuCompiled(const Graph& g, const CompileOptions& o) : graph(g), program(g), dense(!o.reference.empty()) {
     const std::string what = o.tune ? "--reference pattern" : o.source + "reference pattern";
     if (dense) program.use_reference(select_nodes(g, o.reference, what));
   }
@@ -72,14 +72,13 @@ class CpuCompiled : public CompiledEngine, public std::enable_shared_from_this<C
   }
   const Graph& graph;
   CpuProgram program;
-  EngineSwitches switches;
   bool dense;  // nodes on the plain reference need every value dense: no views, no fused adds
 };
 
 const ShapedPlan& CpuContext::plan(int64_t batch) {
   auto it = plans_.find(batch);
   if (it == plans_.end())
-    it = plans_.emplace(batch, plan_for_batch(engine_->graph, batch, engine_->switches, engine_->dense)).first;
+    it = plans_.emplace(batch, plan_for_batch(engine_->graph, batch, engine_->dense)).first;
   const size_t floats = it->second.memory.arena_bytes / sizeof(float) + 1;
   if (arena_.size() < floats) arena_.resize(floats);
   return it->second;

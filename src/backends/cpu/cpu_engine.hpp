@@ -22,7 +22,7 @@ struct ShapedPlan {
   cpu::CpuLayout layout() const { return {&views, &one, &adds}; }
 };
 // dense: no channel views or fused adds (nodes forced onto the plain reference need dense values).
-ShapedPlan plan_for_batch(const Graph& g, int64_t batch, const EngineSwitches& switches = {}, bool dense = false);
+ShapedPlan plan_for_batch(const Graph& g, int64_t batch, bool dense = false);
 
 // `g` with every graph input's dimension 0 set to `batch` and shapes re-inferred.
 Graph graph_at_batch(const Graph& g, int64_t batch);

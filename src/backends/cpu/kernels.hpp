@@ -120,6 +120,19 @@ void gather(int64_t outer, int64_t extent, int64_t inner, int64_t k, const float
 // x clamped to [0, 1], in f32; NaN stays NaN. May run in place.
 void inverse_sigmoid(int64_t count, const float* x, float eps, float* y);
 
+// Multi-scale deformable attention (ms_deform_attn, docs/graph-ir.md): value
+// [n, s, heads, d], ref [n, q, 4], off [n, q, heads, p, 2], logits
+// [n, q, heads, p] -> y [n, q, heads * d]. Levels: (level_h[l], level_w[l])
+// starting at row level_start[l] of s, points[l] points each. f32 throughout.
+struct DeformAttnParams {
+  int64_t n = 1, s = 1, heads = 1, d = 1, q = 1, p = 1;
+  std::vector<int64_t> level_h, level_w, level_start, points;
+  float offset_scale = 0.5f;
+  bool discrete = false;
+};
+void ms_deform_attn(const DeformAttnParams& pr, const float* value, const float* ref, const float* off,
+                    const float* logits, float* y, ThreadPool& pool);
+
 // Sets OpenBLAS (process-global) to one thread, once: the pool does all the
 // parallel work, so results do not depend on other contexts running at the
 // same time (linear.cpp says why).

@@ -2,9 +2,11 @@
 // CudaEngine and CudaContext. Compiled only in CUDA builds; CMake then lists
 // register_backend_cuda in the generated backend registry.
 #include "backends/backend.hpp"
+#include "ir/node_select.hpp"
 #include "backends/cuda/cuda_engine.hpp"
 #include "backends/cuda/lower.hpp"
 #include "bundle/bundle.hpp"
+#include "bundle/tactics_record.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -65,11 +67,8 @@ class CudaBackend : public Backend {
   int64_t channel_align_bytes() const override { return 16; }
 
   std::shared_ptr<const CompiledEngine> compile(const Graph& g, const CompileOptions& o) const override {
-    if (!o.reference.empty()) {
-      if (o.tune) fail_usage("--reference runs layers on the CPU backend's plain reference: build with --backend cpu");
-      fail_usage(o.source, "this bundle forces layers onto the plain reference path (kiln build --reference), which only "
-                 "the CPU backend runs; load it with --backend cpu");
-    }
+    // Every --reference pattern must name a node (the message names the pattern).
+    if (!o.reference.empty()) select_nodes(g, o.reference, o.tune ? "--reference pattern" : o.source + "reference pattern");
     if (const std::string why = available(); !why.empty()) {
       if (o.tune) fail_runtime("the CUDA backend needs a GPU: ", why, " (build with --backend cpu)");
       fail_runtime(o.source, "this is a CUDA bundle and ", why,
@@ -79,6 +78,7 @@ class CudaBackend : public Backend {
     co.opt_level = o.opt_level;
     co.allow_tf32 = o.allow_tf32;
     co.switches = o.switches;
+    co.reference = o.reference;
     co.tune = o.tune;
     co.batches = o.batches;
     co.log = o.log;
@@ -89,8 +89,7 @@ class CudaBackend : public Backend {
       const std::string mine = "tactics." + gpu_slug(current_gpu_key().gpu) + ".json";
       for (const auto& name : o.bundle->section_names())
         if (name.rfind("tactics.", 0) == 0 && (co.tactics.is_null() || name == mine)) {
-          co.tactics = nlohmann::json::parse(o.bundle->section_text(name), nullptr, false);
-          if (!co.tactics.is_object()) fail_input(o.source, name, ": not a JSON object");
+          co.tactics = parse_tactics_record(o.bundle->section_text(name), o.source + name);
         }
     }
     return std::make_shared<CudaCompiled>(std::make_shared<CudaEngine>(g, co));

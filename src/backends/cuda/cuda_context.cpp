@@ -2,6 +2,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "backends/backend.hpp"
 #include "backends/cuda/cuda_program.hpp"
@@ -43,6 +44,8 @@ struct BatchState {
   DeviceBuffer arena, workspace, staging_in, staging_out, checks;
   std::unique_ptr<PinnedFlags> check_flags;
   bool checks_pending = false;  // flags copied back on a stream the host did not wait for
+  PinnedBuffer host;     // nodes on the plain reference (reference.cpp)
+  HostCalls host_calls;  // their host functions as this context enqueued them
   std::vector<size_t> out_offsets;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -96,6 +99,7 @@ struct CudaContext::Impl {
     st->arena = DeviceBuffer(p.memory.arena_bytes);
     st->workspace = DeviceBuffer(p.workspace_bytes);
     st->staging_in = DeviceBuffer(p.staging_in_bytes);
+    st->host = PinnedBuffer(p.host_staging_bytes);
     size_t out_bytes = 0;
     for (int v : p.shaped.outputs) {
       st->out_offsets.push_back(out_bytes);
@@ -118,6 +122,8 @@ struct CudaContext::Impl {
     x.checks = static_cast<int64_t*>(st.checks.get());
     for (size_t off : st.prog->staging_in_offsets)
       x.staging_in.push_back(reinterpret_cast<const float*>(static_cast<char*>(st.staging_in.get()) + off));
+    x.host = st.host.get();
+    x.host_calls = &st.host_calls;
     return x;
   }
 
@@ -141,6 +147,15 @@ struct CudaContext::Impl {
       if (st->checks_pending) {
         KILN_CUDA_CHECK(cudaEventSynchronize(done.e));
         check_flags(*st);
+      }
+  }
+  // A host function (a node on the plain reference) that failed in an earlier
+  // enqueue: raised once, by the next call that can see it.
+  static void raise_host_errors(BatchState& st) {
+    for (auto& [key, call] : st.host_calls)
+      if (!call.error.empty()) {
+        const std::string e = std::exchange(call.error, "");
+        fail_runtime(call.node, ": the plain reference (--reference) failed: ", e);
       }
   }
 
@@ -214,6 +229,7 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
   m.check_pending();
   BatchState& st = m.state(batch);
   const auto& p = *st.prog;
+  Impl::raise_host_errors(st);
   const Exec x = m.exec_for(st);
   const PdlDefault pdl(m.pdl_at(batch));
   cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : m.stream.s;
@@ -261,6 +277,7 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
   if (own || host) {
     KILN_CUDA_CHECK(cudaEventSynchronize(m.done.e));
     if (!p.checks.empty()) m.check_flags(st);
+    Impl::raise_host_errors(st);
   } else {
     st.checks_pending = !p.checks.empty();
   }

@@ -49,6 +49,9 @@ struct CudaOptions {
   bool allow_tf32 = false;  // f32 engines: TF32 off unless asked
   nlohmann::json tactics;   // tactics.<gpu>.json of the bundle, or null
   EngineSwitches switches;  // the bundle's fusion/launch switches (core/switches.hpp)
+  // Node-name globs run by the plain reference on the host (kiln build
+  // --reference; reference.cpp); each must match a node.
+  std::vector<std::string> reference;
   // Tactic cache file read and written when timing ("" = none). Builds pass
   // BuildOptions::tactic_cache; loading passes none, so what a bundle runs
   // depends on the bundle and the GPU only.

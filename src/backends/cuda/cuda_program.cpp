@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cuda/lower.hpp"
+#include "ir/node_select.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -47,6 +48,18 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   // its gate-times-pixels loop moves 2-byte elements, where mul_channel_nhwc
   // moves 16-byte vectors.
   const EngineSwitches& sw = m.opts.switches;
+  // --reference: the matched nodes run the plain reference on the host and
+  // the whole graph runs dense (one buffer per value, no fused groups), as on
+  // the CPU backend; the plan records no views and no window convs.
+  if (!m.opts.reference.empty()) {
+    f.reference = select_nodes(g, m.opts.reference, "--reference pattern");
+    f.dense = true;
+    f.cv.parent.assign(g.values.size(), -1);  // no value is a view
+    f.cv.channel_offset.assign(g.values.size(), 0);
+    if (plan && (plan_flag(*plan, "window_conv", where) || plan_flag(*plan, "channel_views", where)))
+      fail_input(where, " uses views or window convs, which a graph with nodes on the plain reference runs without");
+    return;
+  }
   f.se = plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false));  // marked blocks (switch fuse_se: the pass)
   for (size_t i : f.se.fused_away) f.fused_away[i] = 1;
   f.live_until = f.se.live_until;

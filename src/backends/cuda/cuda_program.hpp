@@ -1,6 +1,8 @@
 // Internal to the CUDA backend: the per-batch program of an engine.
 #pragma once
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -14,6 +16,16 @@
 
 namespace kiln::cuda {
 
+// A host function of the program (the plain reference of a --reference node,
+// reference.cpp) as one context enqueues it: the context's pinned buffer, and
+// the error it met (host functions may not throw; the context raises it).
+struct HostCall {
+  std::function<void(char* host)> fn;
+  char* host = nullptr;
+  std::string node, error;
+};
+using HostCalls = std::map<const void*, HostCall>;  // keyed by the step's own data
+
 // Everything one enqueue of the program needs from its context.
 struct Exec {
   cudaStream_t stream = nullptr;
@@ -23,6 +35,8 @@ struct Exec {
   size_t workspace_bytes = 0;
   std::vector<const float*> staging_in;  // per graph input: f32 NCHW as given by the user
   int64_t* checks = nullptr;             // 3 int64 per Program::checks entry (Lowering::add_check)
+  char* host = nullptr;                  // the context's pinned buffer (Program::host_staging_bytes)
+  HostCalls* host_calls = nullptr;       // the context's host functions (stable addresses)
 };
 
 struct CudaEngine::Program {
@@ -42,6 +56,7 @@ struct CudaEngine::Program {
   // its node; the context reads the flags after every run.
   std::vector<std::string> checks;
   size_t staging_in_bytes = 0;
+  size_t host_staging_bytes = 0;  // pinned host bytes per context (nodes on the plain reference)
   std::vector<size_t> staging_in_offsets;  // per graph input, in the staging buffer
   const void* value_ptr(const Exec& x, int v) const;
   // The plan as the bundle records it: graph-wide decisions, arena and

@@ -103,7 +103,13 @@ void lower_Slice(Lowering& L, size_t ni) {
   const Shape xs = g.values[in0].shape;
   const DType dt = g.values[out].dtype;
   if (n.attr_int("axis") != 1 || xs.size() != 4) fail_input(n.name, ": CUDA slice supports the channel axis of 4-D tensors");
-  if (L.strided(out) || L.f.split_done[ni]) return;  // a window of its input, or copied by the first slice of its run
+  // A window of its input, or copied by the first slice of its run. A slice
+  // whose output is written in place into a concat (a view of the concat, not
+  // of its input) copies into that window.
+  const bool window_of_input = L.strided(out) && L.f.cv.parent[out] == in0;
+  if (window_of_input || L.f.split_done[ni]) return;
+  if (g.is_constant(in0)) fail_input(n.name, ": CUDA slice of a constant is not supported (constants are not activations)");
+  const int yc = L.strided(out) ? L.pixel_stride(out) : as_int(g.values[out].shape[1]);
   const int xc = L.strided(in0) ? L.pixel_stride(in0) : as_int(xs[1]), start = as_int(n.attr_int("start"));
   const int c = as_int(g.values[out].shape[1]);
   const int64_t rows = g.values[out].shape[0] * g.values[out].shape[2] * g.values[out].shape[3];
@@ -113,7 +119,8 @@ void lower_Slice(Lowering& L, size_t ni) {
   // Safe for the memory plan: the nodes in between are those slices, which read only
   // the input, and the input stays alive through the last of them.
   std::vector<size_t> run = {ni};
-  for (size_t nj : split_run_at(g, ni)) {
+  // Dense (--reference) or an in-place output: one slice each.
+  for (size_t nj : L.f.dense || L.strided(out) ? std::vector<size_t>{} : split_run_at(g, ni)) {
     if (nj == ni) continue;
     if (L.strided(g.nodes[nj].outputs[0]) || run.size() >= size_t(kMaxSplitOutputs)) break;
     run.push_back(nj);
@@ -136,7 +143,7 @@ void lower_Slice(Lowering& L, size_t ni) {
     });
     return;
   }
-  L.step("copy_channels_nhwc", [=](const Exec& x) { copy_channels_nhwc(ptr(x, in0), xc, start, ptr(x, out), c, 0, c, rows, dt, x.stream); });
+  L.step("copy_channels_nhwc", [=](const Exec& x) { copy_channels_nhwc(ptr(x, in0), xc, start, ptr(x, out), yc, 0, c, rows, dt, x.stream); });
 }
 
 }  // namespace kiln::cuda

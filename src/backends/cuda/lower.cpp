@@ -47,8 +47,9 @@ struct NotLowered {
 #define KILN_CUDA_NOT_LOWERED(E)                                                        \
   void lower_##E(Lowering& L, size_t ni) { fail_input(no_lowering(L.g.nodes[ni])); } \
   static const NotLowered not_lowered_##E{Op::E};
-// (none today: every op of ops.def has its lowering; an op added to ops.def
-// before its CUDA lowering is declared here as KILN_CUDA_NOT_LOWERED(Enum))
+// Every op of ops.def but these has its lowering; an op added to ops.def
+// before its CUDA lowering is declared here as KILN_CUDA_NOT_LOWERED(Enum).
+KILN_CUDA_NOT_LOWERED(MsDeformAttn)
 #undef KILN_CUDA_NOT_LOWERED
 
 std::string lowering_refusal(const Graph& g) {
@@ -62,6 +63,7 @@ void lower_node(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
   if (L.f.folded_cast[ni] || L.f.fused_away[ni]) return;
   L.node_name = n.name;
+  if (!L.f.reference.empty() && L.f.reference[ni]) return lower_reference(L, ni);
   if (L.f.se.scale_at.count(ni)) return lower_se_mlp_scale(L, ni);
   if (L.f.se.mlp_at.count(ni)) return lower_se_mlp(L, ni);
   switch (n.op) {

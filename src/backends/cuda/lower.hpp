@@ -15,6 +15,7 @@
 //   shape_ops.cpp    Transpose, Reshape, UpsampleNearest, Gather, RowMajorIo
 //   top_k.cpp        TopK
 //   elementwise.cpp  also InverseSigmoid
+//   reference.cpp    any node matched by --reference: the plain reference on the host
 // reached through lower_node's dispatch, generated from ops.def (lower.cpp):
 // an op added to ops.def without a lower_<Op> does not link.
 #pragma once
@@ -47,6 +48,10 @@ struct GraphFacts {
   bool window_mode = false;  // Res2Net blocks as window convs over channel views
   bool use_views = false;    // channel views in use (window mode, or switch cuda_views)
   bool split_always = false;  // switch fuse_split on: every marked split run is one launch
+  // Nodes on the plain reference (--reference, reference.cpp); when any is,
+  // the graph runs dense: no views, window convs, SE or split-run fusion.
+  std::vector<char> reference;
+  bool dense = false;
   std::map<size_t, std::unique_ptr<ConvOp>> view_convs;  // conv node -> its strided cuDNN op (views without window mode)
 };
 
@@ -156,6 +161,9 @@ class RowMajorIo {
   std::vector<Io> ins_, outs_;
   size_t scratch_ = 0;
 };
+
+// Node `ni` on the plain reference, inside the stream (reference.cpp).
+void lower_reference(Lowering& L, size_t ni);
 
 // One per op of ops.def, defined in the files listed above.
 #define KILN_OP(E, ...) void lower_##E(Lowering& L, size_t ni);

@@ -58,6 +58,7 @@ std::vector<Buffer> run_reference(const Graph& g, const Node& n, const std::vect
     case Op::UpsampleNearest: ys.push_back(upsample_nearest(a)); break;
     case Op::Gather: ys.push_back(gather(a)); break;
     case Op::InverseSigmoid: ys.push_back(inverse_sigmoid(a)); break;
+    case Op::MsDeformAttn: ys.push_back(ms_deform_attn(a)); break;
     default: fail_runtime(n.name, ": the reference has no implementation of op ", static_cast<int>(n.op));
   }
   if (ys.size() != n.outputs.size())

@@ -64,5 +64,6 @@ Buffer reshape(const OpArgs& a);          // shape_ops.cpp
 Buffer upsample_nearest(const OpArgs& a); // upsample.cpp
 Buffer gather(const OpArgs& a);           // gather.cpp: indices read from floats holding integers
 Buffer inverse_sigmoid(const OpArgs& a);  // elementwise.cpp
+Buffer ms_deform_attn(const OpArgs& a);   // ms_deform_attn.cpp
 
 }  // namespace kiln::ref

@@ -1,0 +1,183 @@
+// rt_detr_v2 against PyTorch: the seeded fixtures of
+// tools/reference/make_fixtures_rtdetr.py (basic and bottleneck backbones,
+// 1 and 2 decoder layers, invalid anchors, the discrete method) built into
+// bundles and run on the CPU backend in fp32, and the family's graph run on
+// the plain reference; error messages; the structure after the pass pipeline.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../../../tests/unit/family_test_util.hpp"
+#include "../../../tests/unit/graph_test_util.hpp"
+#include "backends/cpu/ref/ref.hpp"
+#include "bundle/builder.hpp"
+#include "checkpoint/safetensors.hpp"
+#include "core/error.hpp"
+#include "core/npy.hpp"
+#include "families/family.hpp"
+#include "kiln/kiln.hpp"
+#include "passes/pass.hpp"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
+
+float max_abs(const std::vector<float>& v) {
+  float m = 0;
+  for (float f : v) m = std::max(m, std::fabs(f));
+  return m;
+}
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// TRTMC's fp32 rule: max|diff| <= 1e-3 * max|ref|, for logits and boxes.
+void expect_matches(const std::string& what, const std::vector<float>& logits, const std::vector<float>& boxes,
+                    const fs::path& dir) {
+  const std::vector<float> want_l = read_npy(dir / "logits.npy").to_f32();
+  const std::vector<float> want_b = read_npy(dir / "pred_boxes.npy").to_f32();
+  EXPECT_LE(max_diff(logits, want_l), 1e-3f * max_abs(want_l)) << what << " logits";
+  EXPECT_LE(max_diff(boxes, want_b), 1e-3f * max_abs(want_b)) << what << " pred_boxes";
+}
+
+class RtDetrFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RtDetrFixture, Fp32CpuEngineMatchesPyTorch) {
+  const fs::path dir = kFixtures / GetParam();
+  const fs::path tmp = testing::temp_dir("rtdetr_" + GetParam());
+  BuildOptions o;
+  o.model = dir.string();
+  o.precision = DType::F32;
+  o.verify = true;
+  build_bundle(o, tmp / "m.bundle");
+  auto engine = Engine::load((tmp / "m.bundle").string());
+  const HostTensor x = read_npy(dir / "input.npy");
+  auto ctx = engine->create_context();
+  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].name, "logits");
+  EXPECT_EQ(out[1].name, "pred_boxes");
+  EXPECT_EQ(out[0].shape, read_npy(dir / "logits.npy").shape);
+  EXPECT_EQ(out[1].shape, read_npy(dir / "pred_boxes.npy").shape);
+  expect_matches("cpu engine", out[0].data, out[1].data, dir);
+  fs::remove_all(tmp);
+}
+
+TEST_P(RtDetrFixture, PlainReferenceMatchesPyTorch) {
+  const fs::path dir = kFixtures / GetParam();
+  Checkpoint ckpt = Checkpoint::open(dir);
+  const ModelSource src = testing::model_source(dir, ckpt);
+  const Family& f = family_registry().select(src);
+  ASSERT_EQ(f.name(), "rt_detr_v2");
+  const HostTensor x = read_npy(dir / "input.npy");
+  BuildRequest req;
+  req.source = &src;
+  req.batch = static_cast<int>(x.shape[0]);
+  FamilyBuild fb = f.build(req);
+  EXPECT_EQ(fb.task, "detection");
+  EXPECT_EQ(fb.runtime["num_queries"], read_npy(dir / "logits.npy").shape[1]);
+  const auto ys = ref::run_reference_graph(fb.graph, {x.to_f32()});
+  ASSERT_EQ(ys.size(), 2u);
+  expect_matches("reference", ys[0], ys[1], dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, RtDetrFixture, ::testing::ValuesIn(testing::fixture_cases(kFixtures)),
+                         [](const auto& info) { return info.param; });
+
+// ---------------------------------------------------------------- errors
+
+void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  edit(j);
+  std::ofstream(dir / "config.json") << j.dump(2);
+}
+
+std::string error_after_config_edit(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+  const fs::path d = testing::copy_fixture(kFixtures, name, "rtdetr_cfg");
+  edit_config(d, edit);
+  std::string msg = testing::build_error(d);
+  fs::remove_all(d);
+  return msg;
+}
+
+TEST(RtDetrErrors, MissingTensorIsNamed) {
+  const std::string t = "model.decoder.layers.0.encoder_attn.sampling_offsets.weight";
+  const std::string msg = testing::build_error_after_rename(kFixtures, "basic_1l", t, "");
+  EXPECT_NE(msg.find(t), std::string::npos) << msg;
+}
+
+TEST(RtDetrErrors, UnexpectedTensorIsNamed) {
+  const std::string msg = testing::build_error_after_rename(
+      kFixtures, "basic_1l", "model.enc_output.0.bias", "model.enc_output.9.bias");
+  EXPECT_NE(msg.find("model.enc_output."), std::string::npos) << msg;
+}
+
+TEST(RtDetrErrors, UnknownDecoderMethodIsNamed) {
+  const std::string msg = error_after_config_edit("basic_1l", [](nlohmann::json& j) { j["decoder_method"] = "cubic"; });
+  EXPECT_NE(msg.find("decoder_method"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cubic"), std::string::npos) << msg;
+}
+
+TEST(RtDetrErrors, MissingBackboneKeyIsNamed) {
+  const std::string msg = error_after_config_edit("basic_1l", [](nlohmann::json& j) { j["backbone_config"].erase("depths"); });
+  EXPECT_NE(msg.find("'depths'"), std::string::npos) << msg;
+}
+
+TEST(RtDetrErrors, WrongDecoderLayersIsNamed) {
+  const std::string msg = error_after_config_edit("bottleneck_2l", [](nlohmann::json& j) { j["decoder_layers"] = 3; });
+  EXPECT_NE(msg.find("decoder_layers"), std::string::npos) << msg;
+}
+
+TEST(RtDetrErrors, WrongPointsIsNamed) {
+  const std::string msg = error_after_config_edit("basic_1l", [](nlohmann::json& j) { j["decoder_n_points"] = 3; });
+  EXPECT_NE(msg.find("points"), std::string::npos) << msg;
+}
+
+TEST(RtDetrErrors, WrongLayerTypeShapeIsNamed) {
+  const std::string msg =
+      error_after_config_edit("basic_1l", [](nlohmann::json& j) { j["backbone_config"]["layer_type"] = "bottleneck"; });
+  EXPECT_NE(msg.find("model.backbone.model.encoder.stages.0.layers.0"), std::string::npos) << msg;
+}
+
+// ---------------------------------------------------------------- structure
+
+Graph optimized(const std::string& name) {
+  return testing::fixture_graph(kFixtures / name, DType::F32, 0, "rt_detr_v2");
+}
+
+// Every BatchNorm folds into its conv; one ms_deform_attn, two self-attention
+// matmuls... per decoder layer; one AIFI layer; query selection is two top_k
+// and two gathers; the masking mul only where some anchor is invalid.
+TEST(RtDetrStructure, NodeCountsAfterPasses) {
+  struct Want {
+    const char* name;
+    int layers;
+    bool mask;
+  };
+  for (const Want& w : {Want{"basic_1l", 1, false}, Want{"bottleneck_2l", 2, true}, Want{"discrete_1l", 1, false}}) {
+    const Graph g = optimized(w.name);
+    EXPECT_EQ(g.count_ops(Op::BatchNorm), 0) << w.name;
+    EXPECT_EQ(g.count_ops(Op::MsDeformAttn), w.layers) << w.name;
+    EXPECT_EQ(g.count_ops(Op::MatMul), 2 * (w.layers + 1)) << w.name;
+    EXPECT_EQ(g.count_ops(Op::Softmax), w.layers + 1) << w.name;
+    EXPECT_EQ(g.count_ops(Op::LayerNorm), 3 * w.layers + 2 + 1) << w.name;
+    EXPECT_EQ(g.count_ops(Op::TopK), 2) << w.name;
+    EXPECT_EQ(g.count_ops(Op::Gather), 2) << w.name;
+    EXPECT_EQ(g.count_ops(Op::InverseSigmoid), w.layers) << w.name;
+    EXPECT_EQ(g.count_ops(Op::UpsampleNearest), 2) << w.name;
+    EXPECT_EQ(g.count_ops(Op::Mul), w.mask ? 1 : 0) << w.name;
+    ASSERT_NE(g.find_node("model.decoder.layers.0.encoder_attn.core"), nullptr) << w.name;
+    EXPECT_EQ(g.find_node("model.decoder.layers.0.encoder_attn.core")->attr_str("method"),
+              std::string(w.name) == "discrete_1l" ? "discrete" : "default");
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,34 @@
+// Internal to the CUDA backend: pre-processing on the GPU (issue #11 part 4).
+// Applies a PreprocessPlan (image/image.hpp: PIL's fixed-point resampling
+// passes as tables, the crop origin and fill, the 3x256 float table of torch's
+// ToTensor + Normalize) to a decoded 8-bit RGB image, writing the CHW float32
+// tensor the engine takes. The GPU performs only what the tables say: the same
+// int32 sums in PIL's tap order, the same shift and clip, table lookups for
+// the floats; so its output is bit for bit the CPU's run_preprocess_plan
+// (GPU test CudaPreprocess.BitIdenticalToTheCpuPlan).
+#pragma once
+#include <cstdint>
+
+#include "image/image.hpp"
+
+namespace kiln::cuda {
+
+class GpuPreprocessor {
+ public:
+  GpuPreprocessor();
+  ~GpuPreprocessor();
+  GpuPreprocessor(const GpuPreprocessor&) = delete;
+  GpuPreprocessor& operator=(const GpuPreprocessor&) = delete;
+  // Enqueues on `stream` (a cudaStream_t; null: the legacy default stream):
+  // `rgb` is device (or pinned host) memory of plan.resize.in_h x in_w x 3
+  // bytes, `chw` device memory of 3 x plan.out_h x plan.out_w floats. The
+  // tables and intermediate images live in this object until the next call;
+  // a call synchronizes only to upload tables (they are small).
+  void run(const PreprocessPlan& plan, const uint8_t* rgb, float* chw, void* stream);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,91 @@
+#include "bundle/tactics_record.hpp"
+
+#include "core/error.hpp"
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+
+// The record's type rules, each naming the key path on failure.
+struct Checker {
+  const std::string& source;
+  [[noreturn]] void bad(const std::string& path, const char* want) const {
+    fail_input(source, ": '", path, "' must be ", want);
+  }
+  const json* optional(const json& j, const char* key) const {
+    auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  }
+  void string_at(const json& j, const char* key, const std::string& path) const {
+    if (const json* v = optional(j, key); v && !v->is_string()) bad(path + "." + key, "a string");
+  }
+  void count_at(const json& j, const char* key, const std::string& path) const {
+    if (const json* v = optional(j, key); v && !(v->is_number_unsigned() || (v->is_number_integer() && v->get<int64_t>() >= 0)))
+      bad(path + "." + key, "a non-negative integer");
+  }
+  void bool_at(const json& j, const char* key, const std::string& path) const {
+    if (const json* v = optional(j, key); v && !v->is_boolean()) bad(path + "." + key, "true or false");
+  }
+  void layers(const json& l, const std::string& path) const {
+    if (!l.is_object()) bad(path, "an object of layer name -> {tactic, time_us}");
+    for (const auto& [name, v] : l.items()) {
+      const std::string at = path + "." + name;
+      if (!v.is_object()) bad(at, "an object");
+      if (!v.contains("tactic")) bad(at + ".tactic", "present");
+      string_at(v, "tactic", at);
+      if (const json* t = optional(v, "time_us"); t && !t->is_number()) bad(at + ".time_us", "a number");
+    }
+  }
+  void plan(const json& p, const std::string& path) const {
+    if (!p.is_object()) bad(path, "an object");
+    bool_at(p, "window_conv", path);
+    bool_at(p, "channel_views", path);
+    count_at(p, "arena_bytes", path);
+    count_at(p, "workspace_bytes", path);
+    if (const json* s = optional(p, "steps")) {
+      if (!s->is_array()) bad(path + ".steps", "a list of [node, kernel]");
+      for (size_t i = 0; i < s->size(); ++i) {
+        const json& st = (*s)[i];
+        if (!st.is_array() || st.size() != 2 || !st[0].is_string() || !st[1].is_string())
+          bad(path + ".steps[" + std::to_string(i) + "]", "[node name, kernel or tactic] (two strings)");
+      }
+    }
+    if (const json* v = optional(p, "values")) {
+      if (!v->is_object()) bad(path + ".values", "an object of value name -> [arena offset, view offset]");
+      for (const auto& [name, off] : v->items())
+        if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())
+          bad(path + ".values." + name, "[arena offset, view offset] (two integers)");
+    }
+  }
+};
+
+}  // namespace
+
+json parse_tactics_record(const std::string& text, const std::string& source) {
+  json t = json::parse(text, nullptr, false);
+  if (t.is_discarded() || !t.is_object()) fail_input(source, ": not a JSON object");
+  const Checker c{source};
+  if (const json* k = c.optional(t, "key")) {
+    if (!k->is_object()) c.bad("key", "an object {gpu, driver, cudnn, cublaslt}");
+    c.string_at(*k, "gpu", "key");
+    for (const char* f : {"driver", "cudnn", "cublaslt"}) c.count_at(*k, f, "key");  // versions as integers
+  }
+  if (const json* o = c.optional(t, "opt_level"); o && !o->is_number_integer()) c.bad("opt_level", "an integer");
+  if (const json* l = c.optional(t, "layers")) c.layers(*l, "layers");
+  if (const json* b = c.optional(t, "batches")) {
+    if (!b->is_object()) c.bad("batches", "an object of batch size -> {layers, plan}");
+    for (const auto& [batch, v] : b->items()) {
+      const std::string at = "batches." + batch;
+      if (batch.empty() || batch.size() > 9 || batch.find_first_not_of("0123456789") != std::string::npos || batch[0] == '0')
+        c.bad(at, "keyed by a positive batch size");
+      if (!v.is_object()) c.bad(at, "an object {layers, plan}");
+      if (const json* l = c.optional(v, "layers")) c.layers(*l, at + ".layers");
+      if (const json* p = c.optional(v, "plan")) c.plan(*p, at + ".plan");
+    }
+  }
+  return t;
+}
+
+}  // namespace kiln

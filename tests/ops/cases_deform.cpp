@@ -1,0 +1,59 @@
+// ms_deform_attn cases: RT-DETR-like 3 levels x 4 points with 4 heads, 1x1
+// levels and unequal points per level, one head with an odd D, batch 3, one
+// level only; boxes partly outside [0, 1] and offsets up to 8 / points so that
+// many samples fall partly or wholly outside their map (zero padding, and the
+// clamp of the discrete method); both methods, every storage type.
+#include "op_harness.hpp"
+
+namespace kiln::ops {
+
+namespace {
+
+// Both sides sample the same stored inputs: the reference in double, the CPU
+// in f32 (softmax, bilinear weights, sums of at most 12 * 4 terms: a few 1e-7
+// relative); f16/bf16 add one rounding of the result. Outputs are weighted
+// means of values in [-1, 1], so max|got - ref| / max|ref|.
+Limit deform_limit(DType dt) { return limit_for(Measure::MaxRel, dt, 1e-5, 1e-3, 8e-3); }
+
+struct DeformSpec {
+  const char* tag;
+  int64_t n, q, heads, d;
+  std::vector<int64_t> spatial_shapes, points;
+  float box_lo, box_hi, off_lim;
+  double offset_scale;
+};
+
+}  // namespace
+
+void add_deform_cases(std::vector<OpCase>& out) {
+  const DeformSpec specs[] = {
+      {"rtdetr_3lvl_4pt_h4_d8", 1, 10, 4, 8, {8, 8, 4, 4, 2, 2}, {4, 4, 4}, 0.05f, 0.95f, 2.f, 0.5},
+      {"one_by_one_levels_h2_d5_b3", 3, 6, 2, 5, {3, 5, 1, 1}, {2, 3}, 0.f, 1.f, 3.f, 0.5},
+      {"h1_d7_one_level_b2", 2, 7, 1, 7, {6, 4}, {5}, 0.f, 1.f, 2.f, 0.5},
+      {"outside_maps_h3_d4", 2, 9, 3, 4, {5, 7, 3, 2, 1, 2}, {2, 1, 3}, -0.5f, 1.5f, 8.f, 1.0},
+  };
+  for (DType dt : kCaseTypes)
+    for (const char* method : {"default", "discrete"})
+      for (const DeformSpec& s : specs) {
+        OpCase c = one_node_case("ms_deform_attn", std::string(s.tag) + "_" + method, dt, deform_limit(dt));
+        CaseBuilder b(c.name, dt);
+        int64_t seq = 0, p = 0;
+        for (size_t l = 0; l < s.points.size(); ++l) seq += s.spatial_shapes[2 * l] * s.spatial_shapes[2 * l + 1], p += s.points[l];
+        const int value = b.input("value", {s.n, seq, s.heads, s.d});
+        const int ref = b.input("ref", {s.n, s.q, 4});
+        const int off = b.input("offsets", {s.n, s.q, s.heads, p, 2});
+        const int logits = b.input("logits", {s.n, s.q, s.heads, p});
+        c.input_range["ref"] = {s.box_lo, s.box_hi};
+        c.input_range["offsets"] = {-s.off_lim, s.off_lim};
+        c.input_range["logits"] = {-3.f, 3.f};
+        c.graph = b.finish(b.node(Op::MsDeformAttn, "decoder.layers.0.encoder_attn.core", {value, ref, off, logits},
+                                  {{"spatial_shapes", s.spatial_shapes},
+                                   {"points", s.points},
+                                   {"offset_scale", s.offset_scale},
+                                   {"method", std::string(method)}}));
+        c.cuda = cuda_not_lowered(Op::MsDeformAttn);
+        out.push_back(std::move(c));
+      }
+}
+
+}  // namespace kiln::ops
