@@ -30,7 +30,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
         c.graph = b.finish(b.node(Op::Activation, "act", {b.input("x", s)}, {{"activation", std::string(act)}}));
         c.input_lo = -8.f, c.input_hi = 8.f;  // relu6's clamp at 6 and the sigmoid's tails
         c.limit = elementwise_limit(dt);
-        if (std::string(act) == "gelu") c.cuda = cuda_refuses_gelu();
         out.push_back(std::move(c));
       }
 
@@ -47,7 +46,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Add, "add", {b.input("a", s), b.input("b", s)}, a));
       c.input_lo = -4.f, c.input_hi = 4.f;
       c.limit = elementwise_limit(dt);
-      if (std::string(act) == "gelu") c.cuda = cuda_refuses_gelu();
       out.push_back(std::move(c));
     }
 
@@ -72,7 +70,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       // A log of a ratio, in f32 (CPU) against double: as the other elementwise ops;
       // |y| is up to 11.5 (log 1e5), the measure is relative there.
       c.limit = elementwise_limit(dt);
-      c.cuda = cuda_not_lowered(Op::InverseSigmoid);
       out.push_back(std::move(c));
     }
 
@@ -145,8 +142,6 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Linear, "fc", ins, a));
       // A dot product of up to 130 terms: as conv2d (cases_conv.cpp).
       c.limit = limit_for(Measure::MaxRel, dt, 1e-4, 5e-3, 3e-2);
-      if (std::string(l.act) == "gelu") c.cuda = cuda_refuses_gelu();
-      else if (xs.size() == 4) c.cuda = cuda_refuses_linear_on_4d();
       out.push_back(std::move(c));
     }
   }

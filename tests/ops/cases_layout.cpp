@@ -13,7 +13,7 @@ namespace kiln::ops {
 
 void add_layout_cases(std::vector<OpCase>& out) {
   const std::pair<Shape, std::vector<int64_t>> transpose_specs[] = {
-      {{1, 13, 5, 7}, {0, 2, 3, 1}},  // NCHW -> NHWC; first with a 4-D input: the CUDA probe
+      {{1, 13, 5, 7}, {0, 2, 3, 1}},  // NCHW -> NHWC
       {{3, 5, 7, 13}, {0, 3, 1, 2}},        {{1, 13, 24}, {0, 2, 1}},
       {{3, 24, 13}, {0, 2, 1}},             {{1, 13, 8, 24}, {0, 2, 1, 3}},
       {{3, 2, 13, 3, 4}, {0, 3, 1, 4, 2}},  {{1, 1, 13, 1}, {0, 3, 2, 1}},
@@ -47,7 +47,7 @@ void add_layout_cases(std::vector<OpCase>& out) {
     bool constant = false;
   };
   const GatherSpec gather_specs[] = {
-      {"r4_last_axis_b1", {1, 3, 5, 13}, 3, 4},  // first with 4-D inputs: the CUDA probe
+      {"r4_last_axis_b1", {1, 3, 5, 13}, 3, 4},
       {"queries_b1", {1, 24, 13}, 1, 5},
       {"queries_k_extent_b3", {3, 24, 13}, 1, 24},
       {"r2_last_axis_b3", {3, 13}, -1, 7},
@@ -64,14 +64,12 @@ void add_layout_cases(std::vector<OpCase>& out) {
       OpCase c = one_node_case("transpose", tag, dt, {Measure::Exact, 0});
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::Transpose, "tokens.transpose", {b.input("x", x)}, {{"perm", perm}}));
-      c.cuda = cuda_not_lowered(Op::Transpose);
       out.push_back(std::move(c));
     }
     for (const ReshapeSpec& s : reshape_specs) {
       OpCase c = one_node_case("reshape", s.tag, dt, {Measure::Exact, 0});
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::Reshape, "heads.reshape", {b.input("x", s.x)}, {{"shape", s.shape}}));
-      c.cuda = cuda_not_lowered(Op::Reshape);
       out.push_back(std::move(c));
     }
     for (const UpsampleSpec& s : upsample_specs) {
@@ -79,7 +77,6 @@ void add_layout_cases(std::vector<OpCase>& out) {
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::UpsampleNearest, "fpn.upsample", {b.input("x", s.x)},
                                 {{"scales", std::vector<int64_t>{s.sh, s.sw}}}));
-      c.cuda = cuda_not_lowered(Op::UpsampleNearest);
       out.push_back(std::move(c));
     }
     for (const GatherSpec& s : gather_specs) {
@@ -94,7 +91,6 @@ void add_layout_cases(std::vector<OpCase>& out) {
                                    : b.input_as("index", s.index_dtype, index_shape);
       c.input_range["index"] = {0.f, static_cast<float>(s.x[axis])};
       c.graph = b.finish(b.node(Op::Gather, "query_select.gather", {x, index}, {{"axis", s.axis}}));
-      c.cuda = cuda_not_lowered(Op::Gather);
       out.push_back(std::move(c));
     }
   }

@@ -29,10 +29,12 @@ void add_norm_cases(std::vector<OpCase>& out) {
       {"r2_c24_b3", {3, 24}, 2, 1e-5},         {"r2_c13_weight_only_b1", {1, 13}, 1, 1e-5},
       {"r4_c24_eps1e3_b3", {3, 2, 5, 24}, 2, 1e-3}, {"r5_c13_b1", {1, 2, 3, 2, 13}, 2, 1e-5},
       {"r3_c13_no_params_b3", {3, 5, 13}, 0, 1e-5}, {"r3_c1_b3", {3, 4, 1}, 2, 1e-5},
-      {"r4_c13_b1", {1, 3, 4, 13}, 2, 1e-5},
+      {"r4_c13_b1", {1, 3, 4, 13}, 2, 1e-5},    {"rtdetr_r3_c256_b1", {1, 300, 256}, 2, 1e-5},
   };
-  const Shape softmax_shapes[] = {{3, 13}, {1, 24}, {1, 2, 13, 13}, {3, 13, 4}, {2, 3, 5, 24}, {1, 2, 3, 2, 12}, {3, 5, 1}};
-  const int64_t softmax_axes[] = {-1, 1, -1, 1, 2, -1, -1};
+  // The last two: attention rows of 300 keys, along the last and a middle axis.
+  const Shape softmax_shapes[] = {{3, 13},          {1, 24},  {1, 2, 13, 13}, {3, 13, 4}, {2, 3, 5, 24},
+                                  {1, 2, 3, 2, 12}, {3, 5, 1}, {1, 8, 300},    {2, 300, 8}};
+  const int64_t softmax_axes[] = {-1, 1, -1, 1, 2, -1, -1, -1, 1};
   for (DType dt : kCaseTypes) {
     for (const LayerNormSpec& s : ln_specs) {
       OpCase c = one_node_case("layer_norm", s.tag, dt, norm_limit(dt));
@@ -43,7 +45,6 @@ void add_norm_cases(std::vector<OpCase>& out) {
       if (s.params >= 2) ins.push_back(b.weight("bias", {ch}, -0.5f, 0.5f));
       c.graph = b.finish(b.node(Op::LayerNorm, "norm", ins, {{"eps", s.eps}}));
       c.input_lo = 2.f, c.input_hi = 4.f;  // mean 3, spread 1
-      c.cuda = cuda_not_lowered(Op::LayerNorm);
       out.push_back(std::move(c));
     }
     for (size_t i = 0; i < std::size(softmax_shapes); ++i) {
@@ -53,14 +54,12 @@ void add_norm_cases(std::vector<OpCase>& out) {
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::Softmax, "attn.softmax", {b.input("x", s)}, {{"axis", softmax_axes[i]}}));
       c.input_lo = -8.f, c.input_hi = 8.f;
-      c.cuda = cuda_not_lowered(Op::Softmax);
       out.push_back(std::move(c));
     }
     OpCase c = one_node_case("softmax", "large_logits_r3_3_4_24", dt, norm_limit(dt));
     CaseBuilder b(c.name, dt);
     c.graph = b.finish(b.node(Op::Softmax, "attn.softmax", {b.input("x", {3, 4, 24})}, {{"axis", int64_t{-1}}}));
     c.input_lo = 80.f, c.input_hi = 100.f;
-    c.cuda = cuda_not_lowered(Op::Softmax);
     out.push_back(std::move(c));
   }
 }

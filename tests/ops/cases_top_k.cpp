@@ -2,7 +2,7 @@
 // too), k = 1, k = extent and in between, extents 13 and 24, batches 1 and 3,
 // largest and smallest, and a case whose inputs are mostly ties (values
 // rounded to few distinct numbers), so the tie rule (smaller index first) is
-// compared too. Exact: top_k selects input elements and their indices.
+// compared too, also at RT-DETR's size (300 of 8400). Exact: top_k selects input elements and their indices.
 //
 // Graph inputs carry the batch on axis 0 and the runtime also plans every
 // graph at batch 1 (plan_for_batch's per-image graph, engine.cpp): a top_k
@@ -47,6 +47,9 @@ void add_top_k_cases(std::vector<OpCase>& out) {
       // 24 values in [1, 1.06): bf16 keeps about 8 distinct ones, f16 about 60, f32 all.
       {"ties_r2_k9_b3", {3, 24}, -1, 9, 1, 1.f, 1.06f},
       {"ties_r4_k13_smallest_b1", {1, 13, 2, 3}, 1, 13, 0, 1.f, 1.06f},
+      // RT-DETR's query selection: 300 of 8400 anchors, and the same with mostly ties.
+      {"rtdetr_8400_k300_b1", {1, 8400}, -1, 300, 1},
+      {"ties_8400_k300_smallest_b3", {3, 8400}, 1, 300, 0, 1.f, 1.06f},
   };
   for (DType dt : kCaseTypes)
     for (const TopKSpec& s : specs) {
@@ -66,7 +69,6 @@ void add_top_k_cases(std::vector<OpCase>& out) {
                  "the runtime also plans every graph at batch 1 (plan_for_batch, engine.cpp), where k > 1 does not fit "
                  "a top_k over the batch axis",
                  "is larger than the extent"};
-      c.cuda = cuda_not_lowered(Op::TopK);
       out.push_back(std::move(c));
     }
 }

@@ -13,17 +13,18 @@
 #include "core/error.hpp"
 
 namespace kiln::cuda {
-namespace {
+namespace lt {
 
-cudaDataType_t cuda_type(DType dt) {
+cudaDataType_t data_type(DType dt) {
   switch (dt) {
     case DType::F32: return CUDA_R_32F;
     case DType::F16: return CUDA_R_16F;
     case DType::BF16: return CUDA_R_16BF;
-    default: fail_runtime("cuda linear: unsupported dtype ", dtype_name(dt));
+    default: fail_runtime("cuda cuBLASLt: unsupported dtype ", dtype_name(dt));
   }
 }
 
+namespace {
 template <typename T>
 T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
   T v{};
@@ -31,14 +32,53 @@ T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes
   if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return T{};
   return v;
 }
-
 }  // namespace
+
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic_algos(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                                             cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                             cublasLtMatrixLayout_t d, const uint32_t (&align)[3],
+                                                             int max) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t max_ws = LinearOp::kMaxWorkspace;
+  cublasStatus_t st =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof(max_ws));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}};
+  for (const auto& [attr, v] : aligns)
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max));
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, max, results.data(), &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  // NOT_SUPPORTED means "no algorithm", reported by the caller with the layer's shape.
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+    ::kiln::cuda::throw_cublas(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  std::vector<cublasLtMatmulHeuristicResult_t> ok;
+  for (int i = 0; i < found; ++i)
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) ok.push_back(results[static_cast<size_t>(i)]);
+  return ok;
+}
+
+std::string algo_name(const cublasLtMatmulAlgo_t& a) {
+  return cat("cublasLt algo ", algo_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_ID), " tile ",
+             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
+             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_STAGES_ID), " splitk ",
+             algo_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " red ",
+             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), " swizzle ",
+             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), " custom ",
+             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), " cluster ",
+             algo_attr<uint16_t>(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
+
+}  // namespace lt
 
 LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
                    bool allow_tf32)
-    : handle_(handle), dt_(dt), m_(m), k_(k), n_(n), has_bias_(has_bias), act_(act), post_act_(Activation::None) {
+    : LtGemm(handle, "linear"), dt_(dt), m_(m), k_(k), n_(n), has_bias_(has_bias), act_(act), post_act_(Activation::None) {
   if (m < 1 || k < 1 || n < 1) fail_runtime("cuda linear: invalid shape m=", m, " k=", k, " n=", n);
-  const cudaDataType_t t = cuda_type(dt);
+  const cudaDataType_t t = lt::data_type(dt);
   const cublasComputeType_t compute =
       dt == DType::F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   try {
@@ -70,25 +110,7 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, t, k, m, k));
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, t, n, m, n));
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t max_ws = kMaxWorkspace;
-    const uint32_t align = 16;
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws,
-                                                             sizeof(max_ws));
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
-    cublasLtMatmulHeuristicResult_t results[kMaxTactics] = {};
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS)
-      st = cublasLtMatmulAlgoGetHeuristic(handle_, op_, a_, b_, d_, d_, pref, kMaxTactics, results, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    // NOT_SUPPORTED means "no algorithm", reported below with the layer's shape.
-    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
-      ::kiln::cuda::throw_cublas(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    for (int i = 0; i < found; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) algos_.push_back(results[i]);
+    algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
     if (algos_.empty())
       fail_runtime("cuda linear: cuBLASLt offers no algorithm for ", dtype_name(dt), " m=", m, " k=", k, " n=", n,
                    has_bias ? " with bias" : "", " act ", activation_name(act));
@@ -98,9 +120,7 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
   }
 }
 
-LinearOp::~LinearOp() { release(); }
-
-void LinearOp::release() {
+void LtGemm::release() {
   if (d_) cublasLtMatrixLayoutDestroy(d_);
   if (b_) cublasLtMatrixLayoutDestroy(b_);
   if (a_) cublasLtMatrixLayoutDestroy(a_);
@@ -109,25 +129,17 @@ void LinearOp::release() {
   op_ = nullptr;
 }
 
-std::string LinearOp::tactic_name(int i) const {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda linear: tactic ", i, " of ", tactic_count());
-  const cublasLtMatmulAlgo_t& a = algos_[size_t(i)].algo;
-  return cat("cublasLt algo ", algo_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_ID), " tile ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_STAGES_ID), " splitk ",
-             algo_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " red ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), " swizzle ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), " custom ",
-             algo_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), " cluster ",
-             algo_attr<uint16_t>(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+std::string LtGemm::tactic_name(int i) const {
+  if (i < 0 || i >= tactic_count()) fail_runtime("cuda ", what_, ": tactic ", i, " of ", tactic_count());
+  return lt::algo_name(algos_[size_t(i)].algo);
 }
 
-void LinearOp::select(int i) {
-  if (i < 0 || i >= tactic_count()) fail_runtime("cuda linear: tactic ", i, " of ", tactic_count());
+void LtGemm::select(int i) {
+  if (i < 0 || i >= tactic_count()) fail_runtime("cuda ", what_, ": tactic ", i, " of ", tactic_count());
   selected_ = i;
 }
 
-size_t LinearOp::workspace_bytes() const { return algos_[size_t(selected_)].workspaceSize; }
+size_t LtGemm::workspace_bytes() const { return algos_[size_t(selected_)].workspaceSize; }
 
 void LinearOp::run(const void* x, const void* w, const void* bias, void* y, void* workspace, size_t workspace_size,
                    cudaStream_t s) const {
@@ -147,6 +159,69 @@ void LinearOp::run(const void* x, const void* w, const void* bias, void* y, void
                                      h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
   }
   if (post_act_ != Activation::None) activation(y, y, dt_, int64_t(m_) * n_, post_act_, s);
+}
+
+// MatMulOp. Row-major y = a · b is column-major y^T = b^T · a^T: with b seen
+// column-major as [n, k] (ld n), a as [k, m] (ld k) and y as [n, m] (ld n),
+// D = B_col · A_col with no transposes; batches are strided layouts.
+namespace {
+
+void set_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
+  const int32_t count = static_cast<int32_t>(batch);
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+}
+
+// The largest power of two <= 16 dividing the byte offset between products.
+uint32_t stride_alignment(int64_t batch, int64_t stride, size_t elem) {
+  if (batch <= 1 || stride == 0) return 16;
+  const uint64_t bytes = static_cast<uint64_t>(stride) * elem;
+  uint32_t a = 16;
+  while (a > 1 && bytes % a) a /= 2;
+  return a;
+}
+
+}  // namespace
+
+MatMulOp::MatMulOp(cublasLtHandle_t handle, DType dt, int64_t batch, int m, int k, int n, int64_t a_stride,
+                   int64_t b_stride, bool allow_tf32)
+    : LtGemm(handle, "matmul") {
+  if (batch < 1 || m < 1 || k < 1 || n < 1 || batch > INT32_MAX)
+    fail_runtime("cuda matmul: invalid shape batch=", batch, " m=", m, " k=", k, " n=", n);
+  const cudaDataType_t t = lt::data_type(dt);
+  const cublasComputeType_t compute = dt == DType::F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // (the LtGemm destructor frees what was made when this throws)
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, compute, CUDA_R_32F));
+  const cublasOperation_t none = CUBLAS_OP_N;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &none, sizeof(none)));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof(none)));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, t, n, k, n));  // the IR's b
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, t, k, m, k));  // the IR's a
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, t, n, m, n));
+  if (batch > 1) {
+    set_batch(a_, batch, b_stride);
+    set_batch(b_, batch, a_stride);
+    set_batch(d_, batch, int64_t(m) * n);
+  }
+  const size_t es = dtype_size(dt);
+  const uint32_t align[3] = {stride_alignment(batch, b_stride, es), stride_alignment(batch, a_stride, es),
+                             stride_alignment(batch, int64_t(m) * n, es)};
+  algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, align, LinearOp::kMaxTactics);
+  if (algos_.empty())
+    fail_runtime("cuda matmul: cuBLASLt offers no algorithm for ", dtype_name(dt), " batch=", batch, " m=", m, " k=", k,
+                 " n=", n, " strides ", a_stride, "/", b_stride);
+}
+
+void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const {
+  const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+  if (misaligned(a) || misaligned(b) || misaligned(y)) fail_runtime("cuda matmul: a, b and y must be 16-byte aligned");
+  const cublasLtMatmulHeuristicResult_t& h = algos_[size_t(selected_)];
+  if (workspace_size < h.workspaceSize)
+    fail_runtime("cuda matmul: tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
+  const float alpha = 1.f, beta = 0.f;
+  // No per-call descriptor state (unlike LinearOp's bias pointer): no lock needed.
+  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, b, a_, a, b_, &beta, y, d_, y, d_, &h.algo,
+                                   h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
 }
 
 }  // namespace kiln::cuda

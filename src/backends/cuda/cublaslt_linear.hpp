@@ -8,6 +8,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,15 +19,14 @@
 
 namespace kiln::cuda {
 
-class LinearOp {
+// What LinearOp and MatMulOp share: one cuBLASLt product's descriptors (D =
+// op(A) op(B), C = D), its heuristic algorithms and the chosen one. Derived
+// constructors fill them; the destructor frees them (also when a derived
+// constructor throws).
+class LtGemm {
  public:
-  // Asks cuBLASLt's heuristic for up to kMaxTactics algorithms; throws
-  // kiln::Error if it offers none (e.g. an unsupported shape/type).
-  LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
-           bool allow_tf32 = false);
-  ~LinearOp();
-  LinearOp(const LinearOp&) = delete;
-  LinearOp& operator=(const LinearOp&) = delete;
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
 
   static constexpr int kMaxTactics = 8;
   // Upper bound on the workspace an algorithm may ask for (NVIDIA suggests
@@ -39,27 +40,65 @@ class LinearOp {
   int selected() const { return selected_; }
   size_t workspace_bytes() const;
 
+ protected:
+  LtGemm(cublasLtHandle_t handle, const char* what) : handle_(handle), what_(what) {}
+  ~LtGemm() { release(); }
+  void release();
+
+  cublasLtHandle_t handle_;
+  const char* what_;  // "linear", "matmul": for errors
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos_;
+  int selected_ = 0;
+};
+
+class LinearOp : public LtGemm {
+ public:
+  // Asks cuBLASLt's heuristic for up to kMaxTactics algorithms; throws
+  // kiln::Error if it offers none (e.g. an unsupported shape/type).
+  LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
+           bool allow_tf32 = false);
+
   // bias may be nullptr only when constructed without bias. Enqueues on s;
   // capturable in a CUDA graph.
   void run(const void* x, const void* w, const void* bias, void* y, void* workspace, size_t workspace_size,
            cudaStream_t s) const;
 
  private:
-  void release();
-
-  cublasLtHandle_t handle_;
   DType dt_;
   int m_, k_, n_;
   bool has_bias_;
   Activation act_;
   Activation post_act_;  // applied by a kernel after the GEMM (not fusable as an epilogue)
-  cublasLtMatmulDesc_t op_ = nullptr;
-  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
-  std::vector<cublasLtMatmulHeuristicResult_t> algos_;
-  int selected_ = 0;
   // The bias pointer lives in the (shared) matmul descriptor, so run() sets
   // it and enqueues under this lock; engines are shared across threads.
   mutable std::mutex run_mutex_;
 };
+
+// Batched row-major products through cuBLASLt, the IR's matmul:
+// y[p] = a[p] · b[p] for p < batch, a [m, k], b [k, n], y [m, n] row-major,
+// a_stride / b_stride elements between consecutive products (0: one operand
+// shared by all, a 2-D operand; y is dense). Accumulates in f32 (fp32 without
+// TF32 unless allow_tf32). Pointers 16-byte aligned; the algorithms are asked
+// for the alignment the batch strides keep.
+class MatMulOp : public LtGemm {
+ public:
+  MatMulOp(cublasLtHandle_t handle, DType dt, int64_t batch, int m, int k, int n, int64_t a_stride, int64_t b_stride,
+           bool allow_tf32 = false);
+  void run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const;
+};
+
+// The cuBLASLt plumbing LinearOp and MatMulOp share (cublaslt_linear.cpp).
+namespace lt {
+cudaDataType_t data_type(DType dt);
+// Up to `max` algorithms of cuBLASLt's heuristic for D = op(A) op(B) (C = D),
+// with the minimum pointer alignments of A, B and C/D in bytes; empty: none.
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic_algos(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                                             cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                             cublasLtMatrixLayout_t d, const uint32_t (&align)[3], int max);
+// "cublasLt algo 21 tile 7 stages 13 splitk 1 red 0 swizzle 0 custom 0 cluster 0".
+std::string algo_name(const cublasLtMatmulAlgo_t& a);
+}  // namespace lt
 
 }  // namespace kiln::cuda

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -22,9 +24,26 @@ thread_local bool t_pdl_default = true;
 // Batches 5..31 are not measured; above 4 it stays off.
 constexpr int64_t kPdlMaxBatch = 4;
 
+// Pinned host memory for the run-time check flags (copied back without a
+// host wait on a caller's stream).
+struct PinnedFlags {
+  int64_t* p = nullptr;
+  size_t count = 0;
+  explicit PinnedFlags(size_t n = 0) : count(n) {
+    if (n) KILN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), n * sizeof(int64_t)));
+  }
+  ~PinnedFlags() {
+    if (p) cudaFreeHost(p);
+  }
+  PinnedFlags(const PinnedFlags&) = delete;
+  PinnedFlags& operator=(const PinnedFlags&) = delete;
+};
+
 struct BatchState {
   std::shared_ptr<CudaEngine::Program> prog;
-  DeviceBuffer arena, workspace, staging_in, staging_out;
+  DeviceBuffer arena, workspace, staging_in, staging_out, checks;
+  std::unique_ptr<PinnedFlags> check_flags;
+  bool checks_pending = false;  // flags copied back on a stream the host did not wait for
   PinnedBuffer host;     // nodes on the plain reference (reference.cpp)
   HostCalls host_calls;  // their host functions as this context enqueued them
   std::vector<size_t> out_offsets;
@@ -87,6 +106,9 @@ struct CudaContext::Impl {
       out_bytes += (static_cast<size_t>(shape_numel(p.shaped.values[v].shape)) * 4 + 255) / 256 * 256;
     }
     st->staging_out = DeviceBuffer(out_bytes);
+    st->checks = DeviceBuffer(p.checks.size() * 3 * sizeof(int64_t));
+    st->check_flags = std::make_unique<PinnedFlags>(p.checks.size() * 3);
+    if (!p.checks.empty()) KILN_CUDA_CHECK(cudaMemset(st->checks.get(), 0, st->checks.size()));
     return *(states[batch] = std::move(st));
   }
 
@@ -97,6 +119,7 @@ struct CudaContext::Impl {
     x.arena = static_cast<char*>(st.arena.get());
     x.workspace = st.workspace.get();
     x.workspace_bytes = st.workspace.size();
+    x.checks = static_cast<int64_t*>(st.checks.get());
     for (size_t off : st.prog->staging_in_offsets)
       x.staging_in.push_back(reinterpret_cast<const float*>(static_cast<char*>(st.staging_in.get()) + off));
     x.host = st.host.get();
@@ -104,6 +127,28 @@ struct CudaContext::Impl {
     return x;
   }
 
+  // The run-time checks of the last run at this batch size (gather's index
+  // range), read once its copy has landed: the first flag set fails the call
+  // naming its node. Clears the flags' pending state either way.
+  void check_flags(BatchState& st) {
+    st.checks_pending = false;
+    const auto& checks = st.prog->checks;
+    for (size_t i = 0; i < checks.size(); ++i) {
+      const int64_t* f = st.check_flags->p + 3 * i;
+      if (f[0] == 0) continue;
+      if (f[1] == INT64_MIN || f[1] == INT32_MIN)
+        fail_input(checks[i], ": index at position ", f[2], " of the flattened index is not an integer");
+      fail_input(checks[i], ": index ", f[1], " at position ", f[2], " of the flattened index");
+    }
+  }
+  // Checks left pending by calls the host did not wait for: reported by the next call.
+  void check_pending() {
+    for (auto& [batch, st] : states)
+      if (st->checks_pending) {
+        KILN_CUDA_CHECK(cudaEventSynchronize(done.e));
+        check_flags(*st);
+      }
+  }
   // A host function (a node on the plain reference) that failed in an earlier
   // enqueue: raised once, by the next call that can see it.
   static void raise_host_errors(BatchState& st) {
@@ -181,6 +226,7 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
   KILN_CUDA_CHECK(cudaGetDevice(&device));
   check_memory_kinds(inputs, outputs, [device](const void* p, MemoryKind where) { return memory_problem(p, where, device); });
   Impl& m = *impl_;
+  m.check_pending();
   BatchState& st = m.state(batch);
   const auto& p = *st.prog;
   Impl::raise_host_errors(st);
@@ -216,7 +262,7 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
     float* dst = to_host ? reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k])
                          : static_cast<float*>(outputs[k].data);
     const void* src = p.value_ptr(x, v);
-    if (val.shape.size() == 4)
+    if (val.shape.size() == 4 && dtype_is_float(val.dtype))  // stored NHWC (lower.hpp's stored_nhwc)
       nhwc_to_nchw_f32(src, val.dtype, dst, static_cast<int>(val.shape[0]), static_cast<int>(val.shape[1]),
                        static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), s);
     else
@@ -225,10 +271,15 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
       KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[k].data, dst, static_cast<size_t>(shape_numel(val.shape)) * sizeof(float),
                                       cudaMemcpyDeviceToHost, s));
   }
+  if (!p.checks.empty())
+    KILN_CUDA_CHECK(cudaMemcpyAsync(st.check_flags->p, st.checks.get(), st.checks.size(), cudaMemcpyDeviceToHost, s));
   m.finish(s);
   if (own || host) {
     KILN_CUDA_CHECK(cudaEventSynchronize(m.done.e));
+    if (!p.checks.empty()) m.check_flags(st);
     Impl::raise_host_errors(st);
+  } else {
+    st.checks_pending = !p.checks.empty();
   }
 }
 
@@ -249,6 +300,7 @@ double CudaContext::timed_replay_ms(int64_t batch) {
 
 std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, int rounds) {
   Impl& m = *impl_;
+  m.check_pending();
   BatchState& st = m.state(batch);
   const auto& p = *st.prog;
   const Exec x = m.exec_for(st);

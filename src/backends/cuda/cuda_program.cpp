@@ -38,7 +38,8 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   f.split_done.assign(g.nodes.size(), 0);
   f.alias.assign(g.values.size(), -1);
   for (const Node& n : g.nodes)
-    if (n.op == Op::Flatten && flatten_is_alias(g, n)) f.alias[n.outputs[0]] = n.inputs[0];  // same bytes (lower.hpp)
+    if ((n.op == Op::Flatten && flatten_is_alias(g, n)) || (n.op == Op::Reshape && reshape_is_alias(g, n)))
+      f.alias[n.outputs[0]] = n.inputs[0];  // same bytes (lower.hpp)
   // Squeeze-excitation as se_mlp steps (se_plan.hpp) where the graph marks
   // the blocks (switch fuse_se off at build: no marks, all unfused).
   // fuse_se_mul on also applies the gate inside the step. Off by default:

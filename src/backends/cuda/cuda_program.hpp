@@ -34,6 +34,7 @@ struct Exec {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::vector<const float*> staging_in;  // per graph input: f32 NCHW as given by the user
+  int64_t* checks = nullptr;             // 3 int64 per Program::checks entry (Lowering::add_check)
   char* host = nullptr;                  // the context's pinned buffer (Program::host_staging_bytes)
   HostCalls* host_calls = nullptr;       // the context's host functions (stable addresses)
 };
@@ -49,7 +50,11 @@ struct CudaEngine::Program {
   bool window_mode = false, channel_views = false;      // the plan's graph-wide decisions
   std::vector<std::unique_ptr<ConvOp>> convs;
   std::vector<std::unique_ptr<LinearOp>> linears;
+  std::vector<std::unique_ptr<MatMulOp>> matmuls;
   size_t workspace_bytes = 0;
+  // Run-time checks (gather's index range): what each flag reports, naming
+  // its node; the context reads the flags after every run.
+  std::vector<std::string> checks;
   size_t staging_in_bytes = 0;
   size_t host_staging_bytes = 0;  // pinned host bytes per context (nodes on the plain reference)
   std::vector<size_t> staging_in_offsets;  // per graph input, in the staging buffer

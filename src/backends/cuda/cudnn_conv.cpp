@@ -65,6 +65,7 @@ fe::graph::Pointwise_attributes activation_attrs(Activation a) {
       break;
     case Activation::Silu: p.set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f); break;
     case Activation::Sigmoid: p.set_mode(fe::PointwiseMode_t::SIGMOID_FWD); break;
+    case Activation::Gelu: p.set_mode(fe::PointwiseMode_t::GELU_FWD); break;  // cuDNN's GELU_FWD is the erf form
     case Activation::None: break;
     default: fail_unknown_activation(a, "cuda conv epilogue");
   }

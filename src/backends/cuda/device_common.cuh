@@ -43,6 +43,7 @@ __device__ __forceinline__ float act(float x) {
   else if constexpr (A == Activation::Relu6) return fminf(fmaxf(x, 0.f), 6.f);
   else if constexpr (A == Activation::Silu) return kFast ? __fdividef(x, 1.f + __expf(-x)) : x / (1.f + expf(-x));
   else if constexpr (A == Activation::Sigmoid) return kFast ? __fdividef(1.f, 1.f + __expf(-x)) : 1.f / (1.f + expf(-x));
+  else if constexpr (A == Activation::Gelu) return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));  // exact (erf) form, every dtype
   else return x;
 }
 
@@ -181,6 +182,7 @@ void dispatch_act(Activation a, F&& f) {
     case Activation::Relu6: f(std::integral_constant<Activation, Activation::Relu6>{}); return;
     case Activation::Silu: f(std::integral_constant<Activation, Activation::Silu>{}); return;
     case Activation::Sigmoid: f(std::integral_constant<Activation, Activation::Sigmoid>{}); return;
+    case Activation::Gelu: f(std::integral_constant<Activation, Activation::Gelu>{}); return;
     default: fail_unknown_activation(a, "cuda dispatch_act");
   }
 }

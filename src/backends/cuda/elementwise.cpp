@@ -74,4 +74,16 @@ void lower_Cast(Lowering& L, size_t ni) {
   L.step("cast", [=](const Exec& x) { cast(ptr(x, in0), from, ptr(x, out), dt, count, x.stream); });
 }
 
+// Elementwise in f32 whatever the storage: eps is used as the f32 nearest to
+// the attribute, never rounded to f16/bf16 (1e-5 is below f16's normal range).
+void lower_InverseSigmoid(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const DType dt = L.g.values[out].dtype;
+  const int64_t count = shape_numel(L.g.values[out].shape);
+  const float eps = static_cast<float>(n.attr_float("eps", 1e-5));
+  const ValuePtr ptr = L.ptr;
+  L.step("inverse_sigmoid", [=](const Exec& x) { inverse_sigmoid(ptr(x, in0), ptr(x, out), dt, count, eps, x.stream); });
+}
+
 }  // namespace kiln::cuda

@@ -4,6 +4,8 @@
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
+#include <cstdint>
+
 namespace kiln::cuda {
 namespace {
 
@@ -140,12 +142,80 @@ __global__ void mul_channel_kernel(const T* x, const T* s, T* y, int64_t rows, i
 
 }  // namespace
 
+namespace {
+
+// Index values: the engine's inputs and outputs are f32, integer values are
+// stored as themselves (i32/i64). A float that is not an integer of I's range
+// becomes I's minimum, which gather_rows reports as out of range.
+template <typename Ti, typename To>
+__global__ void int_cast_kernel(const Ti* x, To* y, int64_t count) {
+  dev::enter_grid();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    if constexpr (std::is_integral_v<To>) {
+      const float f = dev::to_f32(x[i]);
+      const bool exact = f == floorf(f) && f >= -2147483648.f && f < 2147483648.f;
+      y[i] = exact ? To(f) : static_cast<To>(sizeof(To) == 8 ? INT64_MIN : INT32_MIN);  // the type's minimum
+    } else {
+      y[i] = dev::from_f32<To>(float(x[i]));
+    }
+  }
+}
+
+template <typename F>
+void dispatch_int(DType dt, F&& f) {
+  switch (dt) {
+    case DType::I32: f(int32_t{}); return;
+    case DType::I64: f(int64_t{}); return;
+    default: fail_runtime("cuda cast: unsupported dtype ", dtype_name(dt));
+  }
+}
+
+void int_cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStream_t stream) {
+  const bool to_int = !dtype_is_float(ydt);
+  if (to_int && !dtype_is_float(xdt)) fail_runtime("cuda cast: ", dtype_name(xdt), " -> ", dtype_name(ydt), " is not supported");
+  dispatch_int(to_int ? ydt : xdt, [&](auto i) {
+    detail::dispatch_float(to_int ? xdt : ydt, "cast", [&](auto f) {
+      using I = decltype(i);
+      using F = decltype(f);
+      if (to_int)
+        detail::launch("cast", int_cast_kernel<F, I>, detail::grid_for(count), detail::kThreads, 0, stream,
+                       static_cast<const F*>(x), static_cast<I*>(y), count);
+      else
+        detail::launch("cast", int_cast_kernel<I, F>, detail::grid_for(count), detail::kThreads, 0, stream,
+                       static_cast<const I*>(x), static_cast<F*>(y), count);
+    });
+  });
+}
+
+struct InverseSigmoidOp {
+  float eps;
+  template <int N>
+  __device__ void operator()(float (&a)[N], const float (&)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float v = fminf(fmaxf(a[k], 0.f), 1.f);
+      a[k] = logf(fmaxf(v, eps) / fmaxf(1.f - v, eps));
+    }
+  }
+};
+
+}  // namespace
+
+void inverse_sigmoid(const void* x, void* y, DType dt, int64_t count, float eps, cudaStream_t stream) {
+  detail::dispatch_float(dt, "inverse_sigmoid", [&](auto t) {
+    using T = decltype(t);
+    launch_map<T, T, false>(x, nullptr, y, count, InverseSigmoidOp{eps}, stream, "inverse_sigmoid");
+  });
+}
+
 void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
   if (xdt == ydt) {
     if (x != y) KILN_CUDA_CHECK(cudaMemcpyAsync(y, x, size_t(count) * dtype_size(xdt), cudaMemcpyDeviceToDevice, stream));
     return;
   }
+  if (!dtype_is_float(xdt) || !dtype_is_float(ydt)) return int_cast(x, xdt, y, ydt, count, stream);
   detail::dispatch_float(xdt, "cast", [&](auto ti) {
     detail::dispatch_float(ydt, "cast", [&](auto to) {
       using Ti = decltype(ti);

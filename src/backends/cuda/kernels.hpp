@@ -48,6 +48,10 @@ void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, i
 void nhwc_to_nchw(const void* x, void* y, DType dt, int n, int c, int h, int w, cudaStream_t stream);
 
 // y = x converted from xdt to ydt (RNE). x == y is allowed when xdt == ydt.
+// i32/i64 on either side (index values): f32 -> integer takes floats holding
+// integers exactly; any other float (fractions, NaN, out of range) becomes the
+// type's minimum, which gather reports as a bad index. Integer -> float is
+// exact up to 2^24.
 void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStream_t stream);
 
 // y = act(a + b); y may alias a or b.
@@ -169,5 +173,47 @@ void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, c
 // (rows = n*h*w): writes one input of a channel concat, or reads a slice.
 void copy_channels_nhwc(const void* x, int x_c, int x_c_begin, void* y, int y_c, int y_c_begin, int c_count,
                         int64_t rows, DType dt, cudaStream_t stream);
+
+
+// ---- transformer ops (issue 12) ---------------------------------------------
+// Their values are row-major in logical order (4-D float values are NHWC; the
+// lowerings convert, see lower.hpp's RowMajorIo).
+
+// y in row-major order of `shape` (rank <= kMaxStridedRank), y[i0..ir] =
+// x[sum_d i_d * x_strides[d]] (strides in elements, 0 repeats): transpose,
+// NHWC <-> NCHW relayouts, reshape across layouts and nearest upsampling
+// (shape_ops.cu). Moves elem_bytes-sized elements (1, 2, 4 or 8) unchanged.
+inline constexpr int kMaxStridedRank = 8;
+struct StridedCopy {
+  int rank = 0;
+  int64_t shape[kMaxStridedRank] = {};
+  int64_t x_strides[kMaxStridedRank] = {};
+};
+void strided_copy(const void* x, void* y, size_t elem_bytes, const StridedCopy& s, cudaStream_t stream);
+
+// gather (shape_ops.cu): x as [outer, extent, inner], index [outer, k] (i64 or
+// i32), y[o, j, r] = x[o, index[o, j], r]. An index outside [0, extent) reads
+// row 0 and is reported in `flag` (3 int64: set, the index, its position
+// o * k + j; the first such index wins). The caller zeroes the flag and checks it.
+void gather_rows(const void* x, const void* index, DType index_dt, void* y, size_t elem_bytes, int64_t outer,
+                 int64_t extent, int64_t inner, int64_t k, int64_t* flag, cudaStream_t stream);
+
+// layer_norm over rows of c contiguous elements (norm.cu): statistics in f32,
+// weight/bias [c] in dt or null, one warp per row.
+void layer_norm_rows(const void* x, const void* weight, const void* bias, void* y, DType dt, int64_t rows, int c,
+                     float eps, cudaStream_t stream);
+// softmax of x seen as [outer, extent, inner] along extent (norm.cu), f32 math,
+// one warp per (outer, inner) row; inner == 1 is the contiguous fast case.
+void softmax_axis(const void* x, void* y, DType dt, int64_t outer, int64_t extent, int64_t inner, cudaStream_t stream);
+// log(max(x', eps) / max(1 - x', eps)) with x' = clamp(x, 0, 1), f32 math (elementwise.cu).
+void inverse_sigmoid(const void* x, void* y, DType dt, int64_t count, float eps, cudaStream_t stream);
+
+// top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
+// [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by
+// smaller index first, NaN above every number; one block per row (radix select
+// on a 64-bit key of value and index, then a rank count of the k winners).
+inline constexpr int kMaxCudaTopK = 2048;
+void top_k_rows(const void* x, void* values, int64_t* indices, DType dt, int64_t outer, int64_t extent, int64_t inner,
+                int k, bool largest, cudaStream_t stream);
 
 }  // namespace kiln::cuda

@@ -13,10 +13,11 @@ void lower_Linear(Lowering& L, size_t ni) {
   const Shape xs = g.values[in0].shape, ws = g.values[n.inputs[1]].shape;
   const DType dt = g.values[out].dtype;
   const bool has_bias = n.inputs.size() > 2;
-  // x[..., K] is numel / K rows of K, which holds for row-major storage: every
-  // rank but 4 (4-D values are NHWC, lower.hpp).
-  if (xs.size() == 4)
-    fail_input(n.name, ": CUDA linear takes x of rank 2, 3 or 5+ (4-D values are stored NHWC), not ", shape_str(xs));
+  // x[..., K] is numel / K rows of K in row-major order: a 4-D x and y
+  // (stored NHWC, lower.hpp) go through the workspace (RowMajorIo), and
+  // cuBLASLt's workspace follows that scratch.
+  const RowMajorIo io(L, {in0}, {out});
+  const size_t scratch = io.scratch_bytes();
   const int64_t rows = shape_numel(xs) / ws[1];
   auto owned = std::make_unique<LinearOp>(L.m.lt.h, dt, as_int(rows), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
                                           L.m.opts.allow_tf32);
@@ -42,10 +43,12 @@ void lower_Linear(Lowering& L, size_t ni) {
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, 0);
   L.tactics.finish();
   L.record(n.name, cands[c.index].name, c.us);
-  L.p.workspace_bytes = std::max(L.p.workspace_bytes, op->workspace_bytes());
-  const ValuePtr ptr = L.ptr;
-  L.step(cands[c.index].name, [op, w, b, in0, out, ptr](const Exec& x) {
-    op->run(ptr(x, in0), w, b, ptr(x, out), x.workspace, x.workspace_bytes, x.stream);
+  L.reserve_workspace(scratch + op->workspace_bytes());
+  L.step(io.kernel(cands[c.index].name), [op, w, b, io, scratch](const Exec& x) {
+    io.load(x);
+    op->run(io.in(x, 0), w, b, io.out(x, 0), static_cast<char*>(x.workspace) + scratch, x.workspace_bytes - scratch,
+            x.stream);
+    io.store(x);
   });
 }
 

@@ -10,10 +10,16 @@
 //   elementwise.cpp  BatchNorm, Activation, Add, Mul, Cast
 //   layout.cpp       Flatten, Concat, Slice (views, split runs), engine inputs
 //   se.cpp           the squeeze-excitation group (se_plan.hpp)
+//   norm.cpp         LayerNorm, Softmax
+//   matmul.cpp       MatMul: cuBLASLt (cublaslt_linear.hpp's MatMulOp)
+//   shape_ops.cpp    Transpose, Reshape, UpsampleNearest, Gather, RowMajorIo
+//   top_k.cpp        TopK
+//   elementwise.cpp  also InverseSigmoid
 //   reference.cpp    any node matched by --reference: the plain reference on the host
 // reached through lower_node's dispatch, generated from ops.def (lower.cpp):
 // an op added to ops.def without a lower_<Op> does not link.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_program.hpp"
+#include "backends/cuda/kernels.hpp"
 #include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/tactics.hpp"
 #include "backends/cuda/window_plan.hpp"
@@ -62,10 +69,18 @@ inline int as_int(int64_t v) { return static_cast<int>(v); }
 // a flatten of a 4-D map is a byte alias only when its NHWC bytes are already
 // in NCHW order (1x1 maps, or one channel); otherwise it runs nhwc_to_nchw.
 // Engine inputs: 4-D ones are transposed NCHW -> NHWC, others only cast.
-inline bool stored_nhwc(const Value& v) { return v.shape.size() == 4; }
+// Integer values (indices) and constants (uploaded as the graph holds them)
+// are row-major at every rank.
+inline bool stored_nhwc(const Value& v) { return v.shape.size() == 4 && dtype_is_float(v.dtype) && !v.constant; }
 inline bool flatten_is_alias(const Graph& g, const Node& flatten) {
   const Shape& s = g.values[flatten.inputs[0]].shape;
   return !stored_nhwc(g.values[flatten.inputs[0]]) || s[1] == 1 || s[2] * s[3] == 1;
+}
+// A reshape keeps row-major order, so it is a byte alias of its input when
+// both are stored row-major (not NHWC) and the input is not a constant.
+inline bool reshape_is_alias(const Graph& g, const Node& reshape) {
+  const Value &x = g.values[reshape.inputs[0]], &y = g.values[reshape.outputs[0]];
+  return !stored_nhwc(x) && !stored_nhwc(y) && !x.constant;
 }
 inline size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
 
@@ -90,6 +105,61 @@ struct Lowering {
   // A per-engine device buffer (re-laid-out weights ...) made once under `key`.
   const void* engine_buffer(const std::string& key, const std::function<DeviceBuffer()>& make);
   std::string node_name;  // the node being lowered
+  // Grows the per-context workspace to at least `bytes` (steps use it one at a time).
+  void reserve_workspace(size_t bytes) { p.workspace_bytes = std::max(p.workspace_bytes, bytes); }
+  // A run-time check of node `node`: a 3-int64 device flag (Exec::checks + 3 *
+  // index) its step zeroes and its kernel sets; the context reads every flag
+  // after a run and fails naming the node (CudaEngine::Program::checks).
+  int add_check(const std::string& what);
+};
+
+// A value's device address in one enqueue, constants included (their upload).
+struct Operand {
+  ValuePtr ptr;
+  int v = -1;
+  const void* constant = nullptr;
+  void* operator()(const Exec& x) const { return constant ? const_cast<void*>(constant) : ptr(x, v); }
+};
+inline Operand operand(const Lowering& L, int v) {
+  return {L.ptr, v, L.g.values[v].constant ? L.weight(v) : nullptr};
+}
+
+// Offset of the n-th 256-byte-aligned block after `bytes` of workspace.
+inline size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The strided copy (kernels.hpp) that writes y = permute(x, perm), each side
+// in its stored layout (row-major, or NHWC for 4-D floats): transpose, the
+// NHWC <-> row-major relayouts (identity perm) and reshape across layouts.
+StridedCopy permute_copy(const Shape& x, bool x_nhwc, const std::vector<int64_t>& perm, bool y_nhwc);
+
+// Row-major operands for a kernel that computes on logical row-major data
+// (layer_norm, softmax, matmul, top_k, gather): each 4-D float input stored
+// NHWC is transposed into the workspace before the kernel (load) and each
+// such output is written there and transposed into place after it (store).
+// The step uses workspace [0, scratch_bytes()); values stored row-major are
+// used in place. Copyable into step closures (shape_ops.cpp).
+class RowMajorIo {
+ public:
+  RowMajorIo(const Lowering& L, const std::vector<int>& ins, const std::vector<int>& outs);
+  size_t scratch_bytes() const { return scratch_; }
+  const void* in(const Exec& x, size_t k) const { return at(x, ins_[k]); }
+  void* out(const Exec& x, size_t k) const { return at(x, outs_[k]); }
+  void load(const Exec& x) const;
+  void store(const Exec& x) const;
+  // The step's kernel name with its relayouts: "softmax" or "softmax +2 nhwc relayouts".
+  std::string kernel(const std::string& name) const;
+
+ private:
+  struct Io {
+    Operand where;
+    Shape shape;
+    size_t elem_bytes = 0;
+    bool nhwc = false;
+    size_t off = 0;  // in the workspace, when nhwc
+  };
+  void* at(const Exec& x, const Io& io) const;
+  std::vector<Io> ins_, outs_;
+  size_t scratch_ = 0;
 };
 
 // Node `ni` on the plain reference, inside the stream (reference.cpp).

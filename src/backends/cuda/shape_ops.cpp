@@ -1,0 +1,170 @@
+// The CUDA lowering of the shape ops (kernels in shape_ops.cu): transpose,
+// reshape, upsample_nearest, gather, and RowMajorIo, which gives kernels that
+// compute on row-major data their operands in that order (lower.hpp).
+//
+// Layout: each op is lowered in terms of the stored layouts. A relayout is a
+// permutation, so transpose is one strided copy from x's stored order to y's
+// stored order whatever they are (NHWC for 4-D floats, row-major otherwise);
+// reshape is a byte alias when both sides are row-major (planned in
+// cuda_program.cpp), else one or two strided copies through row-major order.
+#include <numeric>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/lower.hpp"
+#include "core/error.hpp"
+#include "ir/attrs.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+// The storage stride of each logical axis of a value of shape s.
+std::vector<int64_t> logical_strides(const Shape& s, bool nhwc) {
+  std::vector<int64_t> st(s.size(), 1);
+  if (nhwc) {  // [N, C, H, W] stored [N, H, W, C]
+    st = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+    return st;
+  }
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+std::vector<int64_t> identity(size_t rank) {
+  std::vector<int64_t> p(rank);
+  std::iota(p.begin(), p.end(), int64_t{0});
+  return p;
+}
+
+}  // namespace
+
+StridedCopy permute_copy(const Shape& x, bool x_nhwc, const std::vector<int64_t>& perm, bool y_nhwc) {
+  if (perm.size() != x.size() || x.empty() || x.size() > size_t(kMaxStridedRank))
+    fail_runtime("cuda permute_copy: perm of ", perm.size(), " axes for ", shape_str(x));
+  const std::vector<int64_t> xs = logical_strides(x, x_nhwc);
+  // y's stored axes, as logical axes of y: NHWC stores axes 0, 2, 3, 1.
+  const std::vector<int64_t> order = y_nhwc ? std::vector<int64_t>{0, 2, 3, 1} : identity(x.size());
+  StridedCopy c;
+  c.rank = static_cast<int>(x.size());
+  for (size_t j = 0; j < order.size(); ++j) {
+    const int64_t axis = perm[static_cast<size_t>(order[j])];  // y's logical axis order[j] is x's axis perm[order[j]]
+    c.shape[j] = x[static_cast<size_t>(axis)];
+    c.x_strides[j] = xs[static_cast<size_t>(axis)];
+  }
+  return c;
+}
+
+RowMajorIo::RowMajorIo(const Lowering& L, const std::vector<int>& ins, const std::vector<int>& outs) {
+  auto make = [&](int v) {
+    const Value& val = L.g.values[v];
+    Io io{operand(L, v), val.shape, dtype_size(val.dtype), stored_nhwc(val), 0};
+    if (io.nhwc) {
+      io.off = scratch_;
+      scratch_ = align256(scratch_ + value_bytes(val));
+    }
+    return io;
+  };
+  for (int v : ins) ins_.push_back(make(v));
+  for (int v : outs) outs_.push_back(make(v));
+}
+
+void* RowMajorIo::at(const Exec& x, const Io& io) const {
+  return io.nhwc ? static_cast<char*>(x.workspace) + io.off : io.where(x);
+}
+
+void RowMajorIo::load(const Exec& x) const {
+  for (const Io& io : ins_)
+    if (io.nhwc) strided_copy(io.where(x), at(x, io), io.elem_bytes, permute_copy(io.shape, true, identity(4), false), x.stream);
+}
+
+void RowMajorIo::store(const Exec& x) const {
+  for (const Io& io : outs_)
+    if (io.nhwc) strided_copy(at(x, io), io.where(x), io.elem_bytes, permute_copy(io.shape, false, identity(4), true), x.stream);
+}
+
+std::string RowMajorIo::kernel(const std::string& name) const {
+  int n = 0;
+  for (const auto* side : {&ins_, &outs_})
+    for (const Io& io : *side) n += io.nhwc;
+  return n ? cat(name, " +", n, " nhwc relayout", n > 1 ? "s" : "") : name;
+}
+
+void lower_Transpose(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const Value &xv = L.g.values[n.inputs[0]], &yv = L.g.values[n.outputs[0]];
+  const StridedCopy c = permute_copy(xv.shape, stored_nhwc(xv), n.attr_ints("perm"), stored_nhwc(yv));
+  const Operand x_at = operand(L, n.inputs[0]), y_at = operand(L, n.outputs[0]);
+  const size_t es = dtype_size(yv.dtype);
+  L.step("strided_copy", [=](const Exec& x) { strided_copy(x_at(x), y_at(x), es, c, x.stream); });
+}
+
+// Row-major on both sides: an alias, no step (cuda_program.cpp plans it,
+// reshape_is_alias). Otherwise through row-major order: an NHWC x is
+// transposed into y (row-major) or into the workspace (y NHWC too), and an
+// NHWC y is written from those row-major bytes.
+void lower_Reshape(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  if (reshape_is_alias(L.g, n)) return;
+  const Value &xv = L.g.values[n.inputs[0]], &yv = L.g.values[n.outputs[0]];
+  const bool x_nhwc = stored_nhwc(xv), y_nhwc = stored_nhwc(yv);
+  const Operand x_at = operand(L, n.inputs[0]), y_at = operand(L, n.outputs[0]);
+  const size_t es = dtype_size(yv.dtype), bytes = value_bytes(yv);
+  // x's NHWC bytes to row-major, and row-major bytes of y's shape to y's NHWC (where they apply).
+  const StridedCopy from_x = x_nhwc ? permute_copy(xv.shape, true, identity(4), false) : StridedCopy{};
+  const StridedCopy to_y = y_nhwc ? permute_copy(yv.shape, false, identity(4), true) : StridedCopy{};
+  if (!x_nhwc && !y_nhwc) {  // a constant input: copied
+    L.step("copy", [=](const Exec& x) {
+      KILN_CUDA_CHECK(cudaMemcpyAsync(y_at(x), x_at(x), bytes, cudaMemcpyDeviceToDevice, x.stream));
+    });
+    return;
+  }
+  if (x_nhwc && y_nhwc) L.reserve_workspace(bytes);
+  L.step(x_nhwc && y_nhwc ? "strided_copy x2" : "strided_copy", [=](const Exec& x) {
+    if (!x_nhwc) return strided_copy(x_at(x), y_at(x), es, to_y, x.stream);
+    if (!y_nhwc) return strided_copy(x_at(x), y_at(x), es, from_x, x.stream);
+    strided_copy(x_at(x), x.workspace, es, from_x, x.stream);
+    strided_copy(x.workspace, y_at(x), es, to_y, x.stream);
+  });
+}
+
+// NHWC y[n, i, j, c] = x[n, i / sh, j / sw, c]: y seen as [N, H, sh, W, sw, C]
+// reads x with strides [HWC, WC, 0, C, 0, 1] (one strided copy).
+void lower_UpsampleNearest(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const Value &xv = L.g.values[n.inputs[0]], &yv = L.g.values[n.outputs[0]];
+  if (!stored_nhwc(xv) || !stored_nhwc(yv))
+    fail_input(n.name, ": CUDA upsample_nearest takes a 4-D float map stored NHWC, not a constant or ", dtype_name(xv.dtype));
+  const UpsampleAttrs a = upsample_attrs(n);
+  const Shape& s = xv.shape;  // N, C, H, W
+  StridedCopy c;
+  c.rank = 6;
+  const int64_t shape[6] = {s[0], s[2], a.sh, s[3], a.sw, s[1]};
+  const int64_t strides[6] = {s[2] * s[3] * s[1], s[3] * s[1], 0, s[1], 0, 1};
+  for (int d = 0; d < 6; ++d) c.shape[d] = shape[d], c.x_strides[d] = strides[d];
+  const Operand x_at = operand(L, n.inputs[0]), y_at = operand(L, n.outputs[0]);
+  const size_t es = dtype_size(yv.dtype);
+  L.step("strided_copy", [=](const Exec& x) { strided_copy(x_at(x), y_at(x), es, c, x.stream); });
+}
+
+// Index check: an index outside [0, extent) (or a float engine input that is
+// not an integer, cast to the type's minimum) sets the step's flag; the
+// context fails the run naming the node (cuda_context.cpp).
+void lower_Gather(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  const GatherDims d = gather_dims(L.g, n);
+  const DType index_dt = L.g.values[n.inputs[1]].dtype;
+  if (index_dt != DType::I64 && index_dt != DType::I32)
+    fail_input(n.name, ": CUDA gather takes an i64 or i32 index, not ", dtype_name(index_dt));
+  const RowMajorIo io(L, {n.inputs[0], n.inputs[1]}, {n.outputs[0]});
+  L.reserve_workspace(io.scratch_bytes());
+  const int check = L.add_check(cat(n.name, ": gather index out of [0, ", d.extent, ")"));
+  const size_t es = dtype_size(L.g.values[n.outputs[0]].dtype);
+  L.step(io.kernel("gather_rows"), [=](const Exec& x) {
+    int64_t* flag = x.checks + 3 * check;
+    KILN_CUDA_CHECK(cudaMemsetAsync(flag, 0, 3 * sizeof(int64_t), x.stream));
+    io.load(x);
+    gather_rows(io.in(x, 0), io.in(x, 1), index_dt, io.out(x, 0), es, d.outer, d.extent, d.inner, d.k, flag, x.stream);
+    io.store(x);
+  });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,99 @@
+// top_k (top_k.cpp lowers it): one block per row. Each element gets a 64-bit
+// key whose order is the order the op defines — the value's bits mapped to an
+// order-preserving unsigned integer in the high half (NaN above +inf, -0 as
+// +0; inverted for largest = 0, so NaN then ranks last), and the inverted
+// index in the low half (equal values: smaller index first). All keys of a
+// row differ, so the k-th largest key is found exactly by a radix select
+// (8 passes of 8 bits, a shared histogram each), the k elements at or above
+// it are collected in shared memory, and each one's output position is the
+// number of collected keys above it.
+// TODO(speed): fewer passes (stop once the prefix isolates k keys; 11-bit
+// digits), several blocks per row for very long rows, a warp per short row.
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreadsTopK = 512;
+
+__device__ __forceinline__ unsigned long long order_key(float v, int64_t index, bool largest) {
+  uint32_t u;
+  if (isnan(v)) {
+    u = 0xffffffffu;  // above every number, all NaNs equal
+  } else {
+    if (v == 0.f) v = 0.f;  // -0 ranks as +0 (they compare equal)
+    u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  }
+  if (!largest) u = ~u;
+  return (static_cast<unsigned long long>(u) << 32) | (0xffffffffull - static_cast<unsigned long long>(index));
+}
+
+template <typename T>
+__global__ void top_k_kernel(const T* x, T* values, int64_t* indices, int64_t extent, int64_t inner, int k, bool largest) {
+  dev::enter_grid();
+  __shared__ unsigned int hist[256];
+  __shared__ unsigned long long prefix_s, mask_s;
+  __shared__ unsigned int remaining_s, picked_s;
+  __shared__ unsigned long long picked[kMaxCudaTopK];
+  const int64_t row = blockIdx.x;
+  const int64_t o = row / inner, r = row % inner;
+  const T* xr = x + o * extent * inner + r;
+  auto key_of = [&](int64_t i) { return order_key(dev::to_f32(xr[i * inner]), i, largest); };
+  if (threadIdx.x == 0) {
+    prefix_s = 0, mask_s = 0, remaining_s = unsigned(k), picked_s = 0;
+  }
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    const unsigned long long prefix = prefix_s, mask = mask_s;
+    for (int64_t i = threadIdx.x; i < extent; i += blockDim.x) {
+      const unsigned long long key = key_of(i);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // the digit holding the remaining-th largest key among those matching the prefix
+      unsigned int above = 0, want = remaining_s;
+      int b = 255;
+      for (; b > 0 && above + hist[b] < want; --b) above += hist[b];
+      remaining_s = want - above;
+      prefix_s = prefix | (static_cast<unsigned long long>(b) << shift);
+      mask_s = mask | (255ull << shift);
+    }
+    __syncthreads();
+  }
+  const unsigned long long kth = prefix_s;  // the k-th largest key itself (keys are distinct)
+  for (int64_t i = threadIdx.x; i < extent; i += blockDim.x) {
+    const unsigned long long key = key_of(i);
+    if (key >= kth) picked[atomicAdd(&picked_s, 1u)] = key;
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < k; s += blockDim.x) {
+    const unsigned long long key = picked[s];
+    int rank = 0;
+    for (int t = 0; t < k; ++t) rank += picked[t] > key;
+    const int64_t index = int64_t(0xffffffffull - (key & 0xffffffffull));
+    const int64_t y = (o * k + rank) * inner + r;
+    values[y] = xr[index * inner];
+    indices[y] = index;
+  }
+}
+
+}  // namespace
+
+void top_k_rows(const void* x, void* values, int64_t* indices, DType dt, int64_t outer, int64_t extent, int64_t inner,
+                int k, bool largest, cudaStream_t stream) {
+  const int64_t rows = outer * inner;
+  if (rows <= 0 || k <= 0) return;
+  if (k > kMaxCudaTopK || k > extent) fail_runtime("cuda top_k: k ", k, " of ", extent, " (at most ", kMaxCudaTopK, ")");
+  if (extent > int64_t(0xffffffff)) fail_runtime("cuda top_k: rows of ", extent, " elements are too long");
+  if (rows > int64_t(0x7fffffff)) fail_runtime("cuda top_k: ", rows, " rows is too many");
+  detail::dispatch_float(dt, "top_k", [&](auto t) {
+    using T = decltype(t);
+    detail::launch("top_k", top_k_kernel<T>, dim3(unsigned(rows)), kThreadsTopK, 0, stream, static_cast<const T*>(x),
+                   static_cast<T*>(values), indices, extent, inner, k, largest);
+  });
+}
+
+}  // namespace kiln::cuda
