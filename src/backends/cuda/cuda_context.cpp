@@ -24,25 +24,10 @@ thread_local bool t_pdl_default = true;
 // Batches 5..31 are not measured; above 4 it stays off.
 constexpr int64_t kPdlMaxBatch = 4;
 
-// Pinned host memory for the run-time check flags (copied back without a
-// host wait on a caller's stream).
-struct PinnedFlags {
-  int64_t* p = nullptr;
-  size_t count = 0;
-  explicit PinnedFlags(size_t n = 0) : count(n) {
-    if (n) KILN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), n * sizeof(int64_t)));
-  }
-  ~PinnedFlags() {
-    if (p) cudaFreeHost(p);
-  }
-  PinnedFlags(const PinnedFlags&) = delete;
-  PinnedFlags& operator=(const PinnedFlags&) = delete;
-};
-
 struct BatchState {
   std::shared_ptr<CudaEngine::Program> prog;
   DeviceBuffer arena, workspace, staging_in, staging_out, checks;
-  std::unique_ptr<PinnedFlags> check_flags;
+  PinnedBuffer check_flags;  // the run-time check flags, copied back without a host wait on a caller's stream
   bool checks_pending = false;  // flags copied back on a stream the host did not wait for
   PinnedBuffer host;     // nodes on the plain reference (reference.cpp)
   HostCalls host_calls;  // their host functions as this context enqueued them
@@ -107,7 +92,7 @@ struct CudaContext::Impl {
     }
     st->staging_out = DeviceBuffer(out_bytes);
     st->checks = DeviceBuffer(p.checks.size() * 3 * sizeof(int64_t));
-    st->check_flags = std::make_unique<PinnedFlags>(p.checks.size() * 3);
+    st->check_flags = PinnedBuffer(p.checks.size() * 3 * sizeof(int64_t));
     if (!p.checks.empty()) KILN_CUDA_CHECK(cudaMemset(st->checks.get(), 0, st->checks.size()));
     return *(states[batch] = std::move(st));
   }
@@ -134,7 +119,7 @@ struct CudaContext::Impl {
     st.checks_pending = false;
     const auto& checks = st.prog->checks;
     for (size_t i = 0; i < checks.size(); ++i) {
-      const int64_t* f = st.check_flags->p + 3 * i;
+      const int64_t* f = reinterpret_cast<const int64_t*>(st.check_flags.get()) + 3 * i;
       if (f[0] == 0) continue;
       if (f[1] == INT64_MIN || f[1] == INT32_MIN)
         fail_input(checks[i], ": index at position ", f[2], " of the flattened index is not an integer");
@@ -272,7 +257,7 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
                                       cudaMemcpyDeviceToHost, s));
   }
   if (!p.checks.empty())
-    KILN_CUDA_CHECK(cudaMemcpyAsync(st.check_flags->p, st.checks.get(), st.checks.size(), cudaMemcpyDeviceToHost, s));
+    KILN_CUDA_CHECK(cudaMemcpyAsync(st.check_flags.get(), st.checks.get(), st.checks.size(), cudaMemcpyDeviceToHost, s));
   m.finish(s);
   if (own || host) {
     KILN_CUDA_CHECK(cudaEventSynchronize(m.done.e));
