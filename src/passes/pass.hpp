@@ -32,6 +32,8 @@ int rewrite_each(Graph& g, const std::function<bool(const Graph&, const Node&)>&
                  const std::function<void(Graph&, size_t)>& rewrite);
 
 int fold_batchnorm(Graph& g);
+// add(conv(x, Wa), conv(x, Wb)) with centred kernels -> one conv (RepVGG pairs).
+int fold_parallel_convs(Graph& g);
 int fuse_activation(Graph& g);
 int fuse_residual_add(Graph& g);
 int eliminate_dead_nodes(Graph& g);

@@ -47,6 +47,7 @@ std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
   // folding happens in fp32.
   std::vector<Pass> p = {
       {"fold_batchnorm", fold_batchnorm},
+      {"fold_parallel_convs", fold_parallel_convs},
       {"fuse_activation", fuse_activation},
       {"fuse_residual_add", fuse_residual_add},
       {"eliminate_dead_nodes", eliminate_dead_nodes},

@@ -57,6 +57,46 @@ std::vector<float> input_for(const Graph& g, std::mt19937& rng) {
   return random_tensor(g.values[g.inputs[0]].shape, rng).to_f32();
 }
 
+// RepVGG pairs (RT-DETR's CSPRep): BN(3x3 conv) + BN(1x1 conv) of one input,
+// optionally strided and with an activation after the add, fold into one conv.
+TEST(Passes, FoldParallelConvsMergesCentredKernels) {
+  std::mt19937 rng(5);
+  for (int stride : {1, 2}) {
+    Graph g;
+    const int x = g.add_input("x", DType::F32, {2, 6, 9, 9});
+    const int a = add_bn(g, "bn3", g.add_node(Op::Conv2d, "c3", {x, g.add_constant("w3", random_tensor({13, 6, 3, 3}, rng))}, conv_attrs(stride, 1)), 13, rng);
+    const int b = add_bn(g, "bn1", g.add_node(Op::Conv2d, "c1", {x, g.add_constant("w1", random_tensor({13, 6, 1, 1}, rng))}, conv_attrs(stride, 0)), 13, rng);
+    g.mark_output(g.add_node(Op::Activation, "act", {g.add_node(Op::Add, "sum", {b, a})}, {{"activation", std::string("silu")}}));
+    const std::vector<float> in = input_for(g, rng);
+    const auto before = run_cpu(g, {in});
+    fold_batchnorm(g);
+    EXPECT_EQ(fold_parallel_convs(g), 1) << stride;
+    eliminate_dead_nodes(g);
+    verify_graph(g, "fold_parallel_convs");
+    EXPECT_EQ(g.count_ops(Op::Conv2d), 1);
+    EXPECT_EQ(g.count_ops(Op::Add), 0);
+    ASSERT_NE(g.find_node("c3"), nullptr) << "the larger kernel's conv keeps its name";
+    const auto after = run_cpu(g, {in});
+    EXPECT_LT(max_abs_diff(after[0], before[0]), 1e-5f * std::max(1.f, max_abs(before[0])));
+    EXPECT_EQ(fold_parallel_convs(g), 0) << "idempotent";
+  }
+  // Not folded: a window with another centre (same output shape), or another input.
+  for (int which = 0; which < 2; ++which) {
+    Graph g;
+    const int x = g.add_input("x", DType::F32, {1, 4, 8, 8});
+    const int x2 = g.add_node(Op::Activation, "x2", {x}, {{"activation", std::string("relu")}});
+    Attrs off_centre = conv_attrs(1, 0);
+    off_centre["pads"] = std::vector<int64_t>{0, 0, 2, 2};
+    const int a = g.add_node(Op::Conv2d, "c3", {x, g.add_constant("w3", random_tensor({4, 4, 3, 3}, rng))},
+                             which == 0 ? off_centre : conv_attrs(1, 1));
+    const int b = g.add_node(Op::Conv2d, "c1", {which == 1 ? x2 : x, g.add_constant("w1", random_tensor({4, 4, 1, 1}, rng))},
+                             conv_attrs(1, 0));
+    ASSERT_EQ(g.values[a].shape, g.values[b].shape);
+    g.mark_output(g.add_node(Op::Add, "sum", {a, b}));
+    EXPECT_EQ(fold_parallel_convs(g), 0) << which;
+  }
+}
+
 TEST(Passes, FoldBatchNormKeepsNumbersAndRemovesBn) {
   for (bool bias : {false, true}) {
     std::mt19937 rng(1);

@@ -173,6 +173,8 @@ TEST(RtDetrStructure, NodeCountsAfterPasses) {
     EXPECT_EQ(g.count_ops(Op::InverseSigmoid), w.layers) << w.name;
     EXPECT_EQ(g.count_ops(Op::UpsampleNearest), 2) << w.name;
     EXPECT_EQ(g.count_ops(Op::Mul), w.mask ? 1 : 0) << w.name;
+    Graph again = g;
+    EXPECT_EQ(fold_parallel_convs(again), 0) << w.name << ": every RepVGG pair is one conv";
     ASSERT_NE(g.find_node("model.decoder.layers.0.encoder_attn.core"), nullptr) << w.name;
     EXPECT_EQ(g.find_node("model.decoder.layers.0.encoder_attn.core")->attr_str("method"),
               std::string(w.name) == "discrete_1l" ? "discrete" : "default");
