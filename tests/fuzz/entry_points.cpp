@@ -161,8 +161,14 @@ void hf_config(const uint8_t* data, size_t size) {
 void runtime_json(const uint8_t* data, size_t size) {
   const std::string text = as_text(data, size);
   validate_runtime_json(text, "fuzz runtime.json");
-  // What Classifier does with a runtime.json that passed validation.
-  ClassificationRuntime r = parse_classification_runtime(nlohmann::json::parse(text), "fuzz runtime.json");
+  // What Classifier (or Detector) does with a runtime.json that passed validation.
+  const nlohmann::json j = nlohmann::json::parse(text);
+  if (j.at("task") == "detection") {
+    const DetectionRuntime r = parse_detection_runtime(j, "fuzz runtime.json");
+    g_sink = g_sink ^ static_cast<uint8_t>(r.num_classes + r.num_queries);
+    return;
+  }
+  ClassificationRuntime r = parse_classification_runtime(j, "fuzz runtime.json");
   g_sink = g_sink ^ static_cast<uint8_t>(r.num_classes);
 }
 
