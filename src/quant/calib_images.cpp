@@ -32,14 +32,7 @@ CalibrationData image_calibration_data(std::vector<std::filesystem::path> files,
     fail_usage("--calib: calibration images are pre-processed for classification models only so far (this model's task is '",
                task, "'); pass --scales FILE instead");
   const ClassificationRuntime rt = parse_classification_runtime(runtime, "runtime.json");
-  TimmPreprocess pre;  // the constants kiln classify uses (tasks/classifier.cpp)
-  pre.height = rt.preprocess.height;
-  pre.width = rt.preprocess.width;
-  pre.crop_pct = rt.preprocess.crop_pct;
-  pre.interpolation = rt.preprocess.interpolation;
-  pre.mean = rt.preprocess.mean;
-  pre.std = rt.preprocess.std;
-  pre.crop_mode = rt.preprocess.crop_mode;
+  const TimmPreprocess pre = timm_preprocess_of(rt.preprocess);  // as kiln classify applies it
   CalibrationData d;
   d.batches = static_cast<int64_t>(files.size());
   d.batch = [files = std::move(files), pre](int64_t i) {

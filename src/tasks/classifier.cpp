@@ -21,14 +21,7 @@ Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move
   if (engine_->task() != "classification")
     fail_input("this bundle's task is '", engine_->task(), "', not classification", engine_->task() == "detection" ? " (use kiln::Detector or kiln detect)" : "");
   impl_->rt = parse_classification_runtime(nlohmann::json::parse(engine_->runtime_json()), "runtime.json");
-  const auto& p = impl_->rt.preprocess;
-  impl_->pre.height = p.height;
-  impl_->pre.width = p.width;
-  impl_->pre.crop_pct = p.crop_pct;
-  impl_->pre.interpolation = p.interpolation;
-  impl_->pre.mean = p.mean;
-  impl_->pre.std = p.std;
-  impl_->pre.crop_mode = p.crop_mode;
+  impl_->pre = timm_preprocess_of(impl_->rt.preprocess);
   impl_->ctx = engine_->create_context();
 }
 

@@ -39,6 +39,18 @@ std::array<float, 3> triple(const json& j, const char* key, const std::string& w
 
 }  // namespace
 
+TimmPreprocess timm_preprocess_of(const TimmEvalPreprocess& p) {
+  TimmPreprocess pre;
+  pre.height = p.height;
+  pre.width = p.width;
+  pre.crop_pct = p.crop_pct;
+  pre.interpolation = p.interpolation;
+  pre.mean = p.mean;
+  pre.std = p.std;
+  pre.crop_mode = p.crop_mode;
+  return pre;
+}
+
 json to_json(const ClassificationRuntime& r) {
   const auto& p = r.preprocess;
   return {{"task", "classification"},

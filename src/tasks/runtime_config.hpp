@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "image/image.hpp"
 #include "image/interpolation.hpp"
 
 namespace kiln {
@@ -46,6 +47,10 @@ struct DetectionRuntime {
   int num_queries = 0;
   DetectionPreprocess preprocess;
 };
+
+// The image pre-processing runtime.json's constants describe (what kiln classify,
+// kiln eval and calibration apply).
+TimmPreprocess timm_preprocess_of(const TimmEvalPreprocess& p);
 
 nlohmann::json to_json(const ClassificationRuntime& r);
 nlohmann::json to_json(const DetectionRuntime& r);
