@@ -552,8 +552,8 @@ TEST(CudaEngine, PlanThatDoesNotMatchIsRefused) {
   refused("step", [](nlohmann::json& p) { p["steps"][2][1] = "cudnn eng999"; }, "step 2");
   refused("offset", [](nlohmann::json& p) { p["values"]["pixel_values"][0] = 12345; }, "arena offsets");
   refused("window", [](nlohmann::json& p) { p["window_conv"] = true; }, "runs window convs");
-  refused("flag", [](nlohmann::json& p) { p["channel_views"] = "yes"; }, "not true/false");
-  refused("type", [](nlohmann::json& p) { p = 7; }, "not an object");
+  refused("flag", [](nlohmann::json& p) { p["channel_views"] = "yes"; }, "must be true or false");
+  refused("type", [](nlohmann::json& p) { p = 7; }, "must be an object");
 }
 
 // --reference on the CUDA backend (reference.cpp): the matched nodes run the

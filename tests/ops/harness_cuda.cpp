@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backends/cuda/cuda_engine.hpp"
+#include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
 
 namespace kiln::ops {
@@ -22,8 +23,11 @@ std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref:
   const int64_t batch = g.values[g.inputs.at(0)].shape.at(0);
   for (int v : g.inputs)  // ExecutionContext::run's check: one batch size for all inputs
     if (g.values[v].shape.at(0) != batch) fail_input("inputs disagree on the batch size");
-  // As `kiln build` lowers a graph: tactics timed at opt level >= 3, no tactic
+  // As `kiln build` takes a graph: the backend's supports() check first (a
+  // graph it cannot run is refused there, naming the node, before lowering),
+  // then tactics timed at opt level >= 3, no tactic
   // cache (each case is timed on its own, whatever earlier runs chose).
+  if (const std::string why = cuda::lowering_refusal(g); !why.empty()) fail_input(why);
   cuda::CudaOptions o;
   o.opt_level = opt_level;
   o.tune = true;

@@ -2,6 +2,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "core/file.hpp"
 
@@ -170,7 +172,15 @@ nlohmann::json CudaEngine::tactics_json() const {
   const Impl& m = *impl_;
   nlohmann::json batches = nlohmann::json::object();
   nlohmann::json first;
-  for (const auto& [batch, chosen] : m.chosen) {
+  // Every planned batch gets an entry, also one whose nodes chose no tactic
+  // (all on the plain reference path): its plan must travel all the same.
+  std::set<int64_t> planned;
+  for (const auto& kv : m.chosen) planned.insert(kv.first);
+  for (const auto& kv : m.programs) planned.insert(kv.first);
+  static const std::map<std::string, std::string> kNone;
+  for (const int64_t batch : planned) {
+    const auto ch = m.chosen.find(batch);
+    const auto& chosen = ch == m.chosen.end() ? kNone : ch->second;
     nlohmann::json layers = nlohmann::json::object();
     const auto us = m.chosen_us.find(batch);
     for (const auto& [name, tactic] : chosen) {
