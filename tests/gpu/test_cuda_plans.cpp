@@ -202,6 +202,9 @@ TEST(WindowPlan, ViewBlockSignaturesNameTheirWork) {
   Graph g = testing::fixture_graph(kRes2net / "s4_26w", DType::F16, 8, "timm_res2net");
   const ChannelViews cv = plan_channel_views(g);
   const auto blocks = view_blocks(g, cv);
+  std::vector<std::string> names;
+  for (const ViewBlock& b : blocks) names.push_back(b.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"layer1.0", "layer2.0", "layer2.1", "layer3.0", "layer4.0"}));
   ASSERT_GT(blocks.size(), 2u);
   std::set<std::string> sigs;
   for (const ViewBlock& b : blocks) {
@@ -217,6 +220,21 @@ TEST(WindowPlan, ViewBlockSignaturesNameTheirWork) {
   g2.infer_shapes();
   const ChannelViews cv2 = plan_channel_views(g2);
   EXPECT_NE(view_block_signature(g2, cv2, view_blocks(g2, cv2)[0], false).str(), view_block_signature(g, cv, blocks[0], false).str());
+}
+
+// A block whose nodes share no dotted prefix, or whose prefix is a node's
+// name, is named by its first node (the record keys nodes and blocks alike).
+TEST(WindowPlan, ViewBlockNamesNeverMeetNodeNames) {
+  Graph g = testing::fixture_graph(kRes2net / "s4_26w", DType::F16, 8, "timm_res2net");
+  ChannelViews cv = plan_channel_views(g);
+  auto blocks = view_blocks(g, cv);
+  ASSERT_EQ(blocks.size(), 5u);
+  g.nodes[blocks[0].nodes.back()].name = "cat_of_the_first_block";  // layer1.0's concat
+  g.nodes[0].name = "layer2.0";                                      // the stem's first node
+  blocks = view_blocks(g, cv);
+  EXPECT_EQ(blocks[0].name, g.nodes[blocks[0].nodes[0]].name + "#views");
+  EXPECT_EQ(blocks[1].name, g.nodes[blocks[1].nodes[0]].name + "#views");
+  EXPECT_EQ(blocks[2].name, "layer2.1");
 }
 
 TEST(WindowPlan, GraphsWithoutViewsHaveNoBlocks) {

@@ -233,7 +233,7 @@ TEST_F(Cli, InspectShowsTheRecordedCudaPlanWithoutAGpu) {
   w.write(with_plan);
   Result r = kiln("inspect --plan " + with_plan.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("CUDA plan for batch 4 (Test GPU for batch 4 (first shown)): 2 steps, arena 4096 bytes"), std::string::npos)
+  EXPECT_NE(r.out.find("CUDA plan for batch 4 (Test GPU for batch 4, 8 (first shown)): 2 steps, arena 4096 bytes"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("cudnn eng0_k1=2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bytes, window convs off, channel views off"), std::string::npos) << r.out;
