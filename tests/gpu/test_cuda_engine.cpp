@@ -622,6 +622,39 @@ TEST(CudaEngine, ViewBlocksChosenByTimingAreRecordedAndReplayed) {
   }
 }
 
+// Plans from before per-block choices hold window_conv true or false: true
+// loads as every view block on window convs (the same program, so the same
+// numbers), and a block list naming a block that cannot is refused by name.
+TEST(CudaEngine, PlansWithGraphWideWindowConvStillLoad) {
+  REQUIRE_GPU();
+  const std::string fixture = "res2net/s4_26w";
+  const fs::path b = build(fixture, DType::F16, 1, 2);
+  nlohmann::json t = tactics_of(Bundle::open(b)).second;
+  nlohmann::json& plan = t["batches"]["2"]["plan"];
+  ASSERT_EQ(plan["window_conv"].size(), 5u) << "batch 2: every block under the heuristic's limit";
+  const auto want = run_batch(b, fixture, 2);
+  plan["window_conv"] = true;
+  EXPECT_EQ(run_batch(with_tactics(b, t, "old_plan_true"), fixture, 2), want);
+  plan["window_conv"] = {"layer1.0", "layer9.0"};
+  try {
+    Engine::load(with_tactics(b, t, "plan_unknown_block").string());
+    ADD_FAILURE() << "a plan naming no block of the graph loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'layer9.0', which is no view block of this graph"), std::string::npos) << e.what();
+  }
+  // An f32 graph's blocks cannot run window convs: a list naming one is refused with the reason.
+  const fs::path f32 = build(fixture, DType::F32, 1, 2);
+  nlohmann::json t32 = tactics_of(Bundle::open(f32)).second;
+  t32["batches"]["2"]["plan"]["window_conv"] = {"layer2.0"};
+  t32["batches"]["2"]["plan"]["channel_views"] = true;
+  try {
+    Engine::load(with_tactics(f32, t32, "plan_f32_block").string());
+    ADD_FAILURE() << "an f32 plan with window convs loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs window convs, which this graph cannot: layer2.0."), std::string::npos) << e.what();
+  }
+}
+
 // A bundle whose recorded plan is not what this kiln builds from it (edited,
 // or from a kiln that plans differently) is refused with a clear error, never
 // run as something else.
@@ -646,7 +679,7 @@ TEST(CudaEngine, PlanThatDoesNotMatchIsRefused) {
   refused("offset", [](nlohmann::json& p) { p["values"]["pixel_values"][0] = 12345; }, "arena offsets");
   refused("window", [](nlohmann::json& p) { p["window_conv"] = true; }, "runs window convs");
   refused("block", [](nlohmann::json& p) { p["window_conv"] = {"layer1.0"}; }, "'layer1.0', which is no view block");
-  refused("blocks", [](nlohmann::json& p) { p["window_conv"] = "all"; }, "not a list of view block names");
+  refused("blocks", [](nlohmann::json& p) { p["window_conv"] = "all"; }, "must be a list of view block names");
   refused("flag", [](nlohmann::json& p) { p["channel_views"] = "yes"; }, "must be true or false");
   refused("type", [](nlohmann::json& p) { p = 7; }, "must be an object");
 }
