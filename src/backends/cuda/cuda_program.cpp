@@ -81,44 +81,11 @@ std::vector<char> window_blocks_of(const GraphFacts& f, const nlohmann::json* pl
   return w;
 }
 
-// Squeeze-excitation groups, window convs over channel views, and the values
-// that share another's bytes. A bundle's recorded plan (`plan`, may be null)
-// fixes the decisions; otherwise `window` (when given: the view blocks run as
-// window convs, blocks past its end none), the switches and the measured
-// thresholds do.
-void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, const std::vector<char>* window,
-                  int64_t batch, GraphFacts& f) {
+// Channel views and window convs, per view block (see the comment inside).
+void plan_views_and_windows(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan,
+                            const std::vector<char>* window, int64_t batch, GraphFacts& f) {
   const std::string where = cat("the bundle's CUDA plan for batch ", batch);
-  f.fused_away.assign(g.nodes.size(), 0);
-  f.folded_cast.assign(g.nodes.size(), 0);
-  f.split_done.assign(g.nodes.size(), 0);
-  f.alias.assign(g.values.size(), -1);
-  for (const Node& n : g.nodes)
-    if ((n.op == Op::Flatten && flatten_is_alias(g, n)) || (n.op == Op::Reshape && reshape_is_alias(g, n)))
-      f.alias[n.outputs[0]] = n.inputs[0];  // same bytes (lower.hpp)
-  // Squeeze-excitation as se_mlp steps (se_plan.hpp) where the graph marks
-  // the blocks (switch fuse_se off at build: no marks, all unfused).
-  // fuse_se_mul on also applies the gate inside the step. Off by default:
-  // on the H200 (efficientnet_b0 fp16) it saved 16 launches but no time at
-  // batch 1 (0.407 vs 0.405 ms) and cost time at batch 32 (1.19 vs 1.08 ms):
-  // its gate-times-pixels loop moves 2-byte elements, where mul_channel_nhwc
-  // moves 16-byte vectors.
   const EngineSwitches& sw = m.opts.switches;
-  // --reference: the matched nodes run the plain reference on the host and
-  // the whole graph runs dense (one buffer per value, no fused groups), as on
-  // the CPU backend; the plan records no views and no window convs.
-  if (!m.opts.reference.empty()) {
-    f.reference = select_nodes(g, m.opts.reference, "--reference pattern");
-    f.dense = true;
-    f.cv.parent.assign(g.values.size(), -1);  // no value is a view
-    f.cv.channel_offset.assign(g.values.size(), 0);
-    if (plan && (plan_runs_windows(*plan, where) || plan_flag(*plan, "channel_views", where)))
-      fail_input(where, " uses views or window convs, which a graph with nodes on the plain reference runs without");
-    return;
-  }
-  f.se = plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false));  // marked blocks (switch fuse_se: the pass)
-  for (size_t i : f.se.fused_away) f.fused_away[i] = 1;
-  f.live_until = f.se.live_until;
   // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
   // offset plus the root buffer's pixel stride, so Res2Net's chunk slices read
   // the 1x1 conv's output in place and its 3x3 convs (and the pass-through
@@ -158,6 +125,47 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
     // Each block can alone; the blocks share no node or view, so together too.
     if (!f.wp.why_not.empty()) fail_runtime("batch ", batch, ": the window-conv blocks cannot run together (", f.wp.why_not, ")");
   }
+}
+
+// Squeeze-excitation groups, window convs over channel views, and the values
+// that share another's bytes. A bundle's recorded plan (`plan`, may be null)
+// fixes the decisions; otherwise `window` (when given: the view blocks run as
+// window convs, blocks past its end none), the switches and the measured
+// thresholds do.
+void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, const std::vector<char>* window,
+                  int64_t batch, GraphFacts& f) {
+  const std::string where = cat("the bundle's CUDA plan for batch ", batch);
+  f.fused_away.assign(g.nodes.size(), 0);
+  f.folded_cast.assign(g.nodes.size(), 0);
+  f.split_done.assign(g.nodes.size(), 0);
+  f.alias.assign(g.values.size(), -1);
+  for (const Node& n : g.nodes)
+    if ((n.op == Op::Flatten && flatten_is_alias(g, n)) || (n.op == Op::Reshape && reshape_is_alias(g, n)))
+      f.alias[n.outputs[0]] = n.inputs[0];  // same bytes (lower.hpp)
+  // Squeeze-excitation as se_mlp steps (se_plan.hpp) where the graph marks
+  // the blocks (switch fuse_se off at build: no marks, all unfused).
+  // fuse_se_mul on also applies the gate inside the step. Off by default:
+  // on the H200 (efficientnet_b0 fp16) it saved 16 launches but no time at
+  // batch 1 (0.407 vs 0.405 ms) and cost time at batch 32 (1.19 vs 1.08 ms):
+  // its gate-times-pixels loop moves 2-byte elements, where mul_channel_nhwc
+  // moves 16-byte vectors.
+  const EngineSwitches& sw = m.opts.switches;
+  // --reference: the matched nodes run the plain reference on the host and
+  // the whole graph runs dense (one buffer per value, no fused groups), as on
+  // the CPU backend; the plan records no views and no window convs.
+  if (!m.opts.reference.empty()) {
+    f.reference = select_nodes(g, m.opts.reference, "--reference pattern");
+    f.dense = true;
+    f.cv.parent.assign(g.values.size(), -1);  // no value is a view
+    f.cv.channel_offset.assign(g.values.size(), 0);
+    if (plan && (plan_runs_windows(*plan, where) || plan_flag(*plan, "channel_views", where)))
+      fail_input(where, " uses views or window convs, which a graph with nodes on the plain reference runs without");
+    return;
+  }
+  f.se = plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false));  // marked blocks (switch fuse_se: the pass)
+  for (size_t i : f.se.fused_away) f.fused_away[i] = 1;
+  f.live_until = f.se.live_until;
+  plan_views_and_windows(m, g, plan, window, batch, f);
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
