@@ -224,4 +224,33 @@ void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_
                                    h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
 }
 
+Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n) : LtGemm(handle, "fp8 linear") {
+  if (m < 1 || k < 1 || n < 1) fail_runtime("cuda fp8 gemm: invalid shape m=", m, " k=", k, " n=", n);
+  if (k % 16 || n % 16) fail_runtime("cuda fp8 gemm: k=", k, " and n=", n, " must be multiples of 16 (pad them)");
+  // (the LtGemm destructor frees what was made when this throws)
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+  const int8_t fast_accum = 0;  // the default, stated: FP8 partial sums are promoted to f32
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8F_E4M3, k, n, k));  // W
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8F_E4M3, k, m, k));  // x
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, n, m, n));      // C = D, f32 (cuBLASLt's FP8 table: C f32 -> D f32)
+  algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
+  if (algos_.empty())
+    fail_runtime("cuda fp8 gemm: cuBLASLt offers no e4m3 x e4m3 -> f32 algorithm for m=", m, " k=", k, " n=", n);
+}
+
+void Fp8GemmOp::run(const void* x, const void* w, float* d, void* workspace, size_t workspace_size, cudaStream_t s) const {
+  const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
+  if (misaligned(x) || misaligned(w) || misaligned(d)) fail_runtime("cuda fp8 gemm: x, w and d must be 16-byte aligned");
+  const cublasLtMatmulHeuristicResult_t& h = algos_[size_t(selected_)];
+  if (workspace_size < h.workspaceSize)
+    fail_runtime("cuda fp8 gemm: tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
+  const float alpha = 1.f, beta = 0.f;
+  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, w, a_, x, b_, &beta, d, d_, d, d_, &h.algo,
+                                   h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
+}
+
 }  // namespace kiln::cuda

@@ -89,6 +89,21 @@ class MatMulOp : public LtGemm {
   void run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const;
 };
 
+// The FP8 GEMM of a quantized linear (issue 13):
+// D[n, m] = W[n, k] · x[m, k]^T, W and x e4m3 row-major (the "TN" form,
+// the only one cuBLASLt runs FP8 in), D f32 column-major with ld n (so
+// y[m, n] row-major: one row of n sums per row of x). alpha 1, beta 0, no
+// scale pointers (each 1), CUBLAS_COMPUTE_32F with fast accumulation off
+// (partial sums promoted to f32 periodically). The scales, bias, residual,
+// activation and output rounding are quant_epilogue's (kernels.hpp), so every
+// output type and activation takes this one GEMM. k and n must be multiples
+// of 16 (cuBLASLt's FP8 rule for k and the leading dimensions): callers pad.
+class Fp8GemmOp : public LtGemm {
+ public:
+  Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n);
+  void run(const void* x, const void* w, float* d, void* workspace, size_t workspace_size, cudaStream_t s) const;
+};
+
 // The cuBLASLt plumbing LinearOp and MatMulOp share (cublaslt_linear.cpp).
 namespace lt {
 cudaDataType_t data_type(DType dt);
