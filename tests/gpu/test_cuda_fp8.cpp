@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/lower.hpp"
 #include "cuda_test_util.hpp"
 #include "quant/layer.hpp"
 
@@ -153,6 +154,33 @@ TEST(CudaFp8, EpilogueIsTheCpuEpilogue) {
                                                         << with_res << " at " << r << "," << c;
           }
       }
+}
+
+// A one-conv graph: x [1, 16, 4, 4] of `code`, weight [8, 16 / groups, 3, 3].
+Graph quantized_conv(DType code, int64_t groups) {
+  Graph g;
+  const int x = g.add_input("x", code, {1, 16, 4, 4});
+  g.values[x].quant = QuantParams{{0.02f}, -1, code};
+  const Shape ws{8, 16 / groups, 3, 3};
+  const HostTensor wf = HostTensor::from_f32(ws, random_values(size_t(shape_numel(ws)), 3, -0.5f, 0.5f));
+  const QuantParams wq = quant::weight_quant(wf, code);
+  const int w = g.add_constant("w", quant::quantize_tensor(wf, wq, quant::Int8Range::Narrow));
+  g.values[w].quant = wq;
+  g.mark_output(g.add_node(Op::Conv2d, "layer1.0.conv2", {x, w},
+                           {{"groups", groups}, {"out_dtype", std::string("f16")}, {"activation", std::string("relu")}}));
+  return g;
+}
+
+// What `kiln build --backend cuda` and the harness ask first (no GPU needed):
+// FP8 layers are taken, INT8 and grouped FP8 convs refused naming the node.
+TEST(CudaFp8, LoweringRefusalNamesTheNode) {
+  EXPECT_EQ(lowering_refusal(quantized_conv(DType::F8E4M3, 1)), "");
+  const std::string int8 = lowering_refusal(quantized_conv(DType::I8, 1));
+  EXPECT_EQ(int8.rfind("layer1.0.conv2: ", 0), 0u) << int8;
+  EXPECT_NE(int8.find("has no INT8 kernels"), std::string::npos) << int8;
+  const std::string grouped = lowering_refusal(quantized_conv(DType::F8E4M3, 2));
+  EXPECT_EQ(grouped.rfind("layer1.0.conv2: ", 0), 0u) << grouped;
+  EXPECT_NE(grouped.find("no CUDA FP8 path for a grouped conv ([1,16,4,4], groups 2)"), std::string::npos) << grouped;
 }
 
 }  // namespace

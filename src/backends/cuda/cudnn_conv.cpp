@@ -113,7 +113,8 @@ struct ConvOp::Impl {
   std::vector<Tactic> tactics;
   int selected = -1;
   std::string last_error;
-  DeviceBuffer one;  // fp8: the f32 1 the graph's pointwise multiply reads
+  DeviceBuffer one;     // fp8: the f32 1 the graph's pointwise multiply reads
+  bool fp8_one = true;  // fp8: the graph has the multiply (else conv -> y alone, the second attempt)
 
   // Builds the operation graph and its candidate list; false (with last_error)
   // when cuDNN rejects the pattern or offers no usable engine config.
@@ -174,7 +175,7 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
       cur->set_data_type(fe::DataType_t::FLOAT);
     }
     if (d.act != Activation::None) cur = gr->pointwise(cur, activation_attrs(d.act));
-  } else if (d.fp8) {
+  } else if (d.fp8 && fp8_one) {
     cur->set_data_type(fe::DataType_t::FLOAT);
     auto one_t = gr->tensor(g::Tensor_attributes()
                                 .set_name("one")
@@ -276,11 +277,17 @@ ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d) : impl_(std::make_unique<Impl
     return;
   }
   std::string fused_error = impl_->last_error;
-  if (!impl_->make_graph(h, false))
+  if (d.fp8 && !impl_->make_graph(h, false)) {
+    // No engine for conv -> x1 -> f32: try the bare conv with an f32 output.
+    fused_error = "FP8 conv -> multiply by 1 -> f32: " + impl_->last_error;
+    impl_->fp8_one = false;
+  }
+  if (!(d.fp8 && impl_->fp8_one) && !impl_->make_graph(h, false))
     fail_runtime("cuda conv: cuDNN supports no engine for ", d.n, "x", d.c, "x", d.h, "x", d.w, " k=", d.k, " ",
                  d.r, "x", d.s, " groups=", d.groups, " ", d.fp8 ? "e4m3 -> f32 (FP8 fprop)" : dtype_name(d.dtype), ": ",
                  impl_->last_error,
-                 fused_error.empty() ? "" : " (fused attempt: ", fused_error, fused_error.empty() ? "" : ")");
+                 fused_error.empty() ? "" : (d.fp8 ? " (first attempt, " : " (fused attempt: "), fused_error,
+                 fused_error.empty() ? "" : ")");
 }
 
 ConvOp::~ConvOp() = default;
@@ -334,7 +341,7 @@ void ConvOp::run(cudnnHandle_t h, const void* x, const void* w, const void* bias
                                           {kUidY, y}};
   if (m.fused && m.d.has_bias) pack[kUidBias] = const_cast<void*>(bias);
   if (m.fused && m.d.has_residual) pack[kUidResidual] = const_cast<void*>(residual);
-  if (m.d.fp8) pack[kUidOne] = m.one.get();
+  if (m.d.fp8 && m.fp8_one) pack[kUidOne] = m.one.get();
   auto e = m.graph->execute_plan_at_index(h, pack, workspace, m.tactics[m.selected].index);
   if (e.is_bad()) fail_runtime("cuda conv: execute ", m.tactics[m.selected].name, ": ", e.get_message());
 }
