@@ -153,14 +153,14 @@ struct QuantLayerRun {
   RawSum rs;
   const void* w;
   QuantEpilogue e;
-  int64_t rows;
+  int64_t x_rows, rows;  // pixels (or rows) of x and of y: a strided conv reads more than it writes
   int c, cp, k, kp;
   DType rdt, ydt;
   size_t pad_at, acc_at, lib_at;
   void operator()(const Exec& x, const void* in, const void* residual, void* out) const {
     char* ws = static_cast<char*>(x.workspace);
     const void* xin = in;
-    if (c != cp) pad_rows_u8(in, rows, c, ws + pad_at, cp, x.stream), xin = ws + pad_at;
+    if (c != cp) pad_rows_u8(in, x_rows, c, ws + pad_at, cp, x.stream), xin = ws + pad_at;
     float* acc = reinterpret_cast<float*>(ws + acc_at);
     rs(x.cudnn, xin, w, acc, ws + lib_at, x.workspace_bytes - lib_at, x.stream);
     quant_epilogue(acc, kp, e, residual, rdt, out, ydt, rows, k, x.stream);
@@ -169,7 +169,7 @@ struct QuantLayerRun {
 
 void plan_workspace(Lowering& L, QuantLayerRun& run, size_t lead) {
   run.pad_at = align256(lead);
-  run.acc_at = align256(run.pad_at + (run.c != run.cp ? size_t(run.rows) * size_t(run.cp) : 0));
+  run.acc_at = align256(run.pad_at + (run.c != run.cp ? size_t(run.x_rows) * size_t(run.cp) : 0));
   run.lib_at = align256(run.acc_at + size_t(run.rows) * size_t(run.kp) * sizeof(float));
   L.reserve_workspace(run.lib_at + run.rs.workspace());
 }
@@ -251,7 +251,7 @@ void lower_quantized_linear(Lowering& L, size_t ni) {
   QuantLayerRun run{};
   run.k = as_int(ws[0]), run.kp = round16(ws[0]);
   run.c = as_int(ws[1]), run.cp = round16(ws[1]);
-  run.rows = shape_numel(xs) / ws[1];
+  run.rows = run.x_rows = shape_numel(xs) / ws[1];
   run.rdt = DType::F32;
   run.ydt = g.values[out].dtype;
   run.e = epilogue_of(L, n);
@@ -268,7 +268,7 @@ void lower_quantized_linear(Lowering& L, size_t ni) {
   }
   run.rs.gemm = L.p.fp8_gemms.back().get();
   LayerSignature sig{"fp8 gemm", DType::F8E4M3, {{run.rows, run.cp}, {run.kp, run.cp}}, {}};
-  const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.rows) * size_t(run.cp),
+  const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.x_rows) * size_t(run.cp),
                                             size_t(run.rows) * size_t(run.kp) * sizeof(float), true);
   const RowMajorIo io(L, {in0}, {out});  // x[..., c] as rows (a 4-D x, stored NHWC, through the workspace)
   plan_workspace(L, run, io.scratch_bytes());
@@ -291,6 +291,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   QuantLayerRun run{};
   run.c = d.c, run.cp = round16(d.c), run.k = d.k, run.kp = round16(d.k);
   run.rows = int64_t(d.n) * d.out_h() * d.out_w();
+  run.x_rows = int64_t(d.n) * d.h * d.w;
   run.rdt = res >= 0 ? g.values[res].dtype : DType::F32;
   run.ydt = g.values[out].dtype;
   run.e = epilogue_of(L, n);
@@ -336,7 +337,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   sig.attr("stride_h", d.stride_h).attr("stride_w", d.stride_w).attr("pad_t", d.pad_t).attr("pad_l", d.pad_l);
   sig.attr("pad_b", d.pad_b).attr("pad_r", d.pad_r).attr("dil_h", d.dil_h).attr("dil_w", d.dil_w);
   sig.attr("cudnn", run.rs.conv != nullptr).attr("gemm", run.rs.gemm != nullptr);
-  const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.rows) * size_t(run.cp),
+  const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.x_rows) * size_t(run.cp),
                                             size_t(run.rows) * size_t(run.kp) * sizeof(float), pointwise);
   plan_workspace(L, run, 0);
   const ValuePtr ptr = L.ptr;
