@@ -212,19 +212,23 @@ MatMulOp::MatMulOp(cublasLtHandle_t handle, DType dt, int64_t batch, int m, int 
                  " n=", n, " strides ", a_stride, "/", b_stride);
 }
 
-void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const {
+void LtGemm::enqueue(const void* a, const void* b, void* d, void* workspace, size_t workspace_size, cudaStream_t s) const {
   const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(a) || misaligned(b) || misaligned(y)) fail_runtime("cuda matmul: a, b and y must be 16-byte aligned");
+  if (misaligned(a) || misaligned(b) || misaligned(d)) fail_runtime("cuda ", what_, ": operands must be 16-byte aligned");
   const cublasLtMatmulHeuristicResult_t& h = algos_[size_t(selected_)];
   if (workspace_size < h.workspaceSize)
-    fail_runtime("cuda matmul: tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
+    fail_runtime("cuda ", what_, ": tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
   const float alpha = 1.f, beta = 0.f;
-  // No per-call descriptor state (unlike LinearOp's bias pointer): no lock needed.
-  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, b, a_, a, b_, &beta, y, d_, y, d_, &h.algo,
+  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &h.algo,
                                    h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
 }
 
-Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n) : LtGemm(handle, "fp8 linear") {
+void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const {
+  // No per-call descriptor state (unlike LinearOp's bias pointer): no lock needed.
+  enqueue(b, a, y, workspace, workspace_size, s);  // column-major: the IR's b is cuBLASLt's A
+}
+
+Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n) : LtGemm(handle, "fp8 gemm") {
   if (m < 1 || k < 1 || n < 1) fail_runtime("cuda fp8 gemm: invalid shape m=", m, " k=", k, " n=", n);
   if (k % 16 || n % 16) fail_runtime("cuda fp8 gemm: k=", k, " and n=", n, " must be multiples of 16 (pad them)");
   // (the LtGemm destructor frees what was made when this throws)
@@ -243,14 +247,7 @@ Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n) : LtGemm(hand
 }
 
 void Fp8GemmOp::run(const void* x, const void* w, float* d, void* workspace, size_t workspace_size, cudaStream_t s) const {
-  const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(x) || misaligned(w) || misaligned(d)) fail_runtime("cuda fp8 gemm: x, w and d must be 16-byte aligned");
-  const cublasLtMatmulHeuristicResult_t& h = algos_[size_t(selected_)];
-  if (workspace_size < h.workspaceSize)
-    fail_runtime("cuda fp8 gemm: tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
-  const float alpha = 1.f, beta = 0.f;
-  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, w, a_, x, b_, &beta, d, d_, d, d_, &h.algo,
-                                   h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
+  enqueue(w, x, d, workspace, workspace_size, s);  // A = W, B = x (TN)
 }
 
 }  // namespace kiln::cuda

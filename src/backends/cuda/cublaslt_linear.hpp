@@ -44,6 +44,9 @@ class LtGemm {
   LtGemm(cublasLtHandle_t handle, const char* what) : handle_(handle), what_(what) {}
   ~LtGemm() { release(); }
   void release();
+  // D = op(A) op(B) with the selected algorithm, alpha 1, beta 0 (C = D):
+  // checks the 16-byte alignment of a, b, d and the workspace size, naming what_.
+  void enqueue(const void* a, const void* b, void* d, void* workspace, size_t workspace_size, cudaStream_t s) const;
 
   cublasLtHandle_t handle_;
   const char* what_;  // "linear", "matmul": for errors

@@ -20,36 +20,33 @@ __device__ __forceinline__ int64_t scale_index(int64_t i, int64_t inner, int64_t
   return extent == 1 ? 0 : (i / inner) % extent;
 }
 
-// code = encode(x * inv_scale): x * f32(1 / scale), as the CPU's quantize_value.
-template <typename T>
-__global__ void quantize_kernel(const T* __restrict__ x, __nv_fp8_e4m3* __restrict__ y, int64_t count,
-                                const float* __restrict__ inv_scales, int64_t inner, int64_t extent) {
+// y = round_To(x * scales[...]) with one f32 multiply (no contraction):
+// quantize (To e4m3, the inverse scales: code = encode(x * f32(1 / scale)),
+// as the CPU's quantize_value) and dequantize (x the codes: f32(code *
+// scale), then To's rounding) are the same map.
+template <typename Ti, typename To>
+__global__ void scale_map_kernel(const Ti* __restrict__ x, To* __restrict__ y, int64_t count, const float* __restrict__ scales,
+                                 int64_t inner, int64_t extent) {
   dev::enter_grid();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
-    y[i] = from_f32<__nv_fp8_e4m3>(__fmul_rn(to_f32(x[i]), inv_scales[scale_index(i, inner, extent)]));
+    y[i] = from_f32<To>(__fmul_rn(to_f32(x[i]), scales[scale_index(i, inner, extent)]));
 }
 
-// y = f32(code * scale), then the storage rounding of T.
-template <typename T>
-__global__ void dequantize_kernel(const __nv_fp8_e4m3* __restrict__ x, T* __restrict__ y, int64_t count,
-                                  const float* __restrict__ scales, int64_t inner, int64_t extent) {
-  dev::enter_grid();
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
-    y[i] = from_f32<T>(__fmul_rn(to_f32(x[i]), scales[scale_index(i, inner, extent)]));
+// Grid-stride walk over a [rows, cols] grid: f(i, r, c) with i = r * cols + c.
+template <typename F>
+__device__ __forceinline__ void for_each_cell(int64_t rows, int cols, F&& f) {
+  const int64_t total = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t r = i / cols;
+    f(i, r, int(i - r * cols));
+  }
 }
 
 __global__ void pad_rows_kernel(const uint8_t* __restrict__ x, int64_t rows, int cols, uint8_t* __restrict__ y,
                                 int y_cols) {
   dev::enter_grid();
-  const int64_t total = rows * y_cols;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t r = i / y_cols;
-    const int c = int(i - r * y_cols);
-    y[i] = c < cols ? x[r * cols + c] : uint8_t(0);
-  }
+  for_each_cell(rows, y_cols, [&](int64_t i, int64_t r, int c) { y[i] = c < cols ? x[r * cols + c] : uint8_t(0); });
 }
 
 __device__ __forceinline__ float load_wide(const void* p, int64_t i, DType dt) {
@@ -65,17 +62,13 @@ template <typename Out, Activation A>
 __global__ void quant_epilogue_kernel(const float* __restrict__ acc, int acc_ld, QuantEpilogue e, const void* residual,
                                       DType rdt, Out* __restrict__ y, int64_t rows, int k) {
   dev::enter_grid();
-  const int64_t total = rows * k;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t r = i / k;
-    const int c = int(i - r * k);
+  for_each_cell(rows, k, [&](int64_t i, int64_t r, int c) {
     float v = fmaf(acc[r * acc_ld + c], e.alpha[c], e.bias[c]);
     if (residual) v = __fadd_rn(v, __fmul_rn(load_wide(residual, i, rdt), e.residual_mul));
     v = dev::act<A>(v);
     if (e.scale_after) v = __fmul_rn(v, e.inv_out_scale);
     y[i] = from_f32<Out>(v);
-  }
+  });
 }
 
 }  // namespace
@@ -85,7 +78,7 @@ void quantize_e4m3(const void* x, DType xdt, void* y, int64_t count, const float
   if (count <= 0) return;
   detail::dispatch_float(xdt, "quantize_e4m3", [&](auto t) {
     using T = decltype(t);
-    detail::launch("quantize_e4m3", quantize_kernel<T>, detail::grid_for(count), detail::kThreads, 0, stream,
+    detail::launch("quantize_e4m3", scale_map_kernel<T, __nv_fp8_e4m3>, detail::grid_for(count), detail::kThreads, 0, stream,
                    static_cast<const T*>(x), static_cast<__nv_fp8_e4m3*>(y), count, inv_scales, inner, extent);
   });
 }
@@ -95,7 +88,7 @@ void dequantize_e4m3(const void* x, void* y, DType ydt, int64_t count, const flo
   if (count <= 0) return;
   detail::dispatch_float(ydt, "dequantize_e4m3", [&](auto t) {
     using T = decltype(t);
-    detail::launch("dequantize_e4m3", dequantize_kernel<T>, detail::grid_for(count), detail::kThreads, 0, stream,
+    detail::launch("dequantize_e4m3", scale_map_kernel<__nv_fp8_e4m3, T>, detail::grid_for(count), detail::kThreads, 0, stream,
                    static_cast<const __nv_fp8_e4m3*>(x), static_cast<T*>(y), count, scales, inner, extent);
   });
 }
