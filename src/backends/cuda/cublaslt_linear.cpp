@@ -240,7 +240,8 @@ Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n) : LtGemm(hand
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
   KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8F_E4M3, k, n, k));  // W
   KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8F_E4M3, k, m, k));  // x
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, n, m, n));      // C = D, f32 (cuBLASLt's FP8 table: C f32 -> D f32)
+  // C = D, f32: cuBLASLt's FP8 table has C f32 -> D f32 for e4m3 x e4m3.
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, n, m, n));
   algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
   if (algos_.empty())
     fail_runtime("cuda fp8 gemm: cuBLASLt offers no e4m3 x e4m3 -> f32 algorithm for m=", m, " k=", k, " n=", n);

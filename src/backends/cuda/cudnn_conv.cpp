@@ -183,8 +183,8 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
                                 .set_data_type(fe::DataType_t::FLOAT)
                                 .set_dim({1, 1, 1, 1})
                                 .set_stride({1, 1, 1, 1}));
-    cur = gr->pointwise(cur, one_t,
-                        g::Pointwise_attributes().set_name("times_one").set_mode(fe::PointwiseMode_t::MUL).set_compute_data_type(fe::DataType_t::FLOAT));
+    auto times = g::Pointwise_attributes().set_name("times_one").set_mode(fe::PointwiseMode_t::MUL);
+    cur = gr->pointwise(cur, one_t, times.set_compute_data_type(fe::DataType_t::FLOAT));
   }
   cur->set_output(true)
       .set_name("y")

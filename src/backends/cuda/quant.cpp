@@ -192,7 +192,8 @@ std::string quant_refusal(const Graph& g, const Node& n) {
     case Op::Conv2d:
     case Op::Linear: {
       if (!is_quantized_layer(g, n)) return "";
-      if (val(n.inputs[0]).dtype == DType::I8) return int8_refusal(n, n.op == Op::Conv2d ? "quantized conv2d, i8" : "quantized linear, i8");
+      if (val(n.inputs[0]).dtype == DType::I8)
+        return int8_refusal(n, n.op == Op::Conv2d ? "quantized conv2d, i8" : "quantized linear, i8");
       if (val(n.inputs[0]).dtype != DType::F8E4M3)
         return cat(n.name, ": CUDA quantized layers read e4m3 codes, not ", dtype_name(val(n.inputs[0]).dtype));
       if (n.op == Op::Conv2d && conv_attrs(n).groups != 1) {
@@ -259,7 +260,8 @@ void lower_quantized_linear(Lowering& L, size_t ni) {
   const HostTensor& wt = *L.m.graph->values[n.inputs[1]].constant;
   std::vector<uint8_t> wp(size_t(run.kp) * size_t(run.cp), 0);
   for (int o = 0; o < run.k; ++o)
-    for (int i = 0; i < run.c; ++i) wp[size_t(o) * size_t(run.cp) + size_t(i)] = wt.blob.data[size_t(o) * size_t(run.c) + size_t(i)];
+    for (int i = 0; i < run.c; ++i)
+      wp[size_t(o) * size_t(run.cp) + size_t(i)] = wt.blob.data[size_t(o) * size_t(run.c) + size_t(i)];
   run.w = device_bytes(L, n.name + "#fp8_w", wp);
   try {
     L.p.fp8_gemms.push_back(std::make_unique<Fp8GemmOp>(L.m.lt.h, as_int(run.rows), run.cp, run.kp));
