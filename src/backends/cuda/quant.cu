@@ -33,20 +33,15 @@ __global__ void scale_map_kernel(const Ti* __restrict__ x, To* __restrict__ y, i
     y[i] = from_f32<To>(__fmul_rn(to_f32(x[i]), scales[scale_index(i, inner, extent)]));
 }
 
-// Grid-stride walk over a [rows, cols] grid: f(i, r, c) with i = r * cols + c.
-template <typename F>
-__device__ __forceinline__ void for_each_cell(int64_t rows, int cols, F&& f) {
-  const int64_t total = rows * cols, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t r = i / cols;
-    f(i, r, int(i - r * cols));
-  }
-}
-
+// Each thread keeps one column (dev::row_walk: no division per element;
+// launched with detail::grid_rows), as the epilogue below.
 __global__ void pad_rows_kernel(const uint8_t* __restrict__ x, int64_t rows, int cols, uint8_t* __restrict__ y,
                                 int y_cols) {
   dev::enter_grid();
-  for_each_cell(rows, y_cols, [&](int64_t i, int64_t r, int c) { y[i] = c < cols ? x[r * cols + c] : uint8_t(0); });
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(y_cols), w)) return;
+  const int c = int(w.col);
+  for (int64_t r = w.row; r < rows; r += w.step) y[r * y_cols + c] = c < cols ? x[r * cols + c] : uint8_t(0);
 }
 
 __device__ __forceinline__ float load_wide(const void* p, int64_t i, DType dt) {
@@ -62,13 +57,18 @@ template <typename Out, Activation A>
 __global__ void quant_epilogue_kernel(const float* __restrict__ acc, int acc_ld, QuantEpilogue e, const void* residual,
                                       DType rdt, Out* __restrict__ y, int64_t rows, int k) {
   dev::enter_grid();
-  for_each_cell(rows, k, [&](int64_t i, int64_t r, int c) {
-    float v = fmaf(acc[r * acc_ld + c], e.alpha[c], e.bias[c]);
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(k), w)) return;
+  const int c = int(w.col);
+  const float alpha = e.alpha[c], bias = e.bias[c];  // once per thread: its column is fixed
+  for (int64_t r = w.row; r < rows; r += w.step) {
+    const int64_t i = r * k + c;
+    float v = fmaf(acc[r * acc_ld + c], alpha, bias);
     if (residual) v = __fadd_rn(v, __fmul_rn(load_wide(residual, i, rdt), e.residual_mul));
     v = dev::act<A>(v);
     if (e.scale_after) v = __fmul_rn(v, e.inv_out_scale);
     y[i] = from_f32<Out>(v);
-  });
+  }
 }
 
 }  // namespace
@@ -96,7 +96,7 @@ void dequantize_e4m3(const void* x, void* y, DType ydt, int64_t count, const flo
 void pad_rows_u8(const void* x, int64_t rows, int cols, void* y, int y_cols, cudaStream_t stream) {
   if (rows <= 0) return;
   if (cols > y_cols) fail_runtime("cuda pad_rows_u8: ", cols, " columns do not fit in ", y_cols);
-  detail::launch("pad_rows_u8", pad_rows_kernel, detail::grid_for(rows * y_cols), detail::kThreads, 0, stream,
+  detail::launch("pad_rows_u8", pad_rows_kernel, detail::grid_rows(rows, y_cols), detail::kThreads, 0, stream,
                  static_cast<const uint8_t*>(x), rows, cols, static_cast<uint8_t*>(y), y_cols);
 }
 
@@ -109,7 +109,7 @@ void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const 
   detail::dispatch_storage(ydt, "quant_epilogue", [&](auto t) {
     using Out = decltype(t);
     detail::dispatch_act(e.act, [&](auto a) {
-      detail::launch("quant_epilogue", quant_epilogue_kernel<Out, decltype(a)::value>, detail::grid_for(rows * k),
+      detail::launch("quant_epilogue", quant_epilogue_kernel<Out, decltype(a)::value>, detail::grid_rows(rows, k),
                      detail::kThreads, 0, stream, acc, acc_ld, e, residual, rdt, static_cast<Out*>(y), rows, k);
     });
   });
