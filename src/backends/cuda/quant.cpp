@@ -113,35 +113,41 @@ struct RawSum {
 };
 
 // Chooses among the engines' candidates (tactics.hpp) and records the choice;
-// x_bytes / acc_bytes size the timing scratch.
+// x_bytes / acc_bytes size the timing scratch. The preferred engine's
+// candidates come first (timing tries the first few of the opt level) and
+// the other engine's heuristic pick is always timed too, so both are compared.
 std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig, RawSum& rs, const void* w,
                            size_t x_bytes, size_t acc_bytes, bool gemm_first) {
   TimingScratch xb{x_bytes, {}}, ab{acc_bytes, {}};
   cudnnHandle_t h = L.m.cudnn.h;
-  std::vector<Candidate> cands;
-  int conv_first = -1, gemm_at = -1;
+  std::vector<Candidate> convs, gemms;
   if (rs.conv) {
-    conv_first = rs.conv->selected();
+    // The heuristic's own pick first.
+    std::vector<int> order{rs.conv->selected()};
     for (int t = 0; t < rs.conv->tactic_count(); ++t)
-      cands.push_back({rs.conv->tactic_name(t), [&rs, t] { return rs.use_gemm = false, rs.conv->try_select(t); },
+      if (t != order[0]) order.push_back(t);
+    for (int t : order)
+      convs.push_back({rs.conv->tactic_name(t), [&rs, t] { return rs.use_gemm = false, rs.conv->try_select(t); },
                        [&](cudaStream_t s, void* ws, size_t cap) {
                          if (rs.conv->workspace_bytes() > cap) return false;
                          rs.conv->run(h, xb.get(s), w, nullptr, nullptr, ab.get(s), ws, s);
                          return true;
                        }});
   }
-  if (rs.gemm) {
-    gemm_at = static_cast<int>(cands.size());
+  if (rs.gemm)
     for (int t = 0; t < rs.gemm->tactic_count(); ++t)
-      cands.push_back({rs.gemm->tactic_name(t), [&rs, t] { return rs.use_gemm = true, rs.gemm->select(t), true; },
+      gemms.push_back({rs.gemm->tactic_name(t), [&rs, t] { return rs.use_gemm = true, rs.gemm->select(t), true; },
                        [&](cudaStream_t s, void* ws, size_t cap) {
                          if (rs.gemm->workspace_bytes() > cap) return false;
                          rs.gemm->run(xb.get(s), w, static_cast<float*>(ab.get(s)), ws, cap, s);
                          return true;
                        }});
-  }
-  const int heuristic = gemm_first && gemm_at >= 0 ? gemm_at : (conv_first >= 0 ? conv_first : gemm_at);
-  const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
+  std::vector<Candidate>& first = gemm_first || convs.empty() ? gemms : convs;
+  std::vector<Candidate>& second = &first == &gemms ? convs : gemms;
+  if (!first.empty() && !second.empty()) second.front().always_time = true;
+  std::vector<Candidate> cands = std::move(first);
+  for (Candidate& c : second) cands.push_back(std::move(c));
+  const TacticChoice c = L.tactics.choose(n.name, sig, cands, 0);
   L.tactics.finish();  // the timing scratch dies with this function
   L.record(n.name, cands[static_cast<size_t>(c.index)].name, c.us);
   return cands[static_cast<size_t>(c.index)].name;
