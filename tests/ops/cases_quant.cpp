@@ -3,8 +3,12 @@
 // and the quantized conv2d / linear groups: 8-bit x and weight (per-output-
 // channel scales), wide or 8-bit output (the output scale folded for
 // none/relu, applied after the activation for silu), bias, residual, groups,
-// strides and padding. Every case is Exact: the CPU kernels and the plain
-// reference run the same arithmetic (quant/layer.hpp), bit for bit.
+// strides and padding. Every case is Exact on the CPU: the CPU kernels and
+// the plain reference run the same arithmetic (quant/layer.hpp), bit for bit.
+// On CUDA (FP8 only; INT8 is refused naming the node) quantize and
+// dequantize are Exact too, and the FP8 layers have their own limit
+// (cuda_fp8_layer below): the engines accumulate in another order and
+// precision than the CPU's exact sum.
 #include "core/error.hpp"
 #include "ir/quant_form.hpp"
 #include "op_harness.hpp"
@@ -15,6 +19,36 @@ namespace kiln::ops {
 namespace {
 
 const char* code_tag(DType code) { return code == DType::I8 ? "i8" : "f8"; }
+
+Declared cuda_refuses_int8() {
+  return {Expect::Refuses, "the CUDA backend runs FP8 (e4m3) only; INT8 is refused naming the node (quant_refusal, "
+          "backends/cuda/quant.cpp)", "has no INT8 kernels"};
+}
+
+// The CUDA limit of a quantized FP8 layer, MaxRel (max|got - ref| / max|ref|).
+// The CPU's sum is exact; cuBLASLt's and cuDNN's FP8 tensor-core sums are
+// not: products of two e4m3 codes are exact, but Hopper adds each k-group of
+// 32 products into an accumulator kept to about 14 mantissa bits (cuBLASLt
+// promotes to f32 periodically with fast accumulation off; cuDNN's engines
+// are not documented either way), so each of the <= K/32 = 9 additions of
+// these cases (reduction K <= 288) errs by <= 2^-13 of the sum of |terms|.
+// With random signs, sum |terms| / max|sum| is about 0.25 sqrt(K) <= 4.3
+// (uniform codes: E|x| / rms(x) = 0.87, max|sum| ~ 3 sigma), so the sum errs
+// by <= 9 * 2^-13 * 4.3 = 4.7e-3 of max|ref|; alpha, bias and the activation
+// are the CPU's f32 operations (ulps).
+// Then the storage rounding of the output, relative to the value <= max|ref|:
+// f32 0, f16 2^-11, bf16 2^-8 (half an ulp each, but the CPU and the GPU may
+// round a value near a midpoint apart: a whole ulp); e4m3 one code step, at
+// most 2^-3 of the value (a step in [2^e, 2^(e+1)) is 2^(e-3)). An error in
+// the layout, a scale or the padding is of the order of max|ref| itself.
+Declared cuda_fp8_layer(DType out) {
+  const double sum = 5e-3;
+  const double storage = out == DType::F8E4M3 ? 0.125 : out == DType::BF16 ? 0.0078125 : out == DType::F16 ? 4.9e-4 : 0.0;
+  Declared d;
+  d.why = "FP8 GEMM/conv engines accumulate in their own order and precision (bound derived above cuda_fp8_layer, cases_quant.cpp)";
+  d.limit = Limit{Measure::MaxRel, sum + storage};
+  return d;
+}
 
 // Scales 0.01 .. 0.04 over `count` channels (a per-channel QuantParams on axis), or one 0.025.
 QuantParams scales(DType code, int count, int axis) {
@@ -27,30 +61,32 @@ QuantParams scales(DType code, int count, int axis) {
 void add_qdq(std::vector<OpCase>& out) {
   for (DType dt : kCaseTypes)
     for (DType code : {DType::F8E4M3, DType::I8})
-      for (int axis : {-1, 1}) {
+      for (int axis : {-1, 1, 3}) {
+        // axis 3 (w): a per-index scale whose stored stride (NHWC on CUDA) is not 1 or the whole tensor
         const Shape s{2, 5, 3, 4};
-        const std::string tag = std::string(code_tag(code)) + (axis < 0 ? "_tensor" : "_channel");
+        const std::string tag = std::string(code_tag(code)) + (axis < 0 ? "_tensor" : axis == 1 ? "_channel" : "_axis3");
+        const int count = axis < 0 ? 1 : static_cast<int>(s[static_cast<size_t>(axis)]);
         {  // quantize: x in [-15, 15] at scales 0.01..0.04: e4m3 saturates (|x| / 0.01 > 448), i8 clamps
           OpCase c = one_node_case("quantize", tag, dt, {Measure::Exact, 0});
           Graph g;
           const int x = g.add_input("x", dt, s);
           const int y = g.add_node(Op::Quantize, "x.quantize", {x}, {{"dtype", std::string(dtype_name(code))}});
-          g.values[y].quant = scales(code, axis < 0 ? 1 : 5, axis);
+          g.values[y].quant = scales(code, count, axis);
           g.mark_output(y);
           c.graph = std::move(g);
           c.input_lo = -15.f, c.input_hi = 15.f;
-          c.cuda = cuda_not_lowered(Op::Quantize);
+          if (code == DType::I8) c.cuda = cuda_refuses_int8();
           out.push_back(std::move(c));
         }
         {  // dequantize: codes over the whole range
           OpCase c = one_node_case("dequantize", tag, dt, {Measure::Exact, 0});
           Graph g;
           const int x = g.add_input("x", code, s);
-          g.values[x].quant = scales(code, axis < 0 ? 1 : 5, axis);
+          g.values[x].quant = scales(code, count, axis);
           g.mark_output(g.add_node(Op::Dequantize, "x.dequantize", {x}, {{"dtype", std::string(dtype_name(dt))}}));
           c.graph = std::move(g);
           c.input_lo = code == DType::I8 ? -128.f : -448.f, c.input_hi = code == DType::I8 ? 128.f : 448.f;
-          c.cuda = cuda_not_lowered(Op::Dequantize);
+          if (code == DType::I8) c.cuda = cuda_refuses_int8();
           out.push_back(std::move(c));
         }
       }
@@ -78,6 +114,14 @@ void add_layers(std::vector<OpCase>& out) {
       {"conv1x1_residual_8bit", Op::Conv2d, {1, 16, 4, 4}, {24, 16, 1, 1}, plain, false, true, Activation::None, true},
       {"linear_wide", Op::Linear, {3, 40}, {13, 40}, plain, true, false, Activation::None, false},
       {"linear_gelu_8bit", Op::Linear, {2, 4, 24}, {16, 24}, plain, true, false, Activation::Gelu, true},
+      // Channels already multiples of 16 (no padding on CUDA), a strided 1x1 (cuDNN only, no GEMM
+      // candidate), a 3x3 with residual into e4m3 (folded scale, residual scaled), an unpadded linear.
+      {"conv3x3_c32_relu_wide", Op::Conv2d, {2, 32, 7, 7}, {32, 32, 3, 3}, s2p1, true, false, Activation::Relu, false},
+      {"conv1x1_s2_8bit", Op::Conv2d, {1, 32, 6, 6}, {48, 32, 1, 1}, {{"strides", std::vector<int64_t>{2, 2}}}, true, false,
+       Activation::None, true},
+      {"conv3x3_residual_relu_8bit", Op::Conv2d, {1, 16, 5, 5}, {16, 16, 3, 3}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+       true, true, Activation::Relu, true},
+      {"linear_k64_relu_wide", Op::Linear, {5, 64}, {32, 64}, plain, true, false, Activation::Relu, false},
   };
   for (DType dt : kCaseTypes)
     for (DType code : {DType::F8E4M3, DType::I8})
@@ -115,8 +159,12 @@ void add_layers(std::vector<OpCase>& out) {
         c.graph = std::move(g);
         c.input_range["x"] = code == DType::I8 ? std::make_pair(-128.f, 128.f) : std::make_pair(-448.f, 448.f);
         c.input_range["residual"] = {-3.f, 3.f};
-        c.cuda = {Expect::Refuses, "the CUDA backend has no FP8/INT8 kernels yet (lowering_refusal, backends/cuda/lower.cpp)",
-                  "has no FP8/INT8 kernels yet"};
+        const bool grouped = s.attrs.count("groups") != 0;
+        if (code == DType::I8) c.cuda = cuda_refuses_int8();
+        else if (grouped)
+          c.cuda = {Expect::Refuses, "no CUDA FP8 grouped conv: cuDNN's FP8 fprop and the FP8 GEMM take groups 1 (quant_refusal, "
+                    "backends/cuda/quant.cpp)", "no CUDA FP8 path for a grouped conv"};
+        else c.cuda = cuda_fp8_layer(s.out_8bit ? code : dt);
         out.push_back(std::move(c));
       }
 }

@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include "core/error.hpp"
 #include "op_harness.hpp"
 
 namespace kiln::ops {
@@ -39,8 +40,10 @@ void list_cases() {
   std::printf("%-60s %-22s %-10s %-8s %-8s\n", "case", "measure", "limit", "cpu", "cuda");
   for (const OpCase& c : all_cases()) {
     ++counts[c.group][dtype_name(c.dtype)];
-    std::printf("%-60s %-22s %-10g %-8s %-8s%s%s\n", c.name.c_str(), measure_name(c.limit.measure), c.limit.limit,
-                expect_name(c.cpu), expect_name(c.cuda), c.cuda.why.empty() ? "" : "  cuda: ", c.cuda.why.c_str());
+    std::printf("%-60s %-22s %-10g %-8s %-8s%s%s%s\n", c.name.c_str(), measure_name(c.limit.measure), c.limit.limit,
+                expect_name(c.cpu), expect_name(c.cuda),
+                c.cuda.limit ? cat("  cuda limit ", measure_name(c.cuda.limit->measure), " ", c.cuda.limit->limit).c_str() : "",
+                c.cuda.why.empty() ? "" : "  cuda: ", c.cuda.why.c_str());
   }
   std::printf("\n| op / group | f32 | f16 | bf16 |\n|---|---|---|---|\n");
   int total = 0;

@@ -51,21 +51,22 @@ void check_backend(const OpCase& c, const char* backend, const Declared& d, cons
     return;
   }
   ASSERT_TRUE(refusal.empty()) << backend << " refused " << c.name << ", which declares no limitation: " << refusal;
-  const double err = case_error(c.limit.measure, got, want);
+  const Limit lim = d.limit ? *d.limit : c.limit;
+  const double err = case_error(lim.measure, got, want);
   {
     static std::mutex mu;
     std::lock_guard<std::mutex> lock(mu);
     auto& e = error_log()[cat(backend, " ", c.group, " ", dtype_name(c.dtype))];
     e.first = std::max(e.first, err);
-    e.second = std::max(e.second, c.limit.limit > 0 ? err / c.limit.limit : (err > 0 ? INFINITY : 0.0));
+    e.second = std::max(e.second, lim.limit > 0 ? err / lim.limit : (err > 0 ? INFINITY : 0.0));
   }
   if (d.expect == Expect::WrongResult) {
-    EXPECT_GT(err, c.limit.limit) << backend << " now agrees on " << c.name << ", declared wrong (" << d.why
+    EXPECT_GT(err, lim.limit) << backend << " now agrees on " << c.name << ", declared wrong (" << d.why
                                   << "): the bug is fixed, drop the declaration";
     return;
   }
-  EXPECT_LE(err, c.limit.limit) << backend << " " << c.name << ": error (" << measure_name(c.limit.measure) << ") " << err
-                                << " over the limit " << c.limit.limit;
+  EXPECT_LE(err, lim.limit) << backend << " " << c.name << ": error (" << measure_name(lim.measure) << ") " << err
+                            << " over the limit " << lim.limit;
 }
 
 std::vector<ref::Buffer> reference_of(const OpCase& c, const std::vector<ref::Buffer>& in, double* ms) {
@@ -235,6 +236,11 @@ TEST(OpHarness, CaseNamesAreUniqueAndDeclarationsGiveReasons) {
     for (const Declared* d : {&c.cpu, &c.cuda}) {
       if (d->expect != Expect::Match) EXPECT_FALSE(d->why.empty()) << c.name;
       if (d->expect == Expect::Refuses) EXPECT_FALSE(d->says.empty()) << c.name;
+      if (d->limit) {  // a backend's own limit says why and is a real bound
+        EXPECT_EQ(d->expect, Expect::Match) << c.name;
+        EXPECT_FALSE(d->why.empty()) << c.name;
+        EXPECT_TRUE(d->limit->measure == Measure::Exact ? d->limit->limit == 0 : d->limit->limit > 0) << c.name;
+      }
     }
     EXPECT_TRUE(c.limit.measure == Measure::Exact ? c.limit.limit == 0 : c.limit.limit > 0) << c.name;
   }

@@ -6,6 +6,7 @@
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln::cuda {
 
@@ -95,6 +96,7 @@ ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride,
 }
 
 void lower_Conv2d(Lowering& L, size_t ni) {
+  if (is_quantized_layer(L.g, L.g.nodes[ni])) return lower_quantized_conv(L, ni);
   if (L.f.wp.launches.count(ni)) return lower_window_conv(L, ni);
   const Graph& g = L.g;
   const Node& n = g.nodes[ni];

@@ -212,16 +212,43 @@ MatMulOp::MatMulOp(cublasLtHandle_t handle, DType dt, int64_t batch, int m, int 
                  " n=", n, " strides ", a_stride, "/", b_stride);
 }
 
-void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const {
+void LtGemm::enqueue(const void* a, const void* b, void* d, void* workspace, size_t workspace_size, cudaStream_t s) const {
   const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(a) || misaligned(b) || misaligned(y)) fail_runtime("cuda matmul: a, b and y must be 16-byte aligned");
+  if (misaligned(a) || misaligned(b) || misaligned(d)) fail_runtime("cuda ", what_, ": operands must be 16-byte aligned");
   const cublasLtMatmulHeuristicResult_t& h = algos_[size_t(selected_)];
   if (workspace_size < h.workspaceSize)
-    fail_runtime("cuda matmul: tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
+    fail_runtime("cuda ", what_, ": tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
   const float alpha = 1.f, beta = 0.f;
-  // No per-call descriptor state (unlike LinearOp's bias pointer): no lock needed.
-  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, b, a_, a, b_, &beta, y, d_, y, d_, &h.algo,
+  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &h.algo,
                                    h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
+}
+
+void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const {
+  // No per-call descriptor state (unlike LinearOp's bias pointer): no lock needed.
+  enqueue(b, a, y, workspace, workspace_size, s);  // column-major: the IR's b is cuBLASLt's A
+}
+
+Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n) : LtGemm(handle, "fp8 gemm") {
+  if (m < 1 || k < 1 || n < 1) fail_runtime("cuda fp8 gemm: invalid shape m=", m, " k=", k, " n=", n);
+  if (k % 16 || n % 16) fail_runtime("cuda fp8 gemm: k=", k, " and n=", n, " must be multiples of 16 (pad them)");
+  // (the LtGemm destructor frees what was made when this throws)
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+  const int8_t fast_accum = 0;  // the default, stated: FP8 partial sums are promoted to f32
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8F_E4M3, k, n, k));  // W
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8F_E4M3, k, m, k));  // x
+  // C = D, f32: cuBLASLt's FP8 table has C f32 -> D f32 for e4m3 x e4m3.
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, n, m, n));
+  algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
+  if (algos_.empty())
+    fail_runtime("cuda fp8 gemm: cuBLASLt offers no e4m3 x e4m3 -> f32 algorithm for m=", m, " k=", k, " n=", n);
+}
+
+void Fp8GemmOp::run(const void* x, const void* w, float* d, void* workspace, size_t workspace_size, cudaStream_t s) const {
+  enqueue(w, x, d, workspace, workspace_size, s);  // A = W, B = x (TN)
 }
 
 }  // namespace kiln::cuda

@@ -44,6 +44,9 @@ class LtGemm {
   LtGemm(cublasLtHandle_t handle, const char* what) : handle_(handle), what_(what) {}
   ~LtGemm() { release(); }
   void release();
+  // D = op(A) op(B) with the selected algorithm, alpha 1, beta 0 (C = D):
+  // checks the 16-byte alignment of a, b, d and the workspace size, naming what_.
+  void enqueue(const void* a, const void* b, void* d, void* workspace, size_t workspace_size, cudaStream_t s) const;
 
   cublasLtHandle_t handle_;
   const char* what_;  // "linear", "matmul": for errors
@@ -87,6 +90,21 @@ class MatMulOp : public LtGemm {
   MatMulOp(cublasLtHandle_t handle, DType dt, int64_t batch, int m, int k, int n, int64_t a_stride, int64_t b_stride,
            bool allow_tf32 = false);
   void run(const void* a, const void* b, void* y, void* workspace, size_t workspace_size, cudaStream_t s) const;
+};
+
+// The FP8 GEMM of a quantized linear (issue 13):
+// D[n, m] = W[n, k] · x[m, k]^T, W and x e4m3 row-major (the "TN" form,
+// the only one cuBLASLt runs FP8 in), D f32 column-major with ld n (so
+// y[m, n] row-major: one row of n sums per row of x). alpha 1, beta 0, no
+// scale pointers (each 1), CUBLAS_COMPUTE_32F with fast accumulation off
+// (partial sums promoted to f32 periodically). The scales, bias, residual,
+// activation and output rounding are quant_epilogue's (kernels.hpp), so every
+// output type and activation takes this one GEMM. k and n must be multiples
+// of 16 (cuBLASLt's FP8 rule for k and the leading dimensions): callers pad.
+class Fp8GemmOp : public LtGemm {
+ public:
+  Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n);
+  void run(const void* x, const void* w, float* d, void* workspace, size_t workspace_size, cudaStream_t s) const;
 };
 
 // The cuBLASLt plumbing LinearOp and MatMulOp share (cublaslt_linear.cpp).

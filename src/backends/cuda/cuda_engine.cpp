@@ -10,6 +10,7 @@
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln::cuda {
 
@@ -132,6 +133,8 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int v = n.inputs[i];
       if (!g.values[v].constant || m.weights.count(v)) continue;
+      // A quantized layer's 8-bit weight is padded and uploaded by its lowering (quant.cpp).
+      if (i == 1 && is_quantized_layer(g, n)) continue;
       const HostTensor& t = *g.values[v].constant;
       if (n.op == Op::Conv2d && i == 1) {
         auto f = t.to_f32();

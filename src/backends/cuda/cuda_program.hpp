@@ -58,6 +58,7 @@ struct CudaEngine::Program {
   std::vector<std::unique_ptr<ConvOp>> convs;
   std::vector<std::unique_ptr<LinearOp>> linears;
   std::vector<std::unique_ptr<MatMulOp>> matmuls;
+  std::vector<std::unique_ptr<Fp8GemmOp>> fp8_gemms;  // quantized linears and 1x1 convs (quant.cpp)
   size_t workspace_bytes = 0;
   // Run-time checks (gather's index range): what each flag reports, naming
   // its node; the context reads the flags after every run.

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/device_buffer.hpp"
 #include "backends/cuda/tactics.hpp"
 #include "core/error.hpp"
 
@@ -29,7 +30,7 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // Fixed uids so the variant pack can be filled without keeping tensor handles.
-constexpr int64_t kUidX = 1, kUidW = 2, kUidBias = 3, kUidResidual = 4, kUidY = 5;
+constexpr int64_t kUidX = 1, kUidW = 2, kUidBias = 3, kUidResidual = 4, kUidY = 5, kUidOne = 6;
 
 // The frontend keeps each engine config's notes in a protected member; a
 // subclass is the only way to read them without re-querying the backend.
@@ -112,6 +113,8 @@ struct ConvOp::Impl {
   std::vector<Tactic> tactics;
   int selected = -1;
   std::string last_error;
+  DeviceBuffer one;     // fp8: the f32 1 the graph's pointwise multiply reads
+  bool fp8_one = true;  // fp8: the graph has the multiply (else conv -> y alone, the second attempt)
 
   // Builds the operation graph and its candidate list; false (with last_error)
   // when cuDNN rejects the pattern or offers no usable engine config.
@@ -126,17 +129,18 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
   gr->set_io_data_type(dt).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
 
   const int64_t cg = d.c / d.groups, oh = d.out_h(), ow = d.out_w();
+  const fe::DataType_t in_dt = d.fp8 ? fe::DataType_t::FP8_E4M3 : dt;
   auto x = gr->tensor(g::Tensor_attributes()
                           .set_name("x")
                           .set_uid(kUidX)
-                          .set_data_type(dt)
+                          .set_data_type(in_dt)
                           .set_dim({d.n, d.c, d.h, d.w})
                           .set_stride(nhwc_strides(d.n, d.c, d.h, d.w, d.x_stride)));
   // Groups are implied by the filter's channel count (c/groups), as in cuDNN's backend.
   auto w = gr->tensor(g::Tensor_attributes()
                           .set_name("w")
                           .set_uid(kUidW)
-                          .set_data_type(dt)
+                          .set_data_type(in_dt)
                           .set_dim({d.k, cg, d.r, d.s})
                           .set_stride(nhwc_strides(d.k, cg, d.r, d.s)));
   auto conv_attrs = g::Conv_fprop_attributes()
@@ -171,6 +175,16 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
       cur->set_data_type(fe::DataType_t::FLOAT);
     }
     if (d.act != Activation::None) cur = gr->pointwise(cur, activation_attrs(d.act));
+  } else if (d.fp8 && fp8_one) {
+    cur->set_data_type(fe::DataType_t::FLOAT);
+    auto one_t = gr->tensor(g::Tensor_attributes()
+                                .set_name("one")
+                                .set_uid(kUidOne)
+                                .set_data_type(fe::DataType_t::FLOAT)
+                                .set_dim({1, 1, 1, 1})
+                                .set_stride({1, 1, 1, 1}));
+    auto times = g::Pointwise_attributes().set_name("times_one").set_mode(fe::PointwiseMode_t::MUL);
+    cur = gr->pointwise(cur, one_t, times.set_compute_data_type(fe::DataType_t::FLOAT));
   }
   cur->set_output(true)
       .set_name("y")
@@ -191,7 +205,8 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
 
   // f32 must stay f32: engines noted TENSOR_CORE run TF32 and DOWN_CONVERT
   // ones round the inputs, both far outside the 1e-4 accuracy f32 promises.
-  const bool strict_f32 = d.dtype == DType::F32 && !d.allow_tf32;
+  // (FP8 engines are tensor-core engines with f32 output: the filter does not apply.)
+  const bool strict_f32 = d.dtype == DType::F32 && !d.allow_tf32 && !d.fp8;
   std::vector<Tactic> list;
   std::unordered_set<std::string> seen;  // heuristics A and fallback overlap
   for (int64_t i = 0; i < gr->get_execution_plan_count(); ++i) {
@@ -248,16 +263,31 @@ ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d) : impl_(std::make_unique<Impl
   if (d.out_h() < 1 || d.out_w() < 1) fail_runtime("cuda conv: empty output");
   if ((d.x_stride != 0 && d.x_stride < d.c) || (d.y_stride != 0 && d.y_stride < d.k))
     fail_runtime("cuda conv: pixel strides ", d.x_stride, "/", d.y_stride, " below the channel counts ", d.c, "/", d.k);
+  if (d.fp8 && (has_epilogue(d) || d.groups != 1 || d.c % 16 || d.k % 16 || d.dtype != DType::F32))
+    fail_runtime("cuda conv: the FP8 fprop takes groups 1, channels multiples of 16, an f32 raw output and no epilogue (got ",
+                 d.c, "->", d.k, " groups ", d.groups, ")");
   impl_->d = d;
+  if (d.fp8) {
+    const float one = 1.f;
+    impl_->one = DeviceBuffer(sizeof(one));
+    KILN_CUDA_CHECK(cudaMemcpy(impl_->one.get(), &one, sizeof(one), cudaMemcpyHostToDevice));
+  }
   if (has_epilogue(d) && impl_->make_graph(h, true)) {
     impl_->fused = true;
     return;
   }
   std::string fused_error = impl_->last_error;
-  if (!impl_->make_graph(h, false))
+  if (d.fp8 && !impl_->make_graph(h, false)) {
+    // No engine for conv -> x1 -> f32: try the bare conv with an f32 output.
+    fused_error = "FP8 conv -> multiply by 1 -> f32: " + impl_->last_error;
+    impl_->fp8_one = false;
+  }
+  if (!(d.fp8 && impl_->fp8_one) && !impl_->make_graph(h, false))
     fail_runtime("cuda conv: cuDNN supports no engine for ", d.n, "x", d.c, "x", d.h, "x", d.w, " k=", d.k, " ",
-                 d.r, "x", d.s, " groups=", d.groups, " ", dtype_name(d.dtype), ": ", impl_->last_error,
-                 fused_error.empty() ? "" : " (fused attempt: ", fused_error, fused_error.empty() ? "" : ")");
+                 d.r, "x", d.s, " groups=", d.groups, " ", d.fp8 ? "e4m3 -> f32 (FP8 fprop)" : dtype_name(d.dtype), ": ",
+                 impl_->last_error,
+                 fused_error.empty() ? "" : (d.fp8 ? " (first attempt, " : " (fused attempt: "), fused_error,
+                 fused_error.empty() ? "" : ")");
 }
 
 ConvOp::~ConvOp() = default;
@@ -311,6 +341,7 @@ void ConvOp::run(cudnnHandle_t h, const void* x, const void* w, const void* bias
                                           {kUidY, y}};
   if (m.fused && m.d.has_bias) pack[kUidBias] = const_cast<void*>(bias);
   if (m.fused && m.d.has_residual) pack[kUidResidual] = const_cast<void*>(residual);
+  if (m.d.fp8 && m.fp8_one) pack[kUidOne] = m.one.get();
   auto e = m.graph->execute_plan_at_index(h, pack, workspace, m.tactics[m.selected].index);
   if (e.is_bad()) fail_runtime("cuda conv: execute ", m.tactics[m.selected].name, ": ", e.get_message());
 }

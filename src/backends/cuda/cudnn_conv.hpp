@@ -40,6 +40,13 @@ struct ConvDesc {
   // are channel windows of wider NHWC buffers (Res2Net chunks read in place,
   // concat inputs written in place); 0: dense (c for x, k for y).
   int x_stride = 0, y_stride = 0;
+  // FP8 fprop (issue 13): x and w are e4m3, y (dtype f32) receives the raw
+  // sum over the reduction, no bias/residual/activation (the quantized
+  // layer's epilogue is quant_epilogue, kernels.hpp). The graph is conv ->
+  // pointwise multiply by 1 -> y, the shape of cuDNN's FP8 fprop sample
+  // (its runtime-fusion engines want a pointwise op after an FP8 conv).
+  // c and k must be multiples of 16, groups 1.
+  bool fp8 = false;
   int out_h() const { return static_cast<int>(window_out_dim(h, r, stride_h, pad_t, pad_b, dil_h)); }
   int out_w() const { return static_cast<int>(window_out_dim(w, s, stride_w, pad_l, pad_r, dil_w)); }
 };

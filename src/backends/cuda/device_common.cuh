@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,17 +20,26 @@
 namespace kiln::cuda::dev {
 
 // ---- element conversion: compute in f32, store with RNE -------------------
+// e4m3 (FP8 storage, issue 13): decoding is exact; encoding rounds to
+// nearest even and saturates at +-448 (__NV_SATFINITE), what the CPU
+// emulation's f32_to_e4m3 does for every finite value and +-inf
+// (docs/quantization.md "Formats"). NaN stays NaN (the code may lose its sign).
 template <typename T>
 __device__ __forceinline__ float to_f32(T v) {
   if constexpr (std::is_same_v<T, float>) return v;
   else if constexpr (std::is_same_v<T, __half>) return __half2float(v);
+  else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return __half2float(__half(__nv_cvt_fp8_to_halfraw(v.__x, __NV_E4M3)));
   else return __bfloat162float(v);
 }
 template <typename T>
 __device__ __forceinline__ T from_f32(float v) {
   if constexpr (std::is_same_v<T, float>) return v;
   else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
-  else return __float2bfloat16_rn(v);
+  else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    __nv_fp8_e4m3 r;
+    r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    return r;
+  } else return __float2bfloat16_rn(v);
 }
 
 // f32 engines use full-precision expf and IEEE division to stay close to the
@@ -170,6 +180,15 @@ void dispatch_float(DType dt, const char* op, F&& f) {
     case DType::BF16: f(__nv_bfloat16{}); return;
     default: fail_runtime("cuda ", op, ": unsupported dtype ", dtype_name(dt));
   }
+}
+
+// dispatch_float and e4m3 (__nv_fp8_e4m3): for the kernels that only move
+// and convert values (engine inputs/outputs, cast, layout), which FP8
+// values pass through.
+template <typename F>
+void dispatch_storage(DType dt, const char* op, F&& f) {
+  if (dt == DType::F8E4M3) return f(__nv_fp8_e4m3{});
+  dispatch_float(dt, op, std::forward<F>(f));
 }
 
 // Calls f(std::integral_constant<Activation, A>{}) so kernels can be

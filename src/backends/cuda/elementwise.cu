@@ -216,8 +216,8 @@ void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStrea
     return;
   }
   if (!dtype_is_float(xdt) || !dtype_is_float(ydt)) return int_cast(x, xdt, y, ydt, count, stream);
-  detail::dispatch_float(xdt, "cast", [&](auto ti) {
-    detail::dispatch_float(ydt, "cast", [&](auto to) {
+  detail::dispatch_storage(xdt, "cast", [&](auto ti) {
+    detail::dispatch_storage(ydt, "cast", [&](auto to) {
       using Ti = decltype(ti);
       using To = decltype(to);
       if constexpr (!std::is_same_v<Ti, To>) launch_map<Ti, To, false>(x, nullptr, y, count, CopyOp{}, stream, "cast");

@@ -216,4 +216,33 @@ inline constexpr int kMaxCudaTopK = 2048;
 void top_k_rows(const void* x, void* values, int64_t* indices, DType dt, int64_t outer, int64_t extent, int64_t inner,
                 int k, bool largest, cudaStream_t stream);
 
+// ---- FP8 e4m3 (quant.cu; issue 13, docs/cuda-backend.md "FP8") ----
+// Values are walked in stored order; the scale of flat index i is
+// scales[(i / inner) % extent] (extent 1: one scale for the tensor), so a
+// per-channel scale along any logical axis is its stored stride and extent.
+// quantize: code = encode(x * inv_scale) (RNE, saturating at +-448);
+// dequantize: f32(code * scale), then rounded to ydt. Scales on the device, f32.
+void quantize_e4m3(const void* x, DType xdt, void* y, int64_t count, const float* inv_scales, int64_t inner,
+                   int64_t extent, cudaStream_t stream);
+void dequantize_e4m3(const void* x, void* y, DType ydt, int64_t count, const float* scales, int64_t inner, int64_t extent,
+                     cudaStream_t stream);
+// y [rows, y_cols] = x [rows, cols] with zero columns appended (1-byte elements).
+void pad_rows_u8(const void* x, int64_t rows, int cols, void* y, int y_cols, cudaStream_t stream);
+// The epilogue of a quantized conv2d / linear (quant/layer.hpp's
+// LayerEpilogue, the same constants): per output channel c < k,
+// v = fma(acc, alpha[c], bias[c]) (+ residual * residual_mul), act(v),
+// (* inv_out_scale when scale_after), stored in ydt (e4m3: RNE, saturating).
+struct QuantEpilogue {
+  const float* alpha = nullptr;  // device, [k]
+  const float* bias = nullptr;   // device, [k] (zeros without a bias)
+  float residual_mul = 1.f;
+  float inv_out_scale = 1.f;
+  bool scale_after = false;
+  Activation act = Activation::None;
+};
+// acc: [rows, acc_ld] f32 (the raw sums, acc_ld >= k: padded channels are
+// skipped); residual [rows, k] in rdt or null; y [rows, k] in ydt.
+void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt, void* y,
+                    DType ydt, int64_t rows, int k, cudaStream_t stream);
+
 }  // namespace kiln::cuda

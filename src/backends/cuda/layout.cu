@@ -204,7 +204,7 @@ void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, i
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return;
   if (n > 65535) fail_runtime("cuda nchw_f32_to_nhwc: batch ", n, " exceeds the grid limit 65535");
   const int hw = h * w;
-  detail::dispatch_float(ydt, "nchw_f32_to_nhwc", [&](auto t) {
+  detail::dispatch_storage(ydt, "nchw_f32_to_nhwc", [&](auto t) {
     using T = decltype(t);
     T* ty = static_cast<T*>(y);
     if (c <= 4) {
@@ -227,7 +227,7 @@ void launch_nhwc_to_nchw(const char* what, const void* x, DType xdt, Y* y, int n
   if (n > 65535) fail_runtime("cuda ", what, ": batch ", n, " exceeds the grid limit 65535");
   const int hw = h * w;
   if ((hw + kTile - 1) / kTile > 65535) fail_runtime("cuda ", what, ": ", hw, " pixels per image is too many");
-  detail::dispatch_float(xdt, what, [&](auto t) {
+  detail::dispatch_storage(xdt, what, [&](auto t) {
     using T = decltype(t);
     const dim3 grid((c + kTile - 1) / kTile, (hw + kTile - 1) / kTile, n);
     detail::launch(what, nhwc_to_nchw_kernel<T, Y>, grid, dim3(kTile, kTileRows), 0, stream, static_cast<const T*>(x), y, c, hw);
@@ -241,7 +241,7 @@ void nhwc_to_nchw_f32(const void* x, DType xdt, float* y, int n, int c, int h, i
 }
 
 void nhwc_to_nchw(const void* x, void* y, DType dt, int n, int c, int h, int w, cudaStream_t stream) {
-  detail::dispatch_float(dt, "nhwc_to_nchw", [&](auto t) {
+  detail::dispatch_storage(dt, "nhwc_to_nchw", [&](auto t) {
     using T = decltype(t);
     launch_nhwc_to_nchw("nhwc_to_nchw", x, dt, static_cast<T*>(y), n, c, h, w, stream);
   });

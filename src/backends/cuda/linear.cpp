@@ -3,10 +3,12 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln::cuda {
 
 void lower_Linear(Lowering& L, size_t ni) {
+  if (is_quantized_layer(L.g, L.g.nodes[ni])) return lower_quantized_linear(L, ni);
   const Graph& g = L.g;
   const Node& n = g.nodes[ni];
   const int in0 = n.inputs[0], out = n.outputs[0];

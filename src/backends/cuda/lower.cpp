@@ -51,25 +51,26 @@ struct NotLowered {
 // Every op of ops.def but these has its lowering; an op added to ops.def
 // before its CUDA lowering is declared here as KILN_CUDA_NOT_LOWERED(Enum).
 KILN_CUDA_NOT_LOWERED(MsDeformAttn)
-KILN_CUDA_NOT_LOWERED(Quantize)
-KILN_CUDA_NOT_LOWERED(Dequantize)
 #undef KILN_CUDA_NOT_LOWERED
 
 std::string lowering_refusal(const Graph& g) {
   for (const Node& n : g.nodes) {
     for (Op op : not_lowered())
       if (n.op == op) return no_lowering(n);
-    // Quantized layers (8-bit x and weight, issue 13) are conv2d/linear nodes,
-    // so the op list above does not catch them.
-    if (is_quantized_layer(g, n))
-      return cat(n.name, ": the CUDA backend has no FP8/INT8 kernels yet (quantized ", op_name(n.op),
-                 "; build with --backend cpu, which emulates them exactly)");
+    // 8-bit nodes: INT8 and the FP8 layers with no CUDA path (quant.cpp).
+    if (std::string why = quant_refusal(g, n); !why.empty()) return why;
   }
   return "";
 }
 
 void lower_node(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
+  // The squeeze-excitation and window-conv plans take 16-bit convs; one that
+  // caught a quantized layer would run its codes as f16, so it is refused.
+  if (is_quantized_layer(L.g, n) &&
+      (L.f.fused_away[ni] || L.f.se.mlp_at.count(ni) || L.f.wp.convs.count(ni) || L.f.wp.launches.count(ni)))
+    fail_input(n.name, ": a quantized layer inside a fused squeeze-excitation or window-conv group is not supported on "
+               "CUDA (keep it 16-bit in the recipe)");
   if (L.f.folded_cast[ni] || L.f.fused_away[ni]) return;
   L.node_name = n.name;
   if (!L.f.reference.empty() && L.f.reference[ni]) return lower_reference(L, ni);

@@ -14,6 +14,7 @@
 //   matmul.cpp       MatMul: cuBLASLt (cublaslt_linear.hpp's MatMulOp)
 //   shape_ops.cpp    Transpose, Reshape, UpsampleNearest, Gather, RowMajorIo
 //   top_k.cpp        TopK
+//   quant.cpp        Quantize, Dequantize and the quantized Conv2d / Linear (FP8)
 //   elementwise.cpp  also InverseSigmoid
 //   reference.cpp    any node matched by --reference: the plain reference on the host
 // reached through lower_node's dispatch, generated from ops.def (lower.cpp):
@@ -183,6 +184,13 @@ void lower_window_conv(Lowering& L, size_t lead); // a window-conv launch (conv.
 
 // The cuDNN description of Conv2d node n (pixel strides 0: dense), conv.cpp.
 ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride, int y_stride);
+
+// 8-bit quantization (quant.cpp): FP8 quantize/dequantize and quantized
+// conv2d/linear; why node n of that kind cannot run on CUDA (INT8, grouped
+// FP8 convs ...), naming it, or "" (also "" for every other node).
+std::string quant_refusal(const Graph& g, const Node& n);
+void lower_quantized_conv(Lowering& L, size_t ni);    // a quantized conv2d (is_quantized_layer)
+void lower_quantized_linear(Lowering& L, size_t ni);  // a quantized linear
 
 // The first node of `g` whose op the CUDA backend does not lower yet, as the
 // error compile would give, or "" (the backend's supports()).

@@ -1,0 +1,356 @@
+// The CUDA lowering of 8-bit quantization (issue 13; docs/cuda-backend.md
+// "FP8"): quantize / dequantize (quant.cu) and the quantized conv2d / linear.
+// FP8 (e4m3) runs; INT8 is refused naming the node (quant_refusal).
+//
+// A quantized layer is one step of up to three launches:
+//   1. the zero padding of x's rows to a multiple of 16 channels, when they
+//      are not (FP8 GEMM and conv engines take only such; the weight is
+//      padded once at load);
+//   2. the raw sum acc = sum code_x * code_w into f32 scratch: a cuDNN FP8
+//      fprop graph (cudnn_conv.hpp, ConvDesc::fp8) or, for 1x1 convs and
+//      linears, a cuBLASLt e4m3 GEMM (Fp8GemmOp) — every engine config and
+//      algorithm a candidate of the one tactic selector;
+//   3. quant_epilogue: the per-channel alpha, bias, residual, activation and
+//      output rounding (wide float or e4m3) with the constants of the CPU
+//      emulation (quant::layer_epilogue), so only the engine's accumulation
+//      differs from the CPU backend.
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/lower.hpp"
+#include "core/error.hpp"
+#include "ir/attrs.hpp"
+#include "ir/quant_form.hpp"
+#include "quant/layer.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+int round16(int64_t v) { return as_int((v + 15) / 16 * 16); }
+
+std::string int8_refusal(const Node& n, const char* what) {
+  return cat(n.name, ": the CUDA backend has no INT8 kernels (", what,
+             "); FP8 (e4m3) layers run on CUDA, INT8 engines on --backend cpu");
+}
+
+// Where the scale of each stored element sits: scales[(i / inner) % extent]
+// over the value's stored order (NHWC for 4-D maps, lower.hpp).
+struct ScaleWalk {
+  int64_t inner = 1, extent = 1;
+};
+ScaleWalk scale_walk(const Value& v) {
+  const QuantParams& q = *v.quant;
+  if (q.axis < 0 || q.scales.size() == 1) return {};
+  const int rank = static_cast<int>(v.shape.size());
+  std::vector<int> order(static_cast<size_t>(rank));  // logical axis at each stored position
+  for (int i = 0; i < rank; ++i) order[static_cast<size_t>(i)] = i;
+  if (stored_nhwc(v)) order = {0, 2, 3, 1};
+  ScaleWalk w;
+  w.extent = v.shape[static_cast<size_t>(q.axis)];
+  bool after = false;
+  for (int pos = 0; pos < rank; ++pos) {
+    if (after) w.inner *= v.shape[static_cast<size_t>(order[static_cast<size_t>(pos)])];
+    if (order[static_cast<size_t>(pos)] == q.axis) after = true;
+  }
+  return w;
+}
+
+const float* device_f32(Lowering& L, const std::string& key, const std::vector<float>& v) {
+  return static_cast<const float*>(L.engine_buffer(key, [&] {
+    DeviceBuffer b(v.size() * sizeof(float));
+    KILN_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return b;
+  }));
+}
+
+const void* device_bytes(Lowering& L, const std::string& key, const std::vector<uint8_t>& v) {
+  return L.engine_buffer(key, [&] {
+    DeviceBuffer b(v.size());
+    KILN_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size(), cudaMemcpyHostToDevice));
+    return b;
+  });
+}
+
+// The epilogue constants of quantized layer n: quant::layer_epilogue's, the
+// ones the CPU kernels use, uploaded once per engine.
+QuantEpilogue epilogue_of(Lowering& L, const Node& n) {
+  std::vector<float> bias;
+  if (n.inputs.size() > 2) bias = L.m.graph->values[n.inputs[2]].constant->to_f32();
+  const quant::LayerEpilogue e = quant::layer_epilogue(L.g, n, bias.empty() ? nullptr : bias.data());
+  QuantEpilogue q;
+  q.alpha = device_f32(L, n.name + "#q_alpha", e.alpha);
+  q.bias = device_f32(L, n.name + "#q_bias", e.bias);
+  q.residual_mul = e.residual_mul;
+  q.inv_out_scale = e.inv_out_scale;
+  q.scale_after = is_8bit(e.out) && !e.folded;
+  q.act = e.act;
+  return q;
+}
+
+// Lazily allocated, zeroed device scratch for timing candidates.
+struct TimingScratch {
+  size_t bytes;
+  DeviceBuffer buf;
+  void* get(cudaStream_t s) {
+    if (!buf.get() && bytes) {
+      buf = DeviceBuffer(bytes);
+      KILN_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, bytes, s));
+    }
+    return buf.get();
+  }
+};
+
+// The raw-sum engines of one quantized layer: a cuDNN FP8 conv and/or a
+// cuBLASLt FP8 GEMM, their candidates, and the chosen one's enqueue.
+struct RawSum {
+  ConvOp* conv = nullptr;
+  Fp8GemmOp* gemm = nullptr;
+  bool use_gemm = false;
+  size_t workspace() const { return use_gemm ? gemm->workspace_bytes() : conv->workspace_bytes(); }
+  void operator()(cudnnHandle_t h, const void* x, const void* w, float* acc, void* ws, size_t cap, cudaStream_t s) const {
+    if (use_gemm) gemm->run(x, w, acc, ws, cap, s);
+    else conv->run(h, x, w, nullptr, nullptr, acc, ws, s);
+  }
+};
+
+// Chooses among the engines' candidates (tactics.hpp) and records the choice;
+// x_bytes / acc_bytes size the timing scratch. The preferred engine's
+// candidates come first (timing tries the first few of the opt level) and
+// the other engine's heuristic pick is always timed too, so both are compared.
+std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig, RawSum& rs, const void* w,
+                           size_t x_bytes, size_t acc_bytes, bool gemm_first) {
+  TimingScratch xb{x_bytes, {}}, ab{acc_bytes, {}};
+  cudnnHandle_t h = L.m.cudnn.h;
+  std::vector<Candidate> convs, gemms;
+  if (rs.conv) {
+    // The heuristic's own pick first.
+    std::vector<int> order{rs.conv->selected()};
+    for (int t = 0; t < rs.conv->tactic_count(); ++t)
+      if (t != order[0]) order.push_back(t);
+    for (int t : order)
+      convs.push_back({rs.conv->tactic_name(t), [&rs, t] { return rs.use_gemm = false, rs.conv->try_select(t); },
+                       [&](cudaStream_t s, void* ws, size_t cap) {
+                         if (rs.conv->workspace_bytes() > cap) return false;
+                         rs.conv->run(h, xb.get(s), w, nullptr, nullptr, ab.get(s), ws, s);
+                         return true;
+                       }});
+  }
+  if (rs.gemm)
+    for (int t = 0; t < rs.gemm->tactic_count(); ++t)
+      gemms.push_back({rs.gemm->tactic_name(t), [&rs, t] { return rs.use_gemm = true, rs.gemm->select(t), true; },
+                       [&](cudaStream_t s, void* ws, size_t cap) {
+                         if (rs.gemm->workspace_bytes() > cap) return false;
+                         rs.gemm->run(xb.get(s), w, static_cast<float*>(ab.get(s)), ws, cap, s);
+                         return true;
+                       }});
+  std::vector<Candidate>& first = gemm_first || convs.empty() ? gemms : convs;
+  std::vector<Candidate>& second = &first == &gemms ? convs : gemms;
+  if (!first.empty() && !second.empty()) second.front().always_time = true;
+  std::vector<Candidate> cands = std::move(first);
+  for (Candidate& c : second) cands.push_back(std::move(c));
+  const TacticChoice c = L.tactics.choose(n.name, sig, cands, 0);
+  L.tactics.finish();  // the timing scratch dies with this function
+  L.record(n.name, cands[static_cast<size_t>(c.index)].name, c.us);
+  return cands[static_cast<size_t>(c.index)].name;
+}
+
+// The step of a quantized layer: [pad x] -> raw sum -> epilogue. Workspace:
+// [0, lead) the caller's (RowMajorIo), then padded x, acc, the engine's.
+struct QuantLayerRun {
+  RawSum rs;
+  const void* w;
+  QuantEpilogue e;
+  int64_t x_rows, rows;  // pixels (or rows) of x and of y: a strided conv reads more than it writes
+  int c, cp, k, kp;
+  DType rdt, ydt;
+  size_t pad_at, acc_at, lib_at;
+  void operator()(const Exec& x, const void* in, const void* residual, void* out) const {
+    char* ws = static_cast<char*>(x.workspace);
+    const void* xin = in;
+    if (c != cp) pad_rows_u8(in, x_rows, c, ws + pad_at, cp, x.stream), xin = ws + pad_at;
+    float* acc = reinterpret_cast<float*>(ws + acc_at);
+    rs(x.cudnn, xin, w, acc, ws + lib_at, x.workspace_bytes - lib_at, x.stream);
+    quant_epilogue(acc, kp, e, residual, rdt, out, ydt, rows, k, x.stream);
+  }
+};
+
+void plan_workspace(Lowering& L, QuantLayerRun& run, size_t lead) {
+  run.pad_at = align256(lead);
+  run.acc_at = align256(run.pad_at + (run.c != run.cp ? size_t(run.x_rows) * size_t(run.cp) : 0));
+  run.lib_at = align256(run.acc_at + size_t(run.rows) * size_t(run.kp) * sizeof(float));
+  L.reserve_workspace(run.lib_at + run.rs.workspace());
+}
+
+}  // namespace
+
+std::string quant_refusal(const Graph& g, const Node& n) {
+  const auto val = [&](int v) -> const Value& { return g.values.at(static_cast<size_t>(v)); };
+  switch (n.op) {
+    case Op::Quantize:
+      if (val(n.outputs.at(0)).dtype == DType::I8) return int8_refusal(n, "quantize to i8");
+      if (val(n.outputs.at(0)).dtype != DType::F8E4M3)
+        return cat(n.name, ": CUDA quantize writes e4m3 codes, not ", dtype_name(val(n.outputs[0]).dtype));
+      return "";
+    case Op::Dequantize:
+      if (val(n.inputs.at(0)).dtype == DType::I8) return int8_refusal(n, "dequantize of i8");
+      if (val(n.inputs.at(0)).dtype != DType::F8E4M3)
+        return cat(n.name, ": CUDA dequantize reads e4m3 codes, not ", dtype_name(val(n.inputs[0]).dtype));
+      return "";
+    case Op::Conv2d:
+    case Op::Linear: {
+      if (!is_quantized_layer(g, n)) return "";
+      if (val(n.inputs[0]).dtype == DType::I8)
+        return int8_refusal(n, n.op == Op::Conv2d ? "quantized conv2d, i8" : "quantized linear, i8");
+      if (val(n.inputs[0]).dtype != DType::F8E4M3)
+        return cat(n.name, ": CUDA quantized layers read e4m3 codes, not ", dtype_name(val(n.inputs[0]).dtype));
+      if (n.op == Op::Conv2d && conv_attrs(n).groups != 1) {
+        const Shape& xs = val(n.inputs[0]).shape;
+        return cat(n.name, ": no CUDA FP8 path for a grouped conv (", shape_str(xs), ", groups ", conv_attrs(n).groups,
+                   "): cuDNN's FP8 fprop and the FP8 GEMM take groups 1; keep the layer 16-bit (the recipe's default "
+                   "exclusions do so for depthwise convs) or build with --backend cpu");
+      }
+      return "";
+    }
+    default: return "";
+  }
+}
+
+void lower_Quantize(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  if (const std::string why = quant_refusal(L.g, n); !why.empty()) fail_input(why);
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const Value &xv = L.g.values[in0], &yv = L.g.values[out];
+  if (stored_nhwc(xv) != stored_nhwc(yv)) fail_input(n.name, ": CUDA quantize of a constant 4-D value (quantize it at build)");
+  std::vector<float> inv;
+  for (float s : yv.quant->scales) inv.push_back(1.f / s);  // f32(1 / scale), as quant::quantize_value
+  const float* scales = device_f32(L, n.name + "#inv_scales", inv);
+  const ScaleWalk sw = scale_walk(yv);
+  const DType xdt = xv.dtype;
+  const int64_t count = shape_numel(yv.shape);
+  const ValuePtr ptr = L.ptr;
+  L.step("quantize_e4m3", [=](const Exec& x) {
+    quantize_e4m3(ptr(x, in0), xdt, ptr(x, out), count, scales, sw.inner, sw.extent, x.stream);
+  });
+}
+
+void lower_Dequantize(Lowering& L, size_t ni) {
+  const Node& n = L.g.nodes[ni];
+  if (const std::string why = quant_refusal(L.g, n); !why.empty()) fail_input(why);
+  const Value &xv = L.g.values[n.inputs[0]], &yv = L.g.values[n.outputs[0]];
+  if (stored_nhwc(xv) != stored_nhwc(yv)) fail_input(n.name, ": CUDA dequantize of a constant 4-D value (fold it at build)");
+  const float* scales = device_f32(L, n.name + "#scales", xv.quant->scales);
+  const ScaleWalk sw = scale_walk(xv);
+  const Operand x_at = operand(L, n.inputs[0]);
+  const int out = n.outputs[0];
+  const DType ydt = yv.dtype;
+  const int64_t count = shape_numel(yv.shape);
+  const ValuePtr ptr = L.ptr;
+  L.step("dequantize_e4m3", [=](const Exec& x) {
+    dequantize_e4m3(x_at(x), ptr(x, out), ydt, count, scales, sw.inner, sw.extent, x.stream);
+  });
+}
+
+void lower_quantized_linear(Lowering& L, size_t ni) {
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  if (const std::string why = quant_refusal(g, n); !why.empty()) fail_input(why);
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const Shape xs = g.values[in0].shape, ws = g.values[n.inputs[1]].shape;
+  QuantLayerRun run{};
+  run.k = as_int(ws[0]), run.kp = round16(ws[0]);
+  run.c = as_int(ws[1]), run.cp = round16(ws[1]);
+  run.rows = run.x_rows = shape_numel(xs) / ws[1];
+  run.rdt = DType::F32;
+  run.ydt = g.values[out].dtype;
+  run.e = epilogue_of(L, n);
+  // W [k, c] row-major codes, padded once to [kp, cp] with zeros.
+  const HostTensor& wt = *L.m.graph->values[n.inputs[1]].constant;
+  std::vector<uint8_t> wp(size_t(run.kp) * size_t(run.cp), 0);
+  for (int o = 0; o < run.k; ++o)
+    for (int i = 0; i < run.c; ++i)
+      wp[size_t(o) * size_t(run.cp) + size_t(i)] = wt.blob.data[size_t(o) * size_t(run.c) + size_t(i)];
+  run.w = device_bytes(L, n.name + "#fp8_w", wp);
+  try {
+    L.p.fp8_gemms.push_back(std::make_unique<Fp8GemmOp>(L.m.lt.h, as_int(run.rows), run.cp, run.kp));
+  } catch (const Error& e) {
+    fail_runtime(n.name, ": no CUDA FP8 engine for this linear (x ", shape_str(xs), ", w ", shape_str(ws), "): ", e.what());
+  }
+  run.rs.gemm = L.p.fp8_gemms.back().get();
+  LayerSignature sig{"fp8 gemm", DType::F8E4M3, {{run.rows, run.cp}, {run.kp, run.cp}}, {}};
+  const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.x_rows) * size_t(run.cp),
+                                            size_t(run.rows) * size_t(run.kp) * sizeof(float), true);
+  const RowMajorIo io(L, {in0}, {out});  // x[..., c] as rows (a 4-D x, stored NHWC, through the workspace)
+  plan_workspace(L, run, io.scratch_bytes());
+  L.step(io.kernel(cat(run.c != run.cp ? "pad + " : "", tactic, " + quant_epilogue")), [run, io](const Exec& x) {
+    io.load(x);
+    run(x, io.in(x, 0), nullptr, io.out(x, 0));
+    io.store(x);
+  });
+}
+
+void lower_quantized_conv(Lowering& L, size_t ni) {
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  if (const std::string why = quant_refusal(g, n); !why.empty()) fail_input(why);
+  const int in0 = n.inputs[0], out = n.outputs[0];
+  const int res = n.inputs.size() > 3 ? n.inputs[3] : -1;
+  if (L.strided(in0) || L.strided(out) || (res >= 0 && L.strided(res)))
+    fail_input(n.name, ": a quantized conv on channel views (switch cuda_views) is not supported on CUDA");
+  const ConvDesc d = conv_desc(g, n, false, 0, 0);
+  QuantLayerRun run{};
+  run.c = d.c, run.cp = round16(d.c), run.k = d.k, run.kp = round16(d.k);
+  run.rows = int64_t(d.n) * d.out_h() * d.out_w();
+  run.x_rows = int64_t(d.n) * d.h * d.w;
+  run.rdt = res >= 0 ? g.values[res].dtype : DType::F32;
+  run.ydt = g.values[out].dtype;
+  run.e = epilogue_of(L, n);
+  // KCRS codes -> KRSC padded to [kp, r, s, cp] with zeros (NHWC engines' filter layout).
+  const HostTensor& wt = *L.m.graph->values[n.inputs[1]].constant;
+  std::vector<uint8_t> wp(size_t(run.kp) * size_t(d.r) * size_t(d.s) * size_t(run.cp), 0);
+  for (int o = 0; o < d.k; ++o)
+    for (int i = 0; i < d.c; ++i)
+      for (int y = 0; y < d.r; ++y)
+        for (int z = 0; z < d.s; ++z)
+          wp[((size_t(o) * d.r + y) * d.s + z) * run.cp + i] = wt.blob.data[((size_t(o) * d.c + i) * d.r + y) * d.s + z];
+  run.w = device_bytes(L, n.name + "#fp8_w", wp);
+
+  // cuDNN's FP8 fprop on the padded shape, and for a 1x1 conv with unit
+  // strides and no padding (y = W x per pixel) the FP8 GEMM too.
+  ConvDesc raw = d;
+  raw.c = run.cp, raw.k = run.kp, raw.dtype = DType::F32, raw.fp8 = true;
+  raw.has_bias = raw.has_residual = false, raw.act = Activation::None;
+  std::string cudnn_error;
+  try {
+    auto owned = std::make_unique<ConvOp>(L.m.cudnn.h, raw);
+    run.rs.conv = owned.get();
+    L.p.convs.push_back(std::move(owned));
+  } catch (const Error& e) {
+    cudnn_error = e.what();
+  }
+  const bool pointwise = d.r == 1 && d.s == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_t == 0 && d.pad_l == 0 &&
+                         d.pad_b == 0 && d.pad_r == 0;
+  std::string gemm_error;
+  if (pointwise) {
+    try {
+      L.p.fp8_gemms.push_back(std::make_unique<Fp8GemmOp>(L.m.lt.h, as_int(run.rows), run.cp, run.kp));
+      run.rs.gemm = L.p.fp8_gemms.back().get();
+    } catch (const Error& e) {
+      gemm_error = e.what();
+    }
+  }
+  if (!run.rs.conv && !run.rs.gemm)
+    fail_runtime(n.name, ": no CUDA FP8 engine for this conv (x ", shape_str(g.values[in0].shape), ", w [", d.k, ",", d.c, ",",
+                 d.r, ",", d.s, "], stride ", d.stride_h, "x", d.stride_w, ", channels padded to ", run.cp, "->", run.kp,
+                 "): ", cudnn_error, gemm_error.empty() ? "" : "; ", gemm_error);
+  LayerSignature sig{"fp8 conv", DType::F8E4M3, {{d.n, run.cp, d.h, d.w}, {run.kp, run.cp, d.r, d.s}}, {}};
+  sig.attr("stride_h", d.stride_h).attr("stride_w", d.stride_w).attr("pad_t", d.pad_t).attr("pad_l", d.pad_l);
+  sig.attr("pad_b", d.pad_b).attr("pad_r", d.pad_r).attr("dil_h", d.dil_h).attr("dil_w", d.dil_w);
+  sig.attr("cudnn", run.rs.conv != nullptr).attr("gemm", run.rs.gemm != nullptr);
+  const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.x_rows) * size_t(run.cp),
+                                            size_t(run.rows) * size_t(run.kp) * sizeof(float), pointwise);
+  plan_workspace(L, run, 0);
+  const ValuePtr ptr = L.ptr;
+  L.step(cat(run.c != run.cp ? "pad + " : "", run.rs.use_gemm ? "" : "cudnn ", tactic, " + quant_epilogue"),
+         [run, ptr, in0, res, out](const Exec& x) { run(x, ptr(x, in0), res >= 0 ? ptr(x, res) : nullptr, ptr(x, out)); });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,118 @@
+// FP8 (e4m3) kernels of the CUDA backend (issue 13; docs/cuda-backend.md
+// "FP8"): quantize and dequantize with per-tensor or per-channel scales, the
+// zero padding of FP8 rows to the 16-element multiples the FP8 GEMM and conv
+// engines need, and the epilogue of a quantized layer applied to the raw f32
+// sum the GEMM or conv engine wrote. Every formula is the CPU emulation's
+// (quant/layer.hpp, backends/cpu/ref/quant.cpp) with contraction ruled out
+// (__fmul_rn / __fadd_rn), so the only difference left is the engine's
+// accumulation order and precision.
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+using dev::from_f32;
+using dev::to_f32;
+
+// The scale index of flat stored index i: (i / inner) % extent (extent 1: per tensor).
+__device__ __forceinline__ int64_t scale_index(int64_t i, int64_t inner, int64_t extent) {
+  return extent == 1 ? 0 : (i / inner) % extent;
+}
+
+// y = round_To(x * scales[...]) with one f32 multiply (no contraction):
+// quantize (To e4m3, the inverse scales: code = encode(x * f32(1 / scale)),
+// as the CPU's quantize_value) and dequantize (x the codes: f32(code *
+// scale), then To's rounding) are the same map.
+template <typename Ti, typename To>
+__global__ void scale_map_kernel(const Ti* __restrict__ x, To* __restrict__ y, int64_t count, const float* __restrict__ scales,
+                                 int64_t inner, int64_t extent) {
+  dev::enter_grid();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
+    y[i] = from_f32<To>(__fmul_rn(to_f32(x[i]), scales[scale_index(i, inner, extent)]));
+}
+
+// Each thread keeps one column (dev::row_walk: no division per element;
+// launched with detail::grid_rows), as the epilogue below.
+__global__ void pad_rows_kernel(const uint8_t* __restrict__ x, int64_t rows, int cols, uint8_t* __restrict__ y,
+                                int y_cols) {
+  dev::enter_grid();
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(y_cols), w)) return;
+  const int c = int(w.col);
+  for (int64_t r = w.row; r < rows; r += w.step) y[r * y_cols + c] = c < cols ? x[r * cols + c] : uint8_t(0);
+}
+
+__device__ __forceinline__ float load_wide(const void* p, int64_t i, DType dt) {
+  switch (dt) {
+    case DType::F16: return to_f32(static_cast<const __half*>(p)[i]);
+    case DType::BF16: return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// y[r, c] = epilogue of acc[r * acc_ld + c] (quant/layer.hpp's LayerEpilogue::apply).
+template <typename Out, Activation A>
+__global__ void quant_epilogue_kernel(const float* __restrict__ acc, int acc_ld, QuantEpilogue e, const void* residual,
+                                      DType rdt, Out* __restrict__ y, int64_t rows, int k) {
+  dev::enter_grid();
+  dev::RowWalk w;
+  if (!dev::row_walk(uint32_t(k), w)) return;
+  const int c = int(w.col);
+  const float alpha = e.alpha[c], bias = e.bias[c];  // once per thread: its column is fixed
+  for (int64_t r = w.row; r < rows; r += w.step) {
+    const int64_t i = r * k + c;
+    float v = fmaf(acc[r * acc_ld + c], alpha, bias);
+    if (residual) v = __fadd_rn(v, __fmul_rn(load_wide(residual, i, rdt), e.residual_mul));
+    v = dev::act<A>(v);
+    if (e.scale_after) v = __fmul_rn(v, e.inv_out_scale);
+    y[i] = from_f32<Out>(v);
+  }
+}
+
+}  // namespace
+
+void quantize_e4m3(const void* x, DType xdt, void* y, int64_t count, const float* inv_scales, int64_t inner,
+                   int64_t extent, cudaStream_t stream) {
+  if (count <= 0) return;
+  detail::dispatch_float(xdt, "quantize_e4m3", [&](auto t) {
+    using T = decltype(t);
+    detail::launch("quantize_e4m3", scale_map_kernel<T, __nv_fp8_e4m3>, detail::grid_for(count), detail::kThreads, 0, stream,
+                   static_cast<const T*>(x), static_cast<__nv_fp8_e4m3*>(y), count, inv_scales, inner, extent);
+  });
+}
+
+void dequantize_e4m3(const void* x, void* y, DType ydt, int64_t count, const float* scales, int64_t inner, int64_t extent,
+                     cudaStream_t stream) {
+  if (count <= 0) return;
+  detail::dispatch_float(ydt, "dequantize_e4m3", [&](auto t) {
+    using T = decltype(t);
+    detail::launch("dequantize_e4m3", scale_map_kernel<__nv_fp8_e4m3, T>, detail::grid_for(count), detail::kThreads, 0, stream,
+                   static_cast<const __nv_fp8_e4m3*>(x), static_cast<T*>(y), count, scales, inner, extent);
+  });
+}
+
+void pad_rows_u8(const void* x, int64_t rows, int cols, void* y, int y_cols, cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (cols > y_cols) fail_runtime("cuda pad_rows_u8: ", cols, " columns do not fit in ", y_cols);
+  detail::launch("pad_rows_u8", pad_rows_kernel, detail::grid_rows(rows, y_cols), detail::kThreads, 0, stream,
+                 static_cast<const uint8_t*>(x), rows, cols, static_cast<uint8_t*>(y), y_cols);
+}
+
+void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt, void* y,
+                    DType ydt, int64_t rows, int k, cudaStream_t stream) {
+  if (rows <= 0 || k <= 0) return;
+  if (acc_ld < k) fail_runtime("cuda quant_epilogue: leading dimension ", acc_ld, " below ", k, " channels");
+  if (residual && !(rdt == DType::F32 || rdt == DType::F16 || rdt == DType::BF16))
+    fail_runtime("cuda quant_epilogue: residual of ", dtype_name(rdt), " (a quantized layer reads its residual wide)");
+  detail::dispatch_storage(ydt, "quant_epilogue", [&](auto t) {
+    using Out = decltype(t);
+    detail::dispatch_act(e.act, [&](auto a) {
+      detail::launch("quant_epilogue", quant_epilogue_kernel<Out, decltype(a)::value>, detail::grid_rows(rows, k),
+                     detail::kThreads, 0, stream, acc, acc_ld, e, residual, rdt, static_cast<Out*>(y), rows, k);
+    });
+  });
+}
+
+}  // namespace kiln::cuda
