@@ -11,7 +11,8 @@
 # profiled layer by layer in both bundles (bench/regress_diff.py: OUTDIR/diff_MODEL_bB.txt).
 # KILN_REGRESS_REBUILD=1 also builds NEW's bundle a second time (tag new2, benched in the same
 # alternation) and reports, per case, how many layers the rebuild gave another tactic and how far
-# its time moved: how reproducible tactic selection is (OUTDIR/rebuild.json).
+# its time moved: how reproducible tactic selection is (OUTDIR/rebuild.json);
+# KILN_REGRESS_REBUILD_BATCHES narrows the rebuild to those batches (default: all of them).
 # Here (no GPU): build OLD from a git worktree at the old commit
 #   git worktree add /work/wt/base REV && (cd /work/wt/base && cp -r /work/main/third_party . &&
 #     cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-cuda --target kiln)
@@ -36,9 +37,10 @@ for m in $models; do
     { echo "regress: could not make $m (see $out/fixtures.log)" >&2; exit 2; }
 done
 status=0
-tags="old new"; [ "${KILN_REGRESS_REBUILD:-0}" = 1 ] && tags="old new new2"
+rebuild_batches=""; [ "${KILN_REGRESS_REBUILD:-0}" = 1 ] && rebuild_batches=${KILN_REGRESS_REBUILD_BATCHES:-$batches}
 for m in $models; do
   for b in $batches; do
+    tags="old new"; [[ " $rebuild_batches " == *" $b "* ]] && tags="old new new2"
     for tag in $tags; do
       bin=$old; [ $tag != old ] && bin=$new
       $bin build "$work/full/$m" -o "$work/$m.b$b.$tag.bundle" --backend cuda --precision fp16 --batch $b --opt-level 3 \
@@ -78,13 +80,13 @@ print("PASS" if not bad else f"FAIL: {len(bad)} case(s) over {limit}% slower or 
 open(os.path.join(out, "over_limit.txt"), "w").write("".join(f"{r['model']} {r['batch']}\n" for r in bad if "error" not in r))
 sys.exit(1 if bad else 0)
 PY
-if [ "${KILN_REGRESS_REBUILD:-0}" = 1 ]; then
+if [ -n "$rebuild_batches" ]; then
   for m in $models; do
-    for b in $batches; do
+    for b in $rebuild_batches; do
       for tag in new new2; do $new inspect "$work/$m.b$b.$tag.bundle" --json > "$out/inspect_${m}_b${b}_$tag.json" 2>/dev/null; done
     done
   done
-  python3 - "$out" "$models" "$batches" <<'PY'
+  python3 - "$out" "$models" "$rebuild_batches" <<'PY'
 import json, os, sys
 out, models, batches = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 rows = []
