@@ -52,7 +52,7 @@ struct Declared {
 // removing the op here, and its cases then run against the reference.
 // Since issue 12 every op of ops.def but these is lowered on CUDA. An op
 // added to ops.def before its CUDA lowering goes here (and in lower.cpp).
-inline const std::vector<Op> kNotLoweredOnCuda = {Op::MsDeformAttn, Op::Quantize, Op::Dequantize};
+inline const std::vector<Op> kNotLoweredOnCuda = {Op::Quantize, Op::Dequantize};
 
 // The limitations declared today, one place each.
 inline Declared cuda_refuses_batch_norm_rank() {

@@ -63,6 +63,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   f.se = plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false));  // marked blocks (switch fuse_se: the pass)
   for (size_t i : f.se.fused_away) f.fused_away[i] = 1;
   f.live_until = f.se.live_until;
+  plan_deform_inputs(g, f);  // RT-DETR's value/logits reshapes read in place (ms_deform_attn.cpp)
   // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
   // offset plus the root buffer's pixel stride, so Res2Net's chunk slices read
   // the 1x1 conv's output in place and its 3x3 convs (and the pass-through

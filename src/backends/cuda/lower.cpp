@@ -50,7 +50,6 @@ struct NotLowered {
   static const NotLowered not_lowered_##E{Op::E};
 // Every op of ops.def but these has its lowering; an op added to ops.def
 // before its CUDA lowering is declared here as KILN_CUDA_NOT_LOWERED(Enum).
-KILN_CUDA_NOT_LOWERED(MsDeformAttn)
 KILN_CUDA_NOT_LOWERED(Quantize)
 KILN_CUDA_NOT_LOWERED(Dequantize)
 #undef KILN_CUDA_NOT_LOWERED

@@ -14,6 +14,7 @@
 //   matmul.cpp       MatMul: cuBLASLt (cublaslt_linear.hpp's MatMulOp)
 //   shape_ops.cpp    Transpose, Reshape, UpsampleNearest, Gather, RowMajorIo
 //   top_k.cpp        TopK
+//   ms_deform_attn.cpp  MsDeformAttn (one fused kernel)
 //   elementwise.cpp  also InverseSigmoid
 //   reference.cpp    any node matched by --reference: the plain reference on the host
 // reached through lower_node's dispatch, generated from ops.def (lower.cpp):
@@ -181,6 +182,12 @@ ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride,
 // The first node of `g` whose op the CUDA backend does not lower yet, as the
 // error compile would give, or "" (the backend's supports()).
 std::string lowering_refusal(const Graph& g);
+
+// ms_deform_attn's 4-D inputs (value, logits) that are reshapes of row-major
+// values read only by ms_deform_attn: the reshape is fused away and its
+// output aliases its input, so the kernel reads the row-major bytes in place
+// (ms_deform_attn.cpp). Called by plan_fusions, not for dense graphs.
+void plan_deform_inputs(const Graph& g, GraphFacts& f);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);
