@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "../../../tests/unit/family_test_util.hpp"
+#include "bundle/builder.hpp"
 #include "core/error.hpp"
 #include "core/npy.hpp"
 #include "kiln/kiln.hpp"
@@ -40,6 +42,34 @@ inline void expect_matches(const std::string& what, const std::vector<float>& lo
   const std::vector<float> want_b = read_npy(dir / "pred_boxes.npy").to_f32();
   EXPECT_LE(max_diff(logits, want_l), 1e-3f * max_abs(want_l)) << what << " logits";
   EXPECT_LE(max_diff(boxes, want_b), 1e-3f * max_abs(want_b)) << what << " pred_boxes";
+}
+
+// Fixture `name` built for `backend` at `precision` and `opt_level` (batch =
+// the input's, IR verifier on) and run on its input.npy: the engine's
+// outputs (logits, pred_boxes).
+inline std::vector<Tensor> run_fixture(const std::string& name, const std::string& backend, DType precision,
+                                       int opt_level = 3) {
+  const fs::path dir = kFixtures / name;
+  const HostTensor x = read_npy(dir / "input.npy");
+  const fs::path tmp = temp_dir(cat("rtdetr_", name, "_", backend, "_", dtype_name(precision), "_o", opt_level));
+  BuildOptions o;
+  o.model = dir.string();
+  o.backend = backend;
+  o.precision = precision;
+  o.opt_level = opt_level;
+  o.batch = static_cast<int>(x.shape.at(0));
+  o.verify = true;
+  build_bundle(o, tmp / "m.bundle");
+  std::vector<Tensor> out = Engine::load((tmp / "m.bundle").string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
+  fs::remove_all(tmp);
+  EXPECT_EQ(out.size(), 2u) << name;
+  if (out.size() == 2) {
+    EXPECT_EQ(out[0].name, "logits");
+    EXPECT_EQ(out[1].name, "pred_boxes");
+    EXPECT_EQ(out[0].shape, read_npy(dir / "logits.npy").shape);
+    EXPECT_EQ(out[1].shape, read_npy(dir / "pred_boxes.npy").shape);
+  }
+  return out;
 }
 
 inline float iou(const Detection& a, const Detection& b) {

@@ -31,24 +31,9 @@ namespace fs = std::filesystem;
 class RtDetrFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RtDetrFixture, Fp32CpuEngineMatchesPyTorch) {
-  const fs::path dir = kFixtures / GetParam();
-  const fs::path tmp = testing::temp_dir("rtdetr_" + GetParam());
-  BuildOptions o;
-  o.model = dir.string();
-  o.precision = DType::F32;
-  o.verify = true;
-  build_bundle(o, tmp / "m.bundle");
-  auto engine = Engine::load((tmp / "m.bundle").string());
-  const HostTensor x = read_npy(dir / "input.npy");
-  auto ctx = engine->create_context();
-  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  const auto out = testing::rtdetr::run_fixture(GetParam(), "cpu", DType::F32);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].name, "logits");
-  EXPECT_EQ(out[1].name, "pred_boxes");
-  EXPECT_EQ(out[0].shape, read_npy(dir / "logits.npy").shape);
-  EXPECT_EQ(out[1].shape, read_npy(dir / "pred_boxes.npy").shape);
-  expect_matches("cpu engine", out[0].data, out[1].data, dir);
-  fs::remove_all(tmp);
+  expect_matches("cpu engine", out[0].data, out[1].data, kFixtures / GetParam());
 }
 
 TEST_P(RtDetrFixture, PlainReferenceMatchesPyTorch) {
@@ -73,17 +58,9 @@ TEST_P(RtDetrFixture, PlainReferenceMatchesPyTorch) {
 // with the rule the CUDA fp16 engines are held to (tests/gpu/test_cuda_rtdetr.cpp).
 TEST_P(RtDetrFixture, Fp16CpuEngineDetectionsMatchPyTorch) {
   const fs::path dir = kFixtures / GetParam();
-  const fs::path tmp = testing::temp_dir("rtdetr16_" + GetParam());
-  BuildOptions o;
-  o.model = dir.string();
-  o.precision = DType::F16;
-  build_bundle(o, tmp / "m.bundle");
-  auto engine = Engine::load((tmp / "m.bundle").string());
-  const HostTensor x = read_npy(dir / "input.npy");
-  auto out = engine->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
+  const auto out = testing::rtdetr::run_fixture(GetParam(), "cpu", DType::F16);
   ASSERT_EQ(out.size(), 2u);
-  testing::rtdetr::expect_fp16_rule("cpu fp16 engine", out[0].data, out[1].data, x.shape, dir);
-  fs::remove_all(tmp);
+  testing::rtdetr::expect_fp16_rule("cpu fp16 engine", out[0].data, out[1].data, read_npy(dir / "input.npy").shape, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RtDetrFixture, ::testing::ValuesIn(testing::fixture_cases(kFixtures)),
