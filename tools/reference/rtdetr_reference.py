@@ -21,6 +21,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,8 +33,7 @@ def main():
     a = ap.parse_args()
     from transformers import RTDetrImageProcessor, RTDetrV2ForObjectDetection
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    common.strict_fp32()
     model = RTDetrV2ForObjectDetection.from_pretrained(a.model_dir).eval()
     proc = RTDetrImageProcessor.from_pretrained(a.model_dir)
     x = proc(images=[Image.open(p).convert("RGB") for p in a.images], return_tensors="pt")["pixel_values"]
