@@ -186,10 +186,17 @@ struct ClassificationOutcome {
 
 // Wall time of each stage of the last classify_* call, summed over its
 // images (kiln bench's task breakdown). decode_ms is 0 for classify_rgb and
-// classify_preprocessed; preprocess_ms covers resize, crop and normalize.
+// classify_preprocessed; preprocess_ms covers resize, crop and normalize
+// (on engines that pre-process on the GPU: planning on the host plus the
+// device time of the upload and the pre-processing kernels, which engine_ms
+// then leaves out).
 struct TaskTimings {
   double decode_ms = 0, preprocess_ms = 0, engine_ms = 0, postprocess_ms = 0;
 };
+
+// A decoded image and its pre-processing plan (Classifier::prepare_file).
+struct PreparedImage;
+struct ImageU8;
 
 // Pre-processing (decode, resize, crop, normalize) exactly as the reference
 // library does it, from the bundle's runtime.json; post-processing: softmax
@@ -212,6 +219,15 @@ class Classifier {
   // CHW float images laid end to end in one engine call.
   std::vector<float> preprocess_file(const std::string& image_path) const;
   std::vector<Classification> classify_preprocessed(std::vector<float> pixels, int64_t images, int top_k = 5);
+  // The same halves where the engine pre-processes on its device (CUDA
+  // bundles: the decoded bytes go up, PIL-exact resize, crop and normalize
+  // run on the GPU, bit for bit the CPU's): prepare_file decodes and plans
+  // (on CPU engines it also pre-processes), const and safe to call
+  // concurrently; classify_prepared runs the images in one engine call.
+  std::shared_ptr<PreparedImage> prepare_file(const std::string& image_path) const;
+  std::vector<Classification> classify_prepared(const std::vector<std::shared_ptr<PreparedImage>>& images, int top_k = 5);
+  // Whether this classifier pre-processes on the engine's device.
+  bool preprocesses_on_device() const;
   // 8-bit RGB, row-major HWC.
   Classification classify_rgb(int width, int height, const uint8_t* rgb, int top_k = 5);
   const Engine& engine() const { return *engine_; }
@@ -220,6 +236,9 @@ class Classifier {
  private:
   struct Impl;
   std::vector<Classification> run_batch(std::vector<float> pixels, int64_t images, int top_k);
+  std::vector<Classification> postprocess_all(const std::vector<Tensor>& outputs, int64_t images, int top_k);
+  std::vector<Classification> run_prepared(const std::vector<const PreparedImage*>& images, int top_k, TaskTimings t);
+  std::shared_ptr<PreparedImage> prepare(ImageU8&& img, TaskTimings& t) const;
   std::vector<float> timed_preprocess(const std::string& path, TaskTimings& t) const;
   std::shared_ptr<const Engine> engine_;
   std::unique_ptr<Impl> impl_;

@@ -21,6 +21,8 @@
 namespace kiln {
 
 class Bundle;
+struct ImageU8;
+struct PreprocessPlan;
 
 struct CompileOptions {
   // true only in kiln build: choose tactics (by timing at opt level >= 3,
@@ -63,6 +65,17 @@ class BackendContext {
   virtual std::vector<LayerTime> profile(int64_t batch, int rounds) = 0;
   virtual size_t kernels_per_call(int64_t batch) = 0;
   virtual MemoryReport memory(int64_t batch) = 0;
+  // Pre-processing on the backend's device (issue #11 part 4). When true,
+  // run_images takes decoded 8-bit RGB images: image k goes through plans[k]
+  // (image/image.hpp) into batch slot k of `input`, the engine's only input
+  // (already checked by the runtime: [batch, 3, H, W], each plan's output
+  // H x W), then the engine runs into `outputs` as run() does. The result is
+  // bit for bit run_preprocess_plan's; returns the device time (ms) of the
+  // uploads and pre-processing kernels. CPU backends pre-process on the host
+  // (false: run_images is never called).
+  virtual bool preprocesses_on_device() const { return false; }
+  virtual double run_images(const std::vector<const ImageU8*>& images, const std::vector<const PreprocessPlan*>& plans,
+                            const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch);
 };
 
 // What compile returns: immutable, shared by every context of an engine.

@@ -40,7 +40,13 @@ struct Checker {
   }
   void plan(const json& p, const std::string& path) const {
     if (!p.is_object()) bad(path, "an object");
-    bool_at(p, "window_conv", path);
+    // The view blocks run as window convs; true/false in bundles before per-block choices.
+    if (const json* w = optional(p, "window_conv")) {
+      if (!w->is_boolean() && !w->is_array()) bad(path + ".window_conv", "a list of view block names (or true/false)");
+      for (size_t i = 0; w->is_array() && i < w->size(); ++i)
+        if (!(*w)[i].is_string() || (*w)[i].get<std::string>().empty())
+          bad(path + ".window_conv[" + std::to_string(i) + "]", "a view block name (a non-empty string)");
+    }
     bool_at(p, "channel_views", path);
     count_at(p, "arena_bytes", path);
     count_at(p, "workspace_bytes", path);

@@ -62,6 +62,17 @@ double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& in
 // order, labelled with node names (a fused conv is one entry).
 std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds);
 
+// Pre-processing on the context's device (BackendContext::run_images): true
+// when its backend has it (CUDA), false on the CPU backend.
+bool preprocesses_on_device(ExecutionContext& ctx);
+// Image k (decoded 8-bit RGB) through plans[k] into batch slot k of the
+// engine's only input, then one engine call; outputs in host memory. Checks
+// that the engine has one input of [N, 3, H, W] with each plan's H x W and N
+// within its largest batch (Error(Input) naming the input); `device_pre_ms`
+// receives the device time of the uploads and pre-processing.
+std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const ImageU8*>& images,
+                               const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms = nullptr);
+
 // Kernels (CPU: nodes) launched by one engine call.
 size_t kernels_per_call(ExecutionContext& ctx);
 

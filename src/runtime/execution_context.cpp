@@ -3,6 +3,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "image/image.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln {
@@ -153,6 +154,61 @@ double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& in
 std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
   ctx.run(inputs);  // plans (and on the GPU captures) for this batch size
   return ctx.impl().backend->profile(ctx.impl().last_batch, rounds);
+}
+
+bool preprocesses_on_device(ExecutionContext& ctx) { return ctx.impl().backend->preprocesses_on_device(); }
+
+std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const ImageU8*>& images,
+                               const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms) {
+  ExecutionContext::Impl& c = ctx.impl();
+  const Engine::Impl& e = c.engine->impl();
+  if (images.empty() || images.size() != plans.size()) fail_usage("run_images: ", images.size(), " images, ", plans.size(), " plans");
+  if (e.graph.inputs.size() != 1) fail_input("run_images: this engine has ", e.graph.inputs.size(), " inputs, images feed one");
+  const Value& in = e.graph.values[e.graph.inputs[0]];
+  if (in.shape.size() != 4 || in.shape[1] != 3)
+    fail_input("run_images: input '", in.name, "' is ", shape_str(in.shape), ", not [N,3,H,W]");
+  for (size_t k = 0; k < images.size(); ++k) {
+    const PreprocessPlan& p = *plans[k];
+    if (p.out_h != in.shape[2] || p.out_w != in.shape[3])
+      fail_input("run_images: image ", k, " is pre-processed to ", p.out_w, "x", p.out_h, ", input '", in.name, "' takes ",
+                 in.shape[3], "x", in.shape[2]);
+    if (p.resize.in_w != images[k]->width || p.resize.in_h != images[k]->height ||
+        images[k]->rgb.size() != 3ULL * images[k]->width * images[k]->height)
+      fail_input("run_images: image ", k, " (", images[k]->width, "x", images[k]->height, ") does not match its plan (",
+                 p.resize.in_w, "x", p.resize.in_h, ")");
+  }
+  Shape shape = in.shape;
+  shape[0] = static_cast<int64_t>(images.size());
+  // The shape/batch checks of every run, on a view whose memory the backend fills.
+  std::vector<TensorView> ordered;
+  std::vector<std::vector<float>> widened;
+  const int64_t batch =
+      bind_inputs(e, {{in.name, DType::F32, shape, images[0]->rgb.data(), MemoryKind::Device, 0}}, false, &ordered, &widened);
+  const std::vector<Shape>& shapes = e.output_shapes(batch);
+  std::vector<Tensor> result;
+  std::vector<MutableTensorView> out;
+  for (size_t k = 0; k < shapes.size(); ++k)
+    result.push_back({e.graph.values[e.graph.outputs[k]].name, shapes[k],
+                      std::vector<float>(static_cast<size_t>(shape_numel(shapes[k])))});
+  for (Tensor& t : result)
+    out.push_back({t.name, DType::F32, t.shape, t.data.data(), MemoryKind::Host, t.data.size() * sizeof(float)});
+  if (c.backend->preprocesses_on_device()) {
+    const double ms = c.backend->run_images(images, plans, ordered[0], out, batch);
+    if (device_pre_ms) *device_pre_ms = ms;
+  } else {
+    // The host executor of the same plans (what the device path must equal).
+    std::vector<float> pixels;
+    pixels.reserve(static_cast<size_t>(shape_numel(shape)));
+    for (size_t k = 0; k < images.size(); ++k) {
+      const std::vector<float> chw = run_preprocess_plan(*images[k], *plans[k]);
+      pixels.insert(pixels.end(), chw.begin(), chw.end());
+    }
+    c.backend->run({{in.name, DType::F32, shape, pixels.data(), MemoryKind::Host, pixels.size() * sizeof(float)}}, out, batch,
+                   nullptr);
+    if (device_pre_ms) *device_pre_ms = 0;
+  }
+  c.last_batch = batch;
+  return result;
 }
 
 size_t kernels_per_call(ExecutionContext& ctx) { return ctx.impl().backend->kernels_per_call(ctx.impl().batch_or_built()); }

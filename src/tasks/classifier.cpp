@@ -6,14 +6,24 @@
 #include "core/error.hpp"
 #include "image/image.hpp"
 #include "kiln/kiln.hpp"
+#include "runtime/engine_impl.hpp"
 #include "tasks/runtime_config.hpp"
 
 namespace kiln {
+
+// Device path: the decoded image and its plan (pixels empty). Host path: the
+// pre-processed CHW floats (image dropped once used).
+struct PreparedImage {
+  ImageU8 image;
+  PreprocessPlan plan;
+  std::vector<float> pixels;
+};
 
 struct Classifier::Impl {
   ClassificationRuntime rt;
   TimmPreprocess pre;
   std::unique_ptr<ExecutionContext> ctx;
+  bool on_device = false;  // the engine pre-processes on its GPU (run_images)
   TaskTimings timings;
 };
 
@@ -23,7 +33,10 @@ Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move
   impl_->rt = parse_classification_runtime(nlohmann::json::parse(engine_->runtime_json()), "runtime.json");
   impl_->pre = timm_preprocess_of(impl_->rt.preprocess);
   impl_->ctx = engine_->create_context();
+  impl_->on_device = kiln::preprocesses_on_device(*impl_->ctx);
 }
+
+bool Classifier::preprocesses_on_device() const { return impl_->on_device; }
 
 Classifier::~Classifier() = default;
 
@@ -62,7 +75,11 @@ std::vector<Classification> Classifier::run_batch(std::vector<float> pixels, int
   auto t0 = Clock::now();
   auto outputs = impl_->ctx->run({{impl_->rt.input, {images, 3, p.height, p.width}, std::move(pixels)}});
   impl_->timings.engine_ms = ms_since(t0);
-  t0 = Clock::now();
+  return postprocess_all(outputs, images, top_k);
+}
+
+std::vector<Classification> Classifier::postprocess_all(const std::vector<Tensor>& outputs, int64_t images, int top_k) {
+  const auto t0 = Clock::now();
   const Tensor* logits = nullptr;
   for (const auto& o : outputs)
     if (o.name == impl_->rt.output) logits = &o;
@@ -73,6 +90,62 @@ std::vector<Classification> Classifier::run_batch(std::vector<float> pixels, int
     r.push_back(postprocess(logits->data.data() + i * classes, classes, top_k, engine_->labels()));
   impl_->timings.postprocess_ms = ms_since(t0);
   return r;
+}
+
+// Plans the image's pre-processing; on the host path also runs it.
+std::shared_ptr<PreparedImage> Classifier::prepare(ImageU8&& img, TaskTimings& t) const {
+  const auto t0 = Clock::now();
+  auto out = std::make_shared<PreparedImage>();
+  out->plan = plan_timm_preprocess(img.width, img.height, impl_->pre);
+  if (impl_->on_device) out->image = std::move(img);
+  else out->pixels = run_preprocess_plan(img, out->plan);
+  t.preprocess_ms += ms_since(t0);
+  return out;
+}
+
+// One engine call for prepared images; `t` holds their decode and host pre-processing times.
+std::vector<Classification> Classifier::run_prepared(const std::vector<const PreparedImage*>& images, int top_k, TaskTimings t) {
+  impl_->timings = t;
+  const int64_t n = static_cast<int64_t>(images.size());
+  if (!impl_->on_device) {
+    const auto& p = impl_->pre;
+    std::vector<float> pixels;
+    pixels.reserve(3ULL * p.height * p.width * images.size());
+    for (const PreparedImage* im : images) {
+      if (im->pixels.size() != 3ULL * p.height * p.width)
+        fail_usage("classify_prepared: an image prepared by a classifier that pre-processes on the device");
+      pixels.insert(pixels.end(), im->pixels.begin(), im->pixels.end());
+    }
+    return run_batch(std::move(pixels), n, top_k);
+  }
+  std::vector<const ImageU8*> imgs;
+  std::vector<const PreprocessPlan*> plans;
+  for (const PreparedImage* im : images) {
+    if (im->image.rgb.empty()) fail_usage("classify_prepared: an image prepared by a classifier that pre-processes on the host");
+    imgs.push_back(&im->image);
+    plans.push_back(&im->plan);
+  }
+  const auto t0 = Clock::now();
+  double device_pre_ms = 0;
+  const auto outputs = run_images(*impl_->ctx, imgs, plans, &device_pre_ms);
+  impl_->timings.preprocess_ms += device_pre_ms;
+  impl_->timings.engine_ms = std::max(0.0, ms_since(t0) - device_pre_ms);
+  return postprocess_all(outputs, n, top_k);
+}
+
+std::shared_ptr<PreparedImage> Classifier::prepare_file(const std::string& path) const {
+  TaskTimings unused;
+  return prepare(decode_image(path), unused);
+}
+
+std::vector<Classification> Classifier::classify_prepared(const std::vector<std::shared_ptr<PreparedImage>>& images, int top_k) {
+  if (images.empty()) return {};
+  std::vector<const PreparedImage*> raw;
+  for (const auto& im : images) {
+    if (!im) fail_usage("classify_prepared: a null image");
+    raw.push_back(im.get());
+  }
+  return run_prepared(raw, top_k, {});
 }
 
 const TaskTimings& Classifier::last_timings() const { return impl_->timings; }
@@ -106,28 +179,33 @@ std::vector<Classification> Classifier::classify_preprocessed(std::vector<float>
 
 std::vector<Classification> Classifier::classify_files(const std::vector<std::string>& paths, int top_k) {
   if (paths.empty()) return {};
-  const auto& p = impl_->pre;
-  std::vector<float> pixels;
-  pixels.reserve(3ULL * p.height * p.width * paths.size());
   TaskTimings t;
+  std::vector<std::shared_ptr<PreparedImage>> prepared;
+  std::vector<const PreparedImage*> raw;
   for (const auto& path : paths) {
-    auto chw = timed_preprocess(path, t);
-    pixels.insert(pixels.end(), chw.begin(), chw.end());
+    const auto t0 = Clock::now();
+    ImageU8 img = decode_image(path);
+    t.decode_ms += ms_since(t0);
+    prepared.push_back(prepare(std::move(img), t));
+    raw.push_back(prepared.back().get());
   }
-  impl_->timings = t;
-  return run_batch(std::move(pixels), static_cast<int64_t>(paths.size()), top_k);
+  return run_prepared(raw, top_k, t);
 }
 
 std::vector<ClassificationOutcome> Classifier::try_classify_files(const std::vector<std::string>& paths, int top_k) {
   std::vector<ClassificationOutcome> out(paths.size());
   std::vector<size_t> good;
-  std::vector<float> pixels;
+  std::vector<std::shared_ptr<PreparedImage>> prepared;
+  std::vector<const PreparedImage*> raw;
   TaskTimings t;
   for (size_t i = 0; i < paths.size(); ++i) {
     out[i].path = paths[i];
     try {
-      auto chw = timed_preprocess(paths[i], t);
-      pixels.insert(pixels.end(), chw.begin(), chw.end());
+      const auto t0 = Clock::now();
+      ImageU8 img = decode_image(paths[i]);
+      t.decode_ms += ms_since(t0);
+      prepared.push_back(prepare(std::move(img), t));
+      raw.push_back(prepared.back().get());
       good.push_back(i);
     } catch (const Error& e) {
       // Only this image's input problem is recorded; anything else (out of
@@ -138,7 +216,7 @@ std::vector<ClassificationOutcome> Classifier::try_classify_files(const std::vec
   }
   impl_->timings = t;
   if (good.empty()) return out;
-  auto results = run_batch(std::move(pixels), static_cast<int64_t>(good.size()), top_k);
+  auto results = run_prepared(raw, top_k, t);
   for (size_t k = 0; k < good.size(); ++k) {
     out[good[k]].ok = true;
     out[good[k]].result = std::move(results[k]);
@@ -151,11 +229,9 @@ Classification Classifier::classify_file(const std::string& path, int top_k) { r
 Classification Classifier::classify_rgb(int width, int height, const uint8_t* rgb, int top_k) {
   if (width <= 0 || height <= 0 || !rgb) fail_input("classify_rgb: empty image");
   ImageU8 img{width, height, std::vector<uint8_t>(rgb, rgb + 3LL * width * height)};
-  impl_->timings = {};
-  const auto t0 = Clock::now();
-  auto chw = timm_preprocess(img, impl_->pre);
-  impl_->timings.preprocess_ms = ms_since(t0);
-  return run_batch(std::move(chw), 1, top_k)[0];
+  TaskTimings t;
+  const auto prepared = prepare(std::move(img), t);
+  return run_prepared({prepared.get()}, top_k, t)[0];
 }
 
 }  // namespace kiln

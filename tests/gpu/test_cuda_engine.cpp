@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <random>
 #include <thread>
@@ -512,7 +513,8 @@ TEST(CudaEngine, PlanIsRecordedAndReplayedExactly) {
     EXPECT_GT(plan["arena_bytes"].get<int64_t>(), 0);
     EXPECT_GT(plan["steps"].size(), 3u);
     EXPECT_TRUE(plan["values"].contains("pixel_values"));
-    if (std::string(fixture).rfind("res2net", 0) == 0) EXPECT_TRUE(plan["window_conv"].get<bool>()) << "batch 1 Res2Net runs window convs";
+    if (std::string(fixture).rfind("res2net", 0) == 0)
+      EXPECT_FALSE(plan["window_conv"].empty()) << "batch 1 Res2Net runs window convs in some blocks";
     auto e = Engine::load(b.string());
     EXPECT_EQ(e->impl().compiled->timed_layers(), 0);
     const auto rec = e->impl().compiled->record();
@@ -526,6 +528,130 @@ TEST(CudaEngine, PlanIsRecordedAndReplayedExactly) {
     auto a = e->create_context()->run({{"pixel_values", s, one}}).at(0).data;
     auto again = Engine::load(b.string())->create_context()->run({{"pixel_values", s, one}}).at(0).data;
     EXPECT_EQ(a, again) << "two loads of one bundle ran different programs";
+  }
+}
+
+// Window convs vs cuDNN convs per view block (a Res2Net block). The fixture's
+// `batch` copies of its input (cycled), and what an engine of `bundle` makes of them.
+std::vector<float> run_batch(const fs::path& bundle, const std::string& fixture, int batch, MemoryReport* mem = nullptr) {
+  HostTensor x = read_npy(kFixtures / fixture / "input.npy");
+  const std::vector<float> one = x.to_f32();
+  Shape s = x.shape;
+  s[0] = batch;
+  std::vector<float> in(static_cast<size_t>(shape_numel(s)));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = one[i % one.size()] * (1.f + 0.01f * static_cast<float>(i / one.size()));
+  auto ctx = Engine::load(bundle.string())->create_context();
+  auto out = ctx->run({{"pixel_values", s, in}}).at(0).data;
+  if (mem) *mem = ctx->memory();
+  return out;
+}
+
+// The blocks a plan runs as window convs, and what each chunk conv's step launches.
+std::set<std::string> window_blocks(const nlohmann::json& plan) {
+  std::set<std::string> r;
+  for (const auto& b : plan.at("window_conv")) r.insert(b.get<std::string>());
+  return r;
+}
+
+// By the heuristic (opt level 1): at batch 64 the fixture's layer1 block (12x12
+// maps, 9216 output pixels per chunk conv) is past kWindowConvMaxRows and runs
+// cuDNN convs over copies, the smaller blocks window convs. The mixed engine
+// computes what the all-cuDNN one does (fp16), uses only its window blocks'
+// views, and a reload replays it exactly.
+TEST(CudaEngine, ViewBlocksMixWindowAndCudnnConvs) {
+  REQUIRE_GPU();
+  const std::string fixture = "res2net/s4_26w";
+  const int batch = 64;
+  const fs::path mixed = build(fixture, DType::F16, 1, batch);
+  const fs::path cudnn = build(fixture, DType::F16, 1, batch, "window_conv=off");
+  const fs::path windows = build(fixture, DType::F16, 1, batch, "window_conv=on");
+  const nlohmann::json plan = tactics_of(Bundle::open(mixed)).second["batches"]["64"]["plan"];
+  const std::set<std::string> w = window_blocks(plan);
+  EXPECT_EQ(w.count("layer1.0"), 0u) << plan["window_conv"].dump();
+  EXPECT_EQ(w.count("layer2.0") + w.count("layer2.1") + w.count("layer3.0") + w.count("layer4.0"), 4u) << plan["window_conv"].dump();
+  EXPECT_TRUE(plan["channel_views"].get<bool>());
+  for (const auto& st : plan["steps"]) {
+    const std::string node = st[0], kernel = st[1];
+    if (node.find(".convs.") == std::string::npos) continue;
+    const std::string block = node.substr(0, node.find(".convs."));
+    EXPECT_EQ(kernel.rfind(w.count(block) ? "kiln window conv" : "cudnn", 0), 0u) << node << ": " << kernel;
+  }
+  EXPECT_EQ(window_blocks(tactics_of(Bundle::open(cudnn)).second["batches"]["64"]["plan"]).size(), 0u);
+  EXPECT_EQ(window_blocks(tactics_of(Bundle::open(windows)).second["batches"]["64"]["plan"]).size(), w.size() + 1);
+  MemoryReport m_mixed, m_cudnn, m_windows;
+  const auto got = run_batch(mixed, fixture, batch, &m_mixed);
+  const auto want = run_batch(cudnn, fixture, batch, &m_cudnn);
+  run_batch(windows, fixture, batch, &m_windows);
+  EXPECT_EQ(m_cudnn.views, 0);
+  EXPECT_GT(m_mixed.views, 0);
+  EXPECT_LT(m_mixed.views, m_windows.views) << "the cuDNN block's views must be cleared";
+  EXPECT_LE(testing::max_abs_diff(got, want), 2e-3f * testing::max_abs(want));
+  EXPECT_GE(testing::cosine(got, want), 0.9999);
+  EXPECT_EQ(run_batch(mixed, fixture, batch), got) << "a reload ran another program";
+}
+
+// Timed (opt level 3): each view block that can run as window convs is timed
+// both ways and its choice recorded under its name (tactic "window convs" or
+// "cudnn convs", with its time); the plan lists exactly the blocks that chose
+// window convs; loading times nothing and replays the numbers bit for bit.
+TEST(CudaEngine, ViewBlocksChosenByTimingAreRecordedAndReplayed) {
+  REQUIRE_GPU();
+  const std::string fixture = "res2net/s4_26w";
+  for (int batch : {1, 64}) {
+    SCOPED_TRACE(batch);
+    const fs::path b = build(fixture, DType::F16, 3, batch);
+    const nlohmann::json rec = tactics_of(Bundle::open(b)).second["batches"][std::to_string(batch)];
+    const std::set<std::string> w = window_blocks(rec["plan"]);
+    int blocks = 0;
+    for (const char* name : {"layer1.0", "layer2.0", "layer2.1", "layer3.0", "layer4.0"}) {
+      ASSERT_TRUE(rec["layers"].contains(name)) << name << " has no recorded choice: " << rec["layers"].dump();
+      const std::string t = rec["layers"][name]["tactic"];
+      EXPECT_TRUE(t == "window convs" || t == "cudnn convs") << name << ": " << t;
+      EXPECT_EQ(w.count(name), t == "window convs" ? 1u : 0u) << name;
+      EXPECT_TRUE(rec["layers"][name].contains("time_us")) << name << ": not timed";
+      ++blocks;
+    }
+    std::printf("[ view blocks ] %s batch %d: %zu of %d blocks as window convs\n", fixture.c_str(), batch, w.size(), blocks);
+    auto e = Engine::load(b.string());
+    EXPECT_EQ(e->impl().compiled->timed_layers(), 0);
+    EXPECT_EQ(nlohmann::json::parse(e->impl().compiled->record()[0].second)["batches"][std::to_string(batch)]["plan"], rec["plan"]);
+    const auto got = run_batch(b, fixture, batch);
+    EXPECT_EQ(run_batch(b, fixture, batch), got) << "two loads ran different programs";
+    const auto want = run_batch(build(fixture, DType::F16, 1, batch, "window_conv=off"), fixture, batch);
+    EXPECT_LE(testing::max_abs_diff(got, want), 2e-3f * testing::max_abs(want));
+  }
+}
+
+// Plans from before per-block choices hold window_conv true or false: true
+// loads as every view block on window convs (the same program, so the same
+// numbers), and a block list naming a block that cannot is refused by name.
+TEST(CudaEngine, PlansWithGraphWideWindowConvStillLoad) {
+  REQUIRE_GPU();
+  const std::string fixture = "res2net/s4_26w";
+  const fs::path b = build(fixture, DType::F16, 1, 2);
+  nlohmann::json t = tactics_of(Bundle::open(b)).second;
+  nlohmann::json& plan = t["batches"]["2"]["plan"];
+  ASSERT_EQ(plan["window_conv"].size(), 5u) << "batch 2: every block under the heuristic's limit";
+  const auto want = run_batch(b, fixture, 2);
+  plan["window_conv"] = true;
+  EXPECT_EQ(run_batch(with_tactics(b, t, "old_plan_true"), fixture, 2), want);
+  plan["window_conv"] = {"layer1.0", "layer9.0"};
+  try {
+    Engine::load(with_tactics(b, t, "plan_unknown_block").string());
+    ADD_FAILURE() << "a plan naming no block of the graph loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'layer9.0', which is no view block of this graph"), std::string::npos) << e.what();
+  }
+  // An f32 graph's blocks cannot run window convs: a list naming one is refused with the reason.
+  const fs::path f32 = build(fixture, DType::F32, 1, 2);
+  nlohmann::json t32 = tactics_of(Bundle::open(f32)).second;
+  t32["batches"]["2"]["plan"]["window_conv"] = {"layer2.0"};
+  t32["batches"]["2"]["plan"]["channel_views"] = true;
+  try {
+    Engine::load(with_tactics(f32, t32, "plan_f32_block").string());
+    ADD_FAILURE() << "an f32 plan with window convs loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs window convs, which this graph cannot: layer2.0."), std::string::npos) << e.what();
   }
 }
 
@@ -552,6 +678,8 @@ TEST(CudaEngine, PlanThatDoesNotMatchIsRefused) {
   refused("step", [](nlohmann::json& p) { p["steps"][2][1] = "cudnn eng999"; }, "step 2");
   refused("offset", [](nlohmann::json& p) { p["values"]["pixel_values"][0] = 12345; }, "arena offsets");
   refused("window", [](nlohmann::json& p) { p["window_conv"] = true; }, "runs window convs");
+  refused("block", [](nlohmann::json& p) { p["window_conv"] = {"layer1.0"}; }, "'layer1.0', which is no view block");
+  refused("blocks", [](nlohmann::json& p) { p["window_conv"] = "all"; }, "must be a list of view block names");
   refused("flag", [](nlohmann::json& p) { p["channel_views"] = "yes"; }, "must be true or false");
   refused("type", [](nlohmann::json& p) { p = 7; }, "must be an object");
 }
@@ -589,7 +717,7 @@ TEST(CudaEngine, ReferenceOnEveryNodeEqualsTheCpuReferencePath) {
     const fs::path cpu = build_reference(fixture, "cpu", {"*"});
     const auto plan = tactics_of(Bundle::open(gpu)).second["batches"]["2"]["plan"];
     ASSERT_TRUE(plan.is_object());
-    EXPECT_FALSE(plan["window_conv"].get<bool>());
+    EXPECT_EQ(plan["window_conv"], nlohmann::json::array());
     EXPECT_FALSE(plan["channel_views"].get<bool>());
     for (const auto& step : plan["steps"]) EXPECT_EQ(step[1], "plain reference (host)") << step.dump();
     EXPECT_EQ(run_fixture_input(gpu, fixture), run_fixture_input(cpu, fixture));

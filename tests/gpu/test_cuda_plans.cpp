@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -98,6 +100,151 @@ TEST_P(WindowPlanFixture, Res2NetBlocksRunAsTheirConvs) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, WindowPlanFixture,
                          ::testing::ValuesIn(testing::fixture_cases(kRes2net)),
                          [](const auto& info) { return info.param; });
+
+// Window conv vs cuDNN per view block: the blocks of a Res2Net fixture are
+// its Res2Net blocks; clearing some blocks' views leaves a window plan over
+// exactly the others (their convs, chain adds, side jobs), and the cleared
+// blocks' slices and concats copy.
+TEST_P(WindowPlanFixture, ViewBlocksAreTheRes2NetBlocksAndClearOneByOne) {
+  const std::string name = GetParam();
+  Graph g = testing::fixture_graph(kRes2net / name, DType::F16, 8, "timm_res2net");
+  const ChannelViews cv = plan_channel_views(g);
+  const std::vector<ViewBlock> blocks = view_blocks(g, cv);
+  int concats = 0;
+  for (const Node& n : g.nodes) concats += n.op == Op::Concat;
+  ASSERT_EQ(static_cast<int>(blocks.size()), concats) << name << ": one view block per Res2Net block";
+  std::map<size_t, size_t> block_of;  // node -> block
+  std::set<std::string> names;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    EXPECT_TRUE(names.insert(blocks[b].name).second) << blocks[b].name << ": two blocks of one name";
+    EXPECT_EQ(blocks[b].name.find("#views"), std::string::npos) << blocks[b].name << ": no common prefix";
+    for (size_t ni : blocks[b].nodes) {
+      EXPECT_TRUE(block_of.emplace(ni, b).second) << g.nodes[ni].name << ": in two blocks";
+      EXPECT_EQ(g.nodes[ni].name.rfind(blocks[b].name + ".", 0), 0u) << g.nodes[ni].name << " in block " << blocks[b].name;
+    }
+    for (int v : blocks[b].views) EXPECT_TRUE(cv.is_view(v)) << g.values[v].name;
+  }
+  size_t views = 0;
+  for (size_t v = 0; v < g.values.size(); ++v) views += cv.is_view(static_cast<int>(v));
+  size_t listed = 0;
+  for (const ViewBlock& b : blocks) listed += b.views.size();
+  EXPECT_EQ(listed, views) << name << ": every view in exactly one block";
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const bool chunk_conv = n.op == Op::Conv2d && n.name.find(".convs.") != std::string::npos;
+    if (n.op == Op::Slice || n.op == Op::Concat || chunk_conv) EXPECT_EQ(block_of.count(i), 1u) << n.name << ": in no block";
+    if (block_of.count(i))  // a block has its slices, chain adds, chunk convs, pass-through pool, concat
+      EXPECT_TRUE(n.op == Op::Slice || n.op == Op::Concat || n.op == Op::Add || n.op == Op::AvgPool2d || chunk_conv) << n.name;
+  }
+
+  // Each block alone: res2next's grouped 3x3s refuse, the others can; the
+  // largest conv is that block's.
+  const std::vector<BlockWindows> can = plan_block_windows(g, cv, blocks);
+  ASSERT_EQ(can.size(), blocks.size());
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    int64_t rows = 0;
+    for (size_t ni : blocks[b].nodes)
+      if (g.nodes[ni].op == Op::Conv2d) {
+        const Shape& y = g.values[g.nodes[ni].outputs[0]].shape;
+        rows = std::max(rows, y[0] * y[2] * y[3]);
+      }
+    if (name == "res2next") {
+      EXPECT_NE(can[b].why_not.find("grouped"), std::string::npos) << blocks[b].name << ": " << can[b].why_not;
+      continue;
+    }
+    EXPECT_EQ(can[b].why_not, "") << blocks[b].name;
+    EXPECT_EQ(can[b].max_rows, rows) << blocks[b].name;
+  }
+  if (name == "res2next") return;
+
+  // Keep every other block: the window plan covers exactly the kept blocks.
+  std::vector<char> keep(blocks.size(), 0);
+  for (size_t b = 0; b < blocks.size(); b += 2) keep[b] = 1;
+  const ChannelViews kept = keep_view_blocks(g, cv, blocks, keep);
+  int kept_slices = 0, kept_in_place = 0;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (size_t ni : blocks[b].nodes) {
+      const Node& n = g.nodes[ni];
+      if (n.op == Op::Slice) kept_slices += keep[b] && cv.is_view(n.outputs[0]);
+      if (n.op == Op::Concat)
+        for (int in : n.inputs) kept_in_place += keep[b] && cv.parent[in] == n.outputs[0];
+    }
+  EXPECT_EQ(kept.slices_as_views, kept_slices) << name;
+  EXPECT_EQ(kept.concat_inputs_in_place, kept_in_place) << name;
+  EXPECT_EQ(kept.concat_inputs_copied + kept.concat_inputs_in_place, cv.concat_inputs_copied + cv.concat_inputs_in_place);
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (int v : blocks[b].views) {
+      EXPECT_EQ(kept.is_view(v), keep[b] != 0) << g.values[v].name;
+      if (keep[b]) EXPECT_EQ(kept.root_offset(v), cv.root_offset(v)) << g.values[v].name;
+    }
+  const WindowPlan p = plan_window_convs(g, kept);
+  ASSERT_EQ(p.why_not, "") << name;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const bool in_kept = block_of.count(i) && keep[block_of.at(i)];
+    if (n.op == Op::Conv2d && n.name.find(".convs.") != std::string::npos)
+      EXPECT_EQ(p.convs.count(i), in_kept ? 1u : 0u) << n.name;
+    if (n.op == Op::Add) EXPECT_EQ(p.fused_adds.count(i), in_kept ? 1u : 0u) << n.name;
+  }
+  for (const auto& [lead, side] : p.sides) EXPECT_TRUE(keep[block_of.at(lead)]) << g.nodes[lead].name;
+  const auto notes = window_plan_notes(g, kept, p);
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (size_t ni : blocks[b].nodes)
+      if (!keep[b]) EXPECT_EQ(notes.count(g.nodes[ni].name), 0u) << g.nodes[ni].name << ": a note in a block on cuDNN";
+  // No block kept: no views, no window plan.
+  const ChannelViews none = keep_view_blocks(g, cv, blocks, std::vector<char>(blocks.size(), 0));
+  EXPECT_EQ(none.slices_as_views + none.concat_inputs_in_place, 0);
+  EXPECT_NE(plan_window_convs(g, none).why_not, "");
+}
+
+// The timing signature of a view block names its work: the blocks of one
+// fixture (all of different shapes) differ, one block's is stable, and the
+// batch changes it.
+TEST(WindowPlan, ViewBlockSignaturesNameTheirWork) {
+  Graph g = testing::fixture_graph(kRes2net / "s4_26w", DType::F16, 8, "timm_res2net");
+  const ChannelViews cv = plan_channel_views(g);
+  const auto blocks = view_blocks(g, cv);
+  std::vector<std::string> names;
+  for (const ViewBlock& b : blocks) names.push_back(b.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"layer1.0", "layer2.0", "layer2.1", "layer3.0", "layer4.0"}));
+  ASSERT_GT(blocks.size(), 2u);
+  std::set<std::string> sigs;
+  for (const ViewBlock& b : blocks) {
+    const std::string s = view_block_signature(g, cv, b, false).str();
+    EXPECT_EQ(s.rfind("view block window-vs-cudnn f16 ", 0), 0u) << s;
+    EXPECT_EQ(s, view_block_signature(g, cv, b, false).str());
+    EXPECT_NE(s, view_block_signature(g, cv, b, true).str()) << "split_always changes the cuDNN side's steps";
+    sigs.insert(s);
+  }
+  EXPECT_EQ(sigs.size(), blocks.size());
+  Graph g2 = g;
+  for (int in : g2.inputs) g2.values[in].shape[0] = 2;
+  g2.infer_shapes();
+  const ChannelViews cv2 = plan_channel_views(g2);
+  EXPECT_NE(view_block_signature(g2, cv2, view_blocks(g2, cv2)[0], false).str(), view_block_signature(g, cv, blocks[0], false).str());
+}
+
+// A block whose nodes share no dotted prefix, or whose prefix is a node's
+// name, is named by its first node (the record keys nodes and blocks alike).
+TEST(WindowPlan, ViewBlockNamesNeverMeetNodeNames) {
+  Graph g = testing::fixture_graph(kRes2net / "s4_26w", DType::F16, 8, "timm_res2net");
+  ChannelViews cv = plan_channel_views(g);
+  auto blocks = view_blocks(g, cv);
+  ASSERT_EQ(blocks.size(), 5u);
+  g.nodes[blocks[0].nodes.back()].name = "cat_of_the_first_block";  // layer1.0's concat
+  g.nodes[0].name = "layer2.0";                                      // the stem's first node
+  blocks = view_blocks(g, cv);
+  EXPECT_EQ(blocks[0].name, g.nodes[blocks[0].nodes[0]].name + "#views");
+  EXPECT_EQ(blocks[1].name, g.nodes[blocks[1].nodes[0]].name + "#views");
+  EXPECT_EQ(blocks[2].name, "layer2.1");
+}
+
+TEST(WindowPlan, GraphsWithoutViewsHaveNoBlocks) {
+  Graph g = testing::fixture_graph(kRes2net / "s4_26w", DType::F16, 8, "timm_res2net");
+  ChannelViews cv = plan_channel_views(g);
+  cv.parent.assign(g.values.size(), -1);
+  EXPECT_TRUE(view_blocks(g, cv).empty());
+}
 
 TEST(WindowPlan, F32GraphsStayOnCudnn) {
   Graph g = testing::fixture_graph(kRes2net / "s4_26w", DType::F32, 4, "timm_res2net");

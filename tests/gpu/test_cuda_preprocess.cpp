@@ -9,7 +9,11 @@
 #include <random>
 #include <vector>
 
+#include <unistd.h>
+
 #include "backends/cuda/device_buffer.hpp"
+#include "bundle/builder.hpp"
+#include "kiln/kiln.hpp"
 #include "backends/cuda/image_preprocess.hpp"
 #include "cuda_test_util.hpp"
 #include "image/image.hpp"
@@ -64,6 +68,49 @@ TEST(CudaPreprocess, BitIdenticalToTheCpuPlan) {
           ++cases;
         }
   EXPECT_GT(cases, 100);
+}
+
+// The classification task on a CUDA bundle pre-processes on the GPU
+// (Classifier -> run_images -> GpuPreprocessor): its logits equal, bit for
+// bit, the same engine fed the CPU's pre-processing, one image per call and
+// several per call, and a batch mixing image sizes.
+TEST(CudaPreprocess, ClassifierOnTheGpuEqualsTheHostPath) {
+  KILN_REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / ("kiln_gpu_pre_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  BuildOptions o;
+  o.model = (fs::path(KILN_FIXTURES_DIR) / "resnet" / "basic").string();
+  o.backend = "cuda";
+  o.precision = DType::F16;
+  o.batch = 4;
+  build_bundle(o, dir / "basic.bundle");
+  Classifier clf(Engine::load((dir / "basic.bundle").string()));
+  ASSERT_TRUE(clf.preprocesses_on_device());
+  std::vector<std::string> photos;
+  for (const auto& e : fs::directory_iterator(fs::path(KILN_FIXTURES_DIR) / "images" / "images"))
+    if (e.path().extension() == ".jpg" || e.path().extension() == ".png") photos.push_back(e.path().string());
+  std::sort(photos.begin(), photos.end());
+  ASSERT_GE(photos.size(), 4u);
+  photos.resize(4);
+  std::vector<float> host_pixels;
+  for (const auto& p : photos) {
+    const std::vector<float> px = clf.preprocess_file(p);  // the CPU executor of the same plan
+    host_pixels.insert(host_pixels.end(), px.begin(), px.end());
+  }
+  const auto want = clf.classify_preprocessed(host_pixels, 4, 5);
+  const auto batched = clf.classify_files(photos, 5);
+  EXPECT_GT(clf.last_timings().preprocess_ms, 0.0);
+  ASSERT_EQ(batched.size(), 4u);
+  for (size_t k = 0; k < photos.size(); ++k) {
+    SCOPED_TRACE(photos[k]);
+    EXPECT_EQ(batched[k].logits, want[k].logits);
+    EXPECT_EQ(clf.classify_file(photos[k], 5).logits, want[k].logits);  // batch 1
+  }
+  std::vector<std::shared_ptr<PreparedImage>> prepared;
+  for (const auto& p : photos) prepared.push_back(clf.prepare_file(p));
+  const auto again = clf.classify_prepared(prepared, 5);
+  for (size_t k = 0; k < photos.size(); ++k) EXPECT_EQ(again[k].logits, want[k].logits) << photos[k];
+  fs::remove_all(dir);
 }
 
 }  // namespace

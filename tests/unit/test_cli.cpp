@@ -220,20 +220,28 @@ TEST_F(Cli, InspectShowsTheRecordedCudaPlanWithoutAGpu) {
                                {"steps", nlohmann::json::array({nlohmann::json::array({"pixel_values.to_nhwc", "nchw_f32_to_nhwc"}),
                                                                   nlohmann::json::array({"conv1", "cudnn eng0_k1=2"})})},
                                {"values", {{"pixel_values", {0, 0}}}}};
-  const nlohmann::json tactics = {{"key", {{"gpu", "Test GPU"}, {"driver", 1}, {"cudnn", 1}, {"cublaslt", 1}}},
+  nlohmann::json tactics = {{"key", {{"gpu", "Test GPU"}, {"driver", 1}, {"cudnn", 1}, {"cublaslt", 1}}},
                                   {"layers", {{"conv1", {{"tactic", "eng0_k1=2"}}}}},
                                   {"batches", {{"4", {{"layers", {{"conv1", {{"tactic", "eng0_k1=2"}}}}}, {"plan", plan}}}}}};
+  // Batch 8 runs two view blocks as window convs (the per-block form of window_conv).
+  nlohmann::json plan8 = plan;
+  plan8["window_conv"] = {"layer1.0", "layer2.0"};
+  plan8["channel_views"] = true;
+  tactics["batches"]["8"] = {{"layers", {{"layer1.0", {{"tactic", "window convs"}, {"time_us", 3.5}}}}}, {"plan", plan8}};
   w.add_section("tactics.test_gpu.json", tactics.dump());
   const fs::path with_plan = dir_ / "with_plan.bundle";
   w.write(with_plan);
   Result r = kiln("inspect --plan " + with_plan.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("CUDA plan for batch 4 (Test GPU for batch 4 (first shown)): 2 steps, arena 4096 bytes"), std::string::npos)
+  EXPECT_NE(r.out.find("CUDA plan for batch 4 (Test GPU for batch 4, 8 (first shown)): 2 steps, arena 4096 bytes"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("cudnn eng0_k1=2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bytes, window convs off, channel views off"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("window convs in 2 blocks (layer1.0, layer2.0), channel views on"), std::string::npos) << r.out;
   r = kiln("inspect --json " + with_plan.string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["plans"]["4"], plan);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["plans"]["8"], plan8);
   r = kiln("inspect --plan " + bundle().string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("no CUDA plan recorded"), std::string::npos) << r.out;

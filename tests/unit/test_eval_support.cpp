@@ -67,6 +67,14 @@ TEST(ClassifierOutcomes, BadImagesInABatchKeepTheOthers) {
   px.insert(px.end(), c2.begin(), c2.end());
   EXPECT_EQ(clf.classify_preprocessed(px, 2, 3)[1].logits, want[1].logits);
   EXPECT_THROW(clf.classify_preprocessed(std::vector<float>(7), 1), Error);
+  // prepare_file / classify_prepared (kiln eval's halves): a CPU engine
+  // pre-processes on the host, with the same numbers.
+  EXPECT_FALSE(clf.preprocesses_on_device());
+  const auto prepared = clf.classify_prepared({clf.prepare_file(a), clf.prepare_file(c)}, 3);
+  EXPECT_EQ(prepared[0].logits, want[0].logits);
+  EXPECT_EQ(prepared[1].logits, want[1].logits);
+  EXPECT_THROW(clf.prepare_file(junk), Error);
+  EXPECT_THROW(clf.classify_prepared({nullptr}), Error);
 }
 
 // ---------------------------------------------------------- label file --
@@ -152,7 +160,7 @@ TEST(PreprocessAhead, InOrderBoundedAndPerItemErrors) {
       },
       4, 6);
   for (size_t i = 0; i < 50; ++i) {
-    PreprocessAhead::Item it = ahead.take(i);
+    auto it = ahead.take(i);
     if (i % 7 == 3) {
       EXPECT_EQ(it.error, "img" + std::to_string(i) + ".png: not a JPEG or PNG image");
       EXPECT_TRUE(it.pixels.empty());

@@ -36,6 +36,13 @@ std::string error_of(const nlohmann::json& j) {
 TEST(TacticsRecord, AWellFormedRecordPasses) {
   EXPECT_EQ(parse_tactics_record(good().dump(), "x"), good());
   EXPECT_EQ(error_of(nlohmann::json::object()), "");  // every part optional
+  // window_conv: the view blocks run as window convs; true/false in older bundles.
+  for (const nlohmann::json& w : {nlohmann::json(true), nlohmann::json::array(), nlohmann::json({"layer1.0", "layer3.0"})}) {
+    nlohmann::json j = good();
+    j["batches"]["1"]["plan"]["window_conv"] = w;
+    EXPECT_EQ(error_of(j), "") << w.dump();
+    EXPECT_EQ(parse_tactics_record(j.dump(), "x")["batches"]["1"]["plan"]["window_conv"], w);
+  }
 }
 
 TEST(TacticsRecord, WrongTypesNameTheSectionAndKey) {
@@ -57,7 +64,11 @@ TEST(TacticsRecord, WrongTypesNameTheSectionAndKey) {
   says([](auto& j) { j["batches"]["0"] = j["batches"]["1"]; }, "'batches.0' must be keyed by a positive batch size");
   says([](auto& j) { j["batches"]["x1"] = j["batches"]["1"]; }, "'batches.x1' must be keyed");
   says([](auto& j) { j["batches"]["1"]["plan"] = 7; }, "'batches.1.plan' must be an object");
-  says([](auto& j) { j["batches"]["1"]["plan"]["window_conv"] = "yes"; }, "'batches.1.plan.window_conv' must be true or false");
+  says([](auto& j) { j["batches"]["1"]["plan"]["window_conv"] = "yes"; },
+       "'batches.1.plan.window_conv' must be a list of view block names (or true/false)");
+  says([](auto& j) { j["batches"]["1"]["plan"]["window_conv"] = {"layer1.0", 3}; },
+       "'batches.1.plan.window_conv[1]' must be a view block name");
+  says([](auto& j) { j["batches"]["1"]["plan"]["window_conv"] = {""}; }, "'batches.1.plan.window_conv[0]' must be a view block name");
   says([](auto& j) { j["batches"]["1"]["plan"]["arena_bytes"] = -64; }, "'batches.1.plan.arena_bytes' must be a non-negative");
   says([](auto& j) { j["batches"]["1"]["plan"]["steps"] = "conv1"; }, "'batches.1.plan.steps' must be a list");
   says([](auto& j) { j["batches"]["1"]["plan"]["steps"][0] = {"conv1"}; }, "'batches.1.plan.steps[0]' must be [node name");

@@ -71,34 +71,36 @@ void add_eval(CLI::App& app) {
     const size_t n = set.items.size();
     const int threads = o->threads ? o->threads : std::clamp<int>(std::thread::hardware_concurrency(), 1, 8);
     const size_t batch = static_cast<size_t>(o->batch);
-    PreprocessAhead ahead(n, [&](size_t i) { return clf.preprocess_file(set.items[i].path); }, threads,
-                          2 * batch + threads);
+    // Workers decode (and on CPU engines pre-process) ahead; CUDA engines
+    // pre-process each batch on the GPU (Classifier::classify_prepared).
+    PreprocessAhead<std::shared_ptr<PreparedImage>> ahead(n, [&](size_t i) { return clf.prepare_file(set.items[i].path); },
+                                                          threads, 2 * batch + threads);
     ProgressBar bar("eval", static_cast<int64_t>(n), stderr_is_tty() && !o->json && !o->quiet, std::cerr, "img");
 
     size_t correct1 = 0, correct5 = 0, evaluated = 0;
     nlohmann::json errors = nlohmann::json::array();
-    std::vector<float> pixels;
+    std::vector<std::shared_ptr<PreparedImage>> pending;
     std::vector<int> truth;
     const auto flush = [&] {
       if (truth.empty()) return;
-      const auto results = clf.classify_preprocessed(std::move(pixels), static_cast<int64_t>(truth.size()), 5);
+      const auto results = clf.classify_prepared(pending, 5);
       for (size_t k = 0; k < results.size(); ++k) {
         const auto& top = results[k].top_k;
         correct1 += !top.empty() && top[0].class_id == truth[k];
         correct5 += std::any_of(top.begin(), top.end(), [&](const Prediction& p) { return p.class_id == truth[k]; });
       }
       evaluated += truth.size();
-      pixels.clear();
+      pending.clear();
       truth.clear();
     };
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < n; ++i) {
-      PreprocessAhead::Item item = ahead.take(i);
+      auto item = ahead.take(i);
       if (!item.error.empty()) {
         if (o->strict) fail_input(item.error, " (--strict)");
         errors.push_back({{"path", set.items[i].path}, {"error", item.error}});
       } else {
-        pixels.insert(pixels.end(), item.pixels.begin(), item.pixels.end());
+        pending.push_back(std::move(item.pixels));
         truth.push_back(set.items[i].class_id);
         if (truth.size() == batch) flush();
       }
@@ -121,6 +123,7 @@ void add_eval(CLI::App& app) {
                                   {"classes", set.classes},
                                   {"batch", o->batch},
                                   {"threads", threads},
+                                  {"preprocess", clf.preprocesses_on_device() ? "device" : "host"},
                                   {"backend", clf.engine().backend()},
                                   {"seconds", secs},
                                   {"ms_per_image", 1e3 * secs / evaluated}}

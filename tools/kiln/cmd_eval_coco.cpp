@@ -90,7 +90,7 @@ void run_coco_eval(const CocoEvalOptions& o) {
   };
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < n; ++i) {
-    PreprocessAhead::Item item = ahead.take(i);
+    auto item = ahead.take(i);
     const CocoImage& im = *images[i];
     if (item.error.empty() && im.width && (sizes[i].first != im.width || sizes[i].second != im.height))
       item.error = (dir / im.file_name).string() + ": image is " + std::to_string(sizes[i].first) + "x" +

@@ -43,10 +43,14 @@ void print_plans(const nlohmann::json& plans, const std::string& gpu) {
   }
   for (const auto& [batch, p] : plans.items()) {
     const auto steps = p.value("steps", nlohmann::json::array());
+    // window_conv: the view blocks run as window convs (older bundles: true/false for all).
+    const nlohmann::json w = p.value("window_conv", nlohmann::json(false));
+    std::string windows = w.is_boolean() ? (w.get<bool>() ? "on" : "off") : w.empty() ? "off" : "";
+    for (const auto& b : w.is_array() ? w : nlohmann::json::array()) windows += (windows.empty() ? "" : ", ") + b.get<std::string>();
     std::cout << "  CUDA plan for batch " << batch << " (" << gpu << "): " << steps.size() << " steps, arena "
               << p.value("arena_bytes", 0) << " bytes, workspace " << p.value("workspace_bytes", 0) << " bytes, window convs "
-              << (p.value("window_conv", false) ? "on" : "off") << ", channel views " << (p.value("channel_views", false) ? "on" : "off")
-              << "\n";
+              << (w.is_array() && !w.empty() ? cat("in ", w.size(), " blocks (", windows, ")") : windows) << ", channel views "
+              << (p.value("channel_views", false) ? "on" : "off") << "\n";
     for (const auto& st : steps)
       if (st.is_array() && st.size() == 2 && st[0].is_string() && st[1].is_string())
         std::cout << "    " << std::left << std::setw(44) << st[0].get<std::string>() << std::right << st[1].get<std::string>() << "\n";

@@ -3,7 +3,10 @@
 // recorded plan), plans memory, then lowers every node through its op's
 // lowering (lower.hpp) with tactics from the one selector (tactics.hpp).
 #include <algorithm>
+#include <optional>
+#include <set>
 
+#include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/lower.hpp"
 #include "ir/node_select.hpp"
 #include "core/error.hpp"
@@ -27,11 +30,110 @@ bool plan_flag(const nlohmann::json& plan, const char* key, const std::string& w
   return it->get<bool>();
 }
 
+// The plan's `window_conv`: the names of the view blocks run as window convs
+// (bundles before per-block choices: true, every block, or false, none).
+const nlohmann::json& plan_window_field(const nlohmann::json& plan, const std::string& where) {
+  auto it = plan.find("window_conv");
+  if (it == plan.end() || !(it->is_boolean() || it->is_array()))
+    fail_input(where, ": plan field 'window_conv' missing or not a list of view block names (or true/false)");
+  for (const auto& name : it->is_array() ? *it : nlohmann::json::array())
+    if (!name.is_string()) fail_input(where, ": plan field 'window_conv' lists ", name.dump(), ", not a block name");
+  return *it;
+}
+
+bool plan_runs_windows(const nlohmann::json& plan, const std::string& where) {
+  const nlohmann::json& w = plan_window_field(plan, where);
+  return w.is_boolean() ? w.get<bool>() : !w.empty();
+}
+
+// Which view blocks run as window convs (1) rather than cuDNN convs (0):
+// the record's list, else the switch window_conv (on: every block that can,
+// off: none) or, auto, every block that can whose largest conv has at most
+// kWindowConvMaxRows output pixels (opt level >= 3 builds time each block
+// instead: Impl::build_timing_blocks).
+std::vector<char> window_blocks_of(const GraphFacts& f, const nlohmann::json* plan, const EngineSwitches& sw,
+                                   const std::string& where) {
+  std::vector<char> w(f.blocks.size(), 0);
+  auto take = [&](size_t i) {
+    if (!f.block_windows[i].why_not.empty())
+      fail_input(where, " runs window convs, which this graph cannot: ", f.block_windows[i].why_not);
+    w[i] = 1;
+  };
+  if (plan) {
+    const nlohmann::json& field = plan_window_field(*plan, where);
+    if (field.is_boolean()) {
+      if (field.get<bool>() && f.blocks.empty()) fail_input(where, " runs window convs, which this graph cannot: no channel views");
+      for (size_t i = 0; field.get<bool>() && i < f.blocks.size(); ++i) take(i);
+      return w;
+    }
+    for (const auto& name : field) {
+      size_t i = 0;
+      while (i < f.blocks.size() && f.blocks[i].name != name.get<std::string>()) ++i;
+      if (i == f.blocks.size())
+        fail_input(where, " runs window convs in '", name.get<std::string>(), "', which is no view block of this graph");
+      take(i);
+    }
+    return w;
+  }
+  const std::optional<bool> forced = sw.get(Switch::WindowConv);
+  for (size_t i = 0; i < f.blocks.size(); ++i)
+    w[i] = f.block_windows[i].why_not.empty() && forced.value_or(f.block_windows[i].max_rows <= kWindowConvMaxRows);
+  return w;
+}
+
+// Channel views and window convs, per view block (see the comment inside).
+void plan_views_and_windows(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan,
+                            const std::vector<char>* window, int64_t batch, GraphFacts& f) {
+  const std::string where = cat("the bundle's CUDA plan for batch ", batch);
+  const EngineSwitches& sw = m.opts.switches;
+  // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
+  // offset plus the root buffer's pixel stride, so Res2Net's chunk slices read
+  // the 1x1 conv's output in place and its 3x3 convs (and the pass-through
+  // pool) write straight into the concat. Without window convs they are used
+  // only when switch cuda_views is on and every node touching a view can take
+  // strides: measured on the H200 (res2net50_26w_4s fp16, batch 1), cuDNN
+  // 9.14 runs strided convs with one extra kernel each, and the engine took
+  // 0.859 ms with views (250 kernels) against 0.801 ms with a copy per chunk
+  // and 0.736 ms with one split launch per block (150 kernels); see
+  // families/timm_res2net/README.md.
+  //
+  // With kiln's window conv (window_conv.cu) the views cost no extra kernels:
+  // the chunk convs read and write windows and fuse the chain adds into their
+  // loads, so a Res2Net block runs as its convs. Decided per view block (a
+  // Res2Net block: window_plan.hpp): a block runs as window convs where every
+  // conv touching its views is one that kernel takes (f16/bf16, no grouped
+  // convs) and the choice says so (window_blocks_of, or timing); the other
+  // blocks' views are cleared, so they run cuDNN convs over copies and the
+  // memory plan sees exactly the views the program uses.
+  f.cv = plan_channel_views(g);
+  const bool any_views = f.cv.slices_as_views + f.cv.concat_inputs_in_place > 0;
+  f.blocks = view_blocks(g, f.cv);
+  f.block_windows = plan_block_windows(g, f.cv, f.blocks);
+  f.window = window ? *window : window_blocks_of(f, plan, sw, where);
+  f.window.resize(f.blocks.size(), 0);
+  f.window_mode = std::count(f.window.begin(), f.window.end(), 1) > 0;
+  if (plan) {
+    f.use_views = plan_flag(*plan, "channel_views", where);
+    if (f.use_views && !any_views) fail_input(where, " uses channel views, which this graph has none of");
+    if (f.window_mode && !f.use_views) fail_input(where, " runs window convs without channel views, which they read and write");
+  } else {
+    f.use_views = f.window_mode || (any_views && sw.get(Switch::CudaViews).value_or(false));
+  }
+  if (f.window_mode) {
+    f.cv = keep_view_blocks(g, f.cv, f.blocks, f.window);
+    f.wp = plan_window_convs(g, f.cv);
+    // Each block can alone; the blocks share no node or view, so together too.
+    if (!f.wp.why_not.empty()) fail_runtime("batch ", batch, ": the window-conv blocks cannot run together (", f.wp.why_not, ")");
+  }
+}
+
 // Squeeze-excitation groups, window convs over channel views, and the values
 // that share another's bytes. A bundle's recorded plan (`plan`, may be null)
-// fixes the graph-wide decisions; otherwise they follow the switches and the
-// measured thresholds.
-void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, int64_t batch, GraphFacts& f) {
+// fixes the decisions; otherwise `window` (when given: the view blocks run as
+// window convs, blocks past its end none), the switches and the measured
+// thresholds do.
+void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, const std::vector<char>* window,
+                  int64_t batch, GraphFacts& f) {
   const std::string where = cat("the bundle's CUDA plan for batch ", batch);
   f.fused_away.assign(g.nodes.size(), 0);
   f.folded_cast.assign(g.nodes.size(), 0);
@@ -56,7 +158,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
     f.dense = true;
     f.cv.parent.assign(g.values.size(), -1);  // no value is a view
     f.cv.channel_offset.assign(g.values.size(), 0);
-    if (plan && (plan_flag(*plan, "window_conv", where) || plan_flag(*plan, "channel_views", where)))
+    if (plan && (plan_runs_windows(*plan, where) || plan_flag(*plan, "channel_views", where)))
       fail_input(where, " uses views or window convs, which a graph with nodes on the plain reference runs without");
     return;
   }
@@ -64,38 +166,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   for (size_t i : f.se.fused_away) f.fused_away[i] = 1;
   f.live_until = f.se.live_until;
   plan_deform_inputs(g, f);  // RT-DETR's value/logits reshapes read in place (ms_deform_attn.cpp)
-  // Channel views (runtime/views.hpp): in NHWC a channel window is a pointer
-  // offset plus the root buffer's pixel stride, so Res2Net's chunk slices read
-  // the 1x1 conv's output in place and its 3x3 convs (and the pass-through
-  // pool) write straight into the concat. Without window convs they are used
-  // only when switch cuda_views is on and every node touching a view can take
-  // strides: measured on the H200 (res2net50_26w_4s fp16, batch 1), cuDNN
-  // 9.14 runs strided convs with one extra kernel each, and the engine took
-  // 0.859 ms with views (250 kernels) against 0.801 ms with a copy per chunk
-  // and 0.736 ms with one split launch per block (150 kernels); see
-  // families/timm_res2net/README.md.
-  //
-  // With kiln's window conv (window_conv.cu) the views cost no extra kernels:
-  // the chunk convs read and write windows and fuse the chain adds into their
-  // loads, so a Res2Net block runs as its convs. Used where every view-touching
-  // conv is one that kernel takes (f16/bf16, no grouped convs) and the largest
-  // of them has at most kWindowConvMaxRows output pixels.
-  // Switch window_conv off: never; on: whenever the graph allows.
-  f.cv = plan_channel_views(g);
-  const bool any_views = f.cv.slices_as_views + f.cv.concat_inputs_in_place > 0;
-  if (any_views) f.wp = plan_window_convs(g, f.cv);
-  const bool window_ok = any_views && f.wp.why_not.empty();
-  if (plan) {
-    f.window_mode = plan_flag(*plan, "window_conv", where);
-    f.use_views = plan_flag(*plan, "channel_views", where);
-    if (f.window_mode && !window_ok)
-      fail_input(where, " runs window convs, which this graph cannot: ", any_views ? f.wp.why_not : "no channel views");
-    if (f.use_views && !any_views) fail_input(where, " uses channel views, which this graph has none of");
-  } else {
-    f.window_mode = window_ok && sw.get(Switch::WindowConv).value_or(f.wp.max_rows <= kWindowConvMaxRows);
-    f.use_views = f.window_mode || (any_views && sw.get(Switch::CudaViews).value_or(false));
-  }
-  if (!f.window_mode) f.wp = WindowPlan{};
+  plan_views_and_windows(m, g, plan, window, batch, f);
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
@@ -158,7 +229,10 @@ void plan_program_memory(CudaEngine::Program& p, const Graph& g, const GraphFact
       [&](int v) { return f.alias[v] >= 0 ? f.alias[v] : (f.use_views && f.cv.is_view(v) ? f.cv.parent[v] : -1); }, 64,
       f.live_until);
   p.views_used = f.use_views ? f.cv.slices_as_views + f.cv.concat_inputs_in_place : 0;
-  p.window_mode = f.window_mode, p.channel_views = f.use_views;
+  p.channel_views = f.use_views;
+  for (size_t i = 0; i < f.blocks.size(); ++i)
+    if (f.window[i]) p.window_blocks.push_back(f.blocks[i].name);
+  p.blocks = f.blocks, p.block_windows = f.block_windows;
   for (size_t k = 0; k < g.inputs.size(); ++k) {
     p.staging_in_offsets.push_back(p.staging_in_bytes);
     p.staging_in_bytes += (static_cast<size_t>(shape_numel(g.values[g.inputs[k]].shape)) * 4 + 255) / 256 * 256;
@@ -188,11 +262,25 @@ nlohmann::json CudaEngine::Program::plan_json() const {
   for (size_t v = 0; v < shaped.values.size(); ++v)
     if (!shaped.values[v].constant && memory.offsets.at(v) >= 0)
       values[shaped.values[v].name] = {memory.offsets[v], view_bytes.empty() ? 0 : view_bytes[v]};
-  return {{"window_conv", window_mode}, {"channel_views", channel_views}, {"arena_bytes", memory.arena_bytes},
+  return {{"window_conv", window_blocks}, {"channel_views", channel_views}, {"arena_bytes", memory.arena_bytes},
           {"workspace_bytes", workspace_bytes}, {"steps", step_list}, {"values", values}};
 }
 
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t batch) {
+  const nlohmann::json* plan = recorded_plan(batch);
+  // Window convs vs cuDNN convs per view block is timed while building at opt
+  // level >= 3, unless a switch decides (window_conv on/off; cuda_views on,
+  // where the blocks on cuDNN would read strided views, not copies).
+  const EngineSwitches& sw = opts.switches;
+  if (!plan && opts.tune && opts.opt_level >= 3 && opts.reference.empty() && !sw.get(Switch::WindowConv) &&
+      !sw.get(Switch::CudaViews).value_or(false))
+    return build_timing_blocks(batch);
+  return lower_program(batch, plan, nullptr);
+}
+
+std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t batch, const nlohmann::json* plan,
+                                                                     const std::vector<char>* window) {
+  chosen[batch].clear(), chosen_us[batch].clear();  // what this program chose, alone (block timing lowers several)
   auto p = std::make_shared<Program>();
   p->shaped = *graph;
   Graph& g = p->shaped;
@@ -202,9 +290,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   // replays it: the graph-wide decisions and every tactic come from the
   // record, and the program built from them must match the recorded plan.
   // Timing happens only while building (opts.tune) at opt level >= 3.
-  const nlohmann::json* plan = recorded_plan(batch);
   GraphFacts f;
-  plan_fusions(*this, g, plan, batch, f);
+  plan_fusions(*this, g, plan, window, batch, f);
   if (f.use_views && !f.window_mode) plan_strided_convs(*this, g, plan != nullptr, f);
   plan_program_memory(*p, g, f);
   if (f.window_mode)
@@ -220,10 +307,90 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
   timed_layers += tactics.timed_layers();
   if (opts.tune && opts.progress) opts.progress(static_cast<int64_t>(g.nodes.size()), static_cast<int64_t>(g.nodes.size()));
   if (plan) {
+    // The blocks' window-vs-cuDNN tactics, as the build recorded them (the plan's list decided).
+    const nlohmann::json* layers = recorded_layers(batch);
+    for (const ViewBlock& b : p->blocks) {
+      auto it = layers ? layers->find(b.name) : nlohmann::json::const_iterator{};
+      if (!layers || it == layers->end() || !it->is_object() || !it->contains("tactic") || !(*it)["tactic"].is_string()) continue;
+      chosen[batch][b.name] = (*it)["tactic"].get<std::string>();
+      if (it->contains("time_us") && (*it)["time_us"].is_number()) chosen_us[batch][b.name] = (*it)["time_us"].get<float>();
+    }
     const std::string diff = plan_difference(p->plan_json(), *plan);
     if (!diff.empty())
       fail_input("the bundle's CUDA plan for batch ", batch, " is not what this kiln builds from it (", diff,
                  "); rebuild the bundle");
+  }
+  return p;
+}
+
+// Window convs vs cuDNN convs, per view block, as a timed tactic: the graph
+// lowered with every block on cuDNN and with every block that can as window
+// convs; each such block's steps in either program enqueued back to back on
+// that program's own arena (zeroed) and timed by the one protocol, under a
+// typed signature (view_block_signature) so equal blocks are timed once and
+// the choice is cached; the heuristic (largest conv <= kWindowConvMaxRows
+// output pixels) where timing is not possible. The program of the chosen set
+// is the result; each block's choice is recorded under its name.
+std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_timing_blocks(int64_t batch) {
+  const std::vector<char> none;
+  std::shared_ptr<Program> dense = lower_program(batch, nullptr, &none);
+  const auto dense_chosen = chosen[batch];
+  const auto dense_us = chosen_us[batch];
+  std::vector<char> can(dense->blocks.size(), 0);
+  for (size_t i = 0; i < can.size(); ++i) can[i] = dense->block_windows[i].why_not.empty();
+  if (std::count(can.begin(), can.end(), 1) == 0) return dense;
+  std::shared_ptr<Program> windows = lower_program(batch, nullptr, &can);
+  const auto window_chosen = chosen[batch];
+  const auto window_us = chosen_us[batch];
+
+  const ChannelViews marked = plan_channel_views(dense->shaped);
+  const bool split_always = opts.switches.get(Switch::FuseSplit).value_or(false);
+  DeviceBuffer dense_arena(std::max<size_t>(dense->memory.arena_bytes, 1)), window_arena(std::max<size_t>(windows->memory.arena_bytes, 1));
+  KILN_CUDA_CHECK(cudaMemset(dense_arena.get(), 0, dense_arena.size()));
+  KILN_CUDA_CHECK(cudaMemset(window_arena.get(), 0, window_arena.size()));
+  cudnnHandle_t h = cudnn.h;
+  // The steps of program `p` that belong to block `b`'s nodes, as one enqueue.
+  auto block_run = [h](const Program& p, const ViewBlock& b, void* arena) {
+    std::set<std::string> names;
+    for (size_t ni : b.nodes) names.insert(p.shaped.nodes[ni].name);
+    std::vector<size_t> steps;
+    for (size_t k = 0; k < p.steps.size(); ++k)
+      if (names.count(p.step_names[k])) steps.push_back(k);
+    return [&p, steps, arena, h](cudaStream_t s, void* ws, size_t cap) {
+      if (p.workspace_bytes > cap) return false;
+      Exec x;
+      x.stream = s, x.cudnn = h, x.arena = static_cast<char*>(arena), x.workspace = ws, x.workspace_bytes = cap;
+      x.staging_in.assign(p.staging_in_offsets.size(), nullptr);
+      for (size_t k : steps) p.steps[k](x);
+      return true;
+    };
+  };
+  TacticSelector tactics(recorded_layers(batch), &tuned, true, max_candidates(opts.opt_level));
+  std::vector<char> pick(can.size(), 0);
+  std::map<std::string, std::pair<std::string, float>> block_choice;
+  for (size_t i = 0; i < can.size(); ++i) {
+    if (!can[i]) continue;
+    const ViewBlock& b = dense->blocks[i];
+    const std::vector<Candidate> cands = {{kBlockWindowTactic, [] { return true; }, block_run(*windows, b, window_arena.get())},
+                                          {kBlockCudnnTactic, [] { return true; }, block_run(*dense, b, dense_arena.get())}};
+    const int heuristic = dense->block_windows[i].max_rows <= kWindowConvMaxRows ? 0 : 1;
+    const TacticChoice c = tactics.choose(b.name, view_block_signature(dense->shaped, marked, b, split_always), cands, heuristic);
+    pick[i] = c.index == 0;
+    block_choice[b.name] = {cands[c.index].name, c.us};
+  }
+  tactics.finish();
+  timed_layers += tactics.timed_layers();
+  std::shared_ptr<Program> p;
+  if (pick == can) {
+    p = windows, chosen[batch] = window_chosen, chosen_us[batch] = window_us;
+  } else if (std::count(pick.begin(), pick.end(), 1) == 0) {
+    p = dense, chosen[batch] = dense_chosen, chosen_us[batch] = dense_us;
+  } else {
+    p = lower_program(batch, nullptr, &pick);
+  }
+  for (const auto& [name, c] : block_choice) {
+    chosen[batch][name] = c.first;
+    if (c.second >= 0.f) chosen_us[batch][name] = c.second;
   }
   return p;
 }

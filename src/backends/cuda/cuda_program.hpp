@@ -12,6 +12,7 @@
 #include "backends/cuda/device_buffer.hpp"
 #include "backends/cuda/cublaslt_linear.hpp"
 #include "backends/cuda/tactics.hpp"
+#include "backends/cuda/window_plan.hpp"
 #include "runtime/memory_planner.hpp"
 
 namespace kiln::cuda {
@@ -47,7 +48,13 @@ struct CudaEngine::Program {
   std::vector<std::function<void(const Exec&)>> steps;  // one or more launches per node
   std::vector<std::string> step_names;                  // node name of each step (for profiles)
   std::vector<std::string> step_kernels;                // what each step launches (the plan section)
-  bool window_mode = false, channel_views = false;      // the plan's graph-wide decisions
+  std::vector<std::string> window_blocks;  // the view blocks run as window convs (the plan's `window_conv`)
+  bool channel_views = false;                // the plan's graph-wide decision on views
+  // The view blocks of the shaped graph and their timing signatures (block
+  // timing at opt level >= 3 reads them from the programs it compares).
+  std::vector<ViewBlock> blocks;
+  std::vector<BlockWindows> block_windows;
+  std::vector<LayerSignature> block_signatures;
   std::vector<std::unique_ptr<ConvOp>> convs;
   std::vector<std::unique_ptr<LinearOp>> linears;
   std::vector<std::unique_ptr<MatMulOp>> matmuls;
@@ -89,10 +96,17 @@ struct CudaEngine::Impl {
   // The bundle's {node: {"tactic": ...}} for `batch` on this GPU, or null
   // (not built for that batch, or tactics from another GPU/driver/library).
   const nlohmann::json* recorded_layers(int64_t batch) const;
-  // The bundle's plan for `batch` on this GPU ({"window_conv", "channel_views",
+  // The bundle's plan for `batch` on this GPU ({"window_conv" (block names, or
+  // true/false in bundles before per-block choices), "channel_views",
   // "arena_bytes", "workspace_bytes", "steps", "values"}), or null.
   const nlohmann::json* recorded_plan(int64_t batch) const;
   std::shared_ptr<Program> build_program(int64_t batch);
+  // The program of `batch` with the recorded plan (may be null) and, when
+  // `window` is given, exactly those view blocks as window convs.
+  std::shared_ptr<Program> lower_program(int64_t batch, const nlohmann::json* plan, const std::vector<char>* window);
+  // At opt level >= 3 while building: each view block that can run as window
+  // convs timed both ways (cuda_program.cpp); the program of the faster set.
+  std::shared_ptr<Program> build_timing_blocks(int64_t batch);
 };
 
 }  // namespace kiln::cuda

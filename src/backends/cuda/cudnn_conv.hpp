@@ -77,7 +77,7 @@ class ConvOp {
   void run(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
            void* workspace, cudaStream_t s) const;
 
-  // Times up to max_candidates tactics (tactics.hpp's time_enqueue_us, the one protocol)
+  // Times up to max_candidates tactics (tactics.hpp's host-enqueue time_enqueue_us)
   // on the caller's scratch buffers, skipping those that do not build or need
   // more than ws_cap bytes of workspace, and selects the fastest. Synchronizes
   // s; not for use during capture. Returns the selected index.

@@ -75,7 +75,11 @@ void lower_Concat(Lowering& L, size_t ni) {
   std::vector<int> ins = n.inputs, cs;
   for (int in : ins) cs.push_back(as_int(g.values[in].shape[1]));
   const ValuePtr ptr = L.ptr;
-  if (L.f.use_views) {
+  // A concat of a view block on cuDNN convs (its views cleared) copies all
+  // its inputs: one launch, as without views.
+  bool views_here = L.strided(out);
+  for (size_t k = 0; k < ins.size(); ++k) views_here |= L.strided(ins[k]) || L.f.wp.copied_inputs.count({ni, k});
+  if (views_here) {
     // Inputs written in place by their producers are already there; copy the others.
     const int yc = L.strided(out) ? L.pixel_stride(out) : as_int(ov.shape[1]);
     int begin = 0;

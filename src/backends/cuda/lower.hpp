@@ -46,7 +46,13 @@ struct GraphFacts {
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
-  bool window_mode = false;  // Res2Net blocks as window convs over channel views
+  // The view blocks (window_plan.hpp) of the graph's marked views, whether
+  // each can run as window convs, and which do (1) or run cuDNN convs over
+  // copies (0: their views are cleared from cv).
+  std::vector<ViewBlock> blocks;
+  std::vector<BlockWindows> block_windows;
+  std::vector<char> window;
+  bool window_mode = false;  // some block runs as window convs over channel views
   bool use_views = false;    // channel views in use (window mode, or switch cuda_views)
   bool split_always = false;  // switch fuse_split on: every marked split run is one launch
   // Nodes on the plain reference (--reference, reference.cpp); when any is,

@@ -9,7 +9,10 @@
 //      read from the tactic cache file;
 //   3. timing, while building at opt level >= 3: the candidates (up to the opt
 //      level's count, plus those marked `always_time`) on scratch buffers,
-//      with one protocol (time_enqueue_us);
+//      with one protocol: CUDA-graph replays of 16 back-to-back enqueues per
+//      candidate, 5 rounds alternating over the candidates, median; within
+//      1.5 % of the fastest the first in preference order (heuristic first)
+//      wins, so a rebuild picks the same tactic (tactics.cpp);
 //   4. the heuristic candidate, then any candidate that prepares.
 // Loading a bundle never times (CudaOptions::tune is false there).
 #pragma once
@@ -31,7 +34,8 @@ namespace kiln::cuda {
 
 inline constexpr size_t kWorkspaceCapForTuning = size_t(256) << 20;  // largest workspace a timed tactic may use
 
-// The one timing protocol: two warm-up enqueues, then seven back to back
+// Host-enqueue timing (ConvOp::autotune, and candidates that cannot be
+// captured into a CUDA graph): two warm-up enqueues, then seven back to back
 // with an event between consecutive ones (each interval is one enqueue); the
 // median in microseconds. Synchronizes `s`; not for use during capture.
 float time_enqueue_us(cudaStream_t s, const std::function<void()>& enqueue);
@@ -94,6 +98,9 @@ class TacticSelector {
   bool timing_;
   int max_candidates_;
   int timed_layers_ = 0;
+  // Median microseconds per enqueue of each candidate cands[runs[k]] (all
+  // prepared and run once), by the selection protocol of tactics.cpp; -1: not timed.
+  std::vector<float> time_candidates(const std::vector<Candidate>& cands, const std::vector<int>& runs);
   Stream stream_;
   DeviceBuffer workspace_;
 };

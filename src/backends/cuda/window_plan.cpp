@@ -174,6 +174,119 @@ PoolShape window_side_shape(const Graph& g, const ChannelViews& cv, const Window
   return s;
 }
 
+namespace {
+
+// Union-find over values, for view_blocks.
+int find_set(std::vector<int>& up, int v) {
+  while (up[v] != v) v = up[v] = up[up[v]];
+  return v;
+}
+
+// The leading dotted components all names share ("layer1.0" of
+// "layer1.0.convs.0" and "layer1.0.cat"), or "".
+std::string common_prefix(const std::vector<std::string>& names) {
+  std::string p = names.empty() ? "" : names[0];
+  for (const std::string& n : names) {
+    size_t k = 0;
+    while (k < p.size() && k < n.size() && p[k] == n[k]) ++k;
+    // Cut back to a whole component: the next character of both must end one.
+    auto ends = [](const std::string& s, size_t at) { return at == s.size() || s[at] == '.'; };
+    while (k > 0 && !(ends(p, k) && ends(n, k))) --k;
+    p.resize(k);
+  }
+  return p;
+}
+
+}  // namespace
+
+std::vector<ViewBlock> view_blocks(const Graph& g, const ChannelViews& cv) {
+  std::vector<int> up(g.values.size());
+  for (size_t v = 0; v < up.size(); ++v) up[v] = static_cast<int>(v);
+  auto join = [&](int a, int b) { up[find_set(up, a)] = find_set(up, b); };
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (cv.is_view(static_cast<int>(v))) join(static_cast<int>(v), cv.parent[v]);
+  std::vector<size_t> touching;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (!touches_view(cv, n)) continue;
+    touching.push_back(ni);
+    for (int in : n.inputs)
+      if (!g.is_constant(in)) join(in, n.outputs[0]);
+  }
+  std::map<int, size_t> block_of;  // set representative -> index in `blocks`
+  std::vector<ViewBlock> blocks;
+  for (size_t ni : touching) {
+    const int r = find_set(up, g.nodes[ni].outputs[0]);
+    auto [it, fresh] = block_of.emplace(r, blocks.size());
+    if (fresh) blocks.emplace_back();
+    blocks[it->second].nodes.push_back(ni);
+  }
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (cv.is_view(static_cast<int>(v))) {
+      auto it = block_of.find(find_set(up, static_cast<int>(v)));
+      if (it != block_of.end()) blocks[it->second].views.push_back(static_cast<int>(v));
+    }
+  std::set<std::string> node_names, taken;
+  for (const Node& n : g.nodes) node_names.insert(n.name);
+  for (ViewBlock& b : blocks) {
+    std::vector<std::string> names;
+    for (size_t ni : b.nodes) names.push_back(g.nodes[ni].name);
+    b.name = common_prefix(names);
+    // A name must say one block and be no node's (the record keys both alike).
+    if (b.name.empty() || node_names.count(b.name) || taken.count(b.name)) b.name = names[0] + "#views";
+    taken.insert(b.name);
+  }
+  return blocks;
+}
+
+ChannelViews keep_view_blocks(const Graph& g, const ChannelViews& cv, const std::vector<ViewBlock>& blocks,
+                              const std::vector<char>& keep) {
+  ChannelViews r = cv;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (!keep.at(i))
+      for (int v : blocks[i].views) r.parent[v] = -1, r.channel_offset[v] = 0;
+  r.slices_as_views = r.concat_inputs_in_place = r.concat_inputs_copied = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op == Op::Slice && r.is_view(n.outputs[0]) && r.parent[n.outputs[0]] == n.inputs[0]) ++r.slices_as_views;
+    if (n.op != Op::Concat || !on_channel_axis(g, n)) continue;
+    for (int in : n.inputs) (r.parent[in] == n.outputs[0] ? r.concat_inputs_in_place : r.concat_inputs_copied) += 1;
+  }
+  return r;
+}
+
+std::vector<BlockWindows> plan_block_windows(const Graph& g, const ChannelViews& cv, const std::vector<ViewBlock>& blocks) {
+  std::vector<BlockWindows> r;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::vector<char> only(blocks.size(), 0);
+    only[i] = 1;
+    const WindowPlan p = plan_window_convs(g, keep_view_blocks(g, cv, blocks, only));
+    r.push_back({p.why_not, p.max_rows});
+  }
+  return r;
+}
+
+LayerSignature view_block_signature(const Graph& g, const ChannelViews& cv, const ViewBlock& b, bool split_always) {
+  LayerSignature s{"view block window-vs-cudnn", g.values[g.nodes[b.nodes.front()].outputs[0]].dtype, {}, {}};
+  s.attr("split_always", split_always);
+  for (size_t ni : b.nodes) {
+    const Node& n = g.nodes[ni];
+    s.attr("op", static_cast<int64_t>(n.op)).attr("act", static_cast<int64_t>(n.activation()));
+    for (const auto& [key, v] : n.attrs) {
+      if (const auto* i = std::get_if<int64_t>(&v)) s.attr(key, *i);
+      if (const auto* l = std::get_if<std::vector<int64_t>>(&v))
+        for (int64_t x : *l) s.attr(key, x);
+    }
+    std::vector<int> vals = n.inputs;
+    vals.push_back(n.outputs[0]);
+    for (int v : vals) {
+      s.shapes.push_back(g.values[v].shape);
+      // Where a view sits: its root's channels and its offset there.
+      if (cv.is_view(v)) s.attr("view_root_c", g.values[cv.root(v)].shape[1]).attr("view_at", cv.root_offset(v));
+    }
+  }
+  return s;
+}
+
 WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv) {
   WindowPlan p;
   auto refuse = [&](std::string why) {
@@ -234,6 +347,7 @@ std::map<std::string, std::string> window_plan_notes(const Graph& g, const Chann
       in_place += cv.parent[n.inputs[k]] == n.outputs[0];
       by_conv += static_cast<int>(p.copied_inputs.count({ci, k}));
     }
+    if (in_place + by_conv == 0) continue;  // a block on cuDNN convs, or no view block at all
     notes[n.name] = cat(in_place, "/", n.inputs.size(), " written in place", by_conv ? cat(", ", by_conv, " copied by a conv") : "");
   }
   return notes;

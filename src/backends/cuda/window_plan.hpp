@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/tactics.hpp"
 #include "ir/graph.hpp"
 #include "runtime/views.hpp"
 
@@ -45,6 +46,42 @@ struct WindowPlan {
 // window_conv_nhwc takes (no residual); the add of a conv marked input_add
 // (ir/fusion_marks.hpp) that touches a view is fused into its load.
 WindowPlan plan_window_convs(const Graph& g, const ChannelViews& cv);
+
+// A view block: nodes and values joined by channel views (a Res2Net block:
+// its chunk slices, chain adds, chunk convs, pass-through pool and concat,
+// which read or write windows of the 1x1 conv's output and of the concat).
+// Window convs vs cuDNN convs is decided per block (cuda_program.cpp).
+struct ViewBlock {
+  std::string name;           // the common dotted prefix of its nodes' names ("layer1.0"), else "<first node>#views"
+  std::vector<size_t> nodes;  // the nodes touching its views, in graph order
+  std::vector<int> views;     // its values that are views
+};
+
+// The view blocks of g under cv, in graph order; no node or view is in two.
+std::vector<ViewBlock> view_blocks(const Graph& g, const ChannelViews& cv);
+
+// cv without the views of the blocks whose keep[i] is 0 (their slices copy,
+// their concats copy their inputs), counts recomputed.
+ChannelViews keep_view_blocks(const Graph& g, const ChannelViews& cv, const std::vector<ViewBlock>& blocks,
+                              const std::vector<char>& keep);
+
+// Per block: why its convs cannot all run as window convs ("": they can) and
+// its largest conv's output pixels (n*out_h*out_w), from plan_window_convs
+// on that block's views alone.
+struct BlockWindows {
+  std::string why_not;
+  int64_t max_rows = 0;
+};
+std::vector<BlockWindows> plan_block_windows(const Graph& g, const ChannelViews& cv, const std::vector<ViewBlock>& blocks);
+
+// What identifies a block for timing window convs against cuDNN convs: every
+// node's op, shapes and attributes and every view's place in its root, so
+// blocks of equal signature take the same time either way.
+LayerSignature view_block_signature(const Graph& g, const ChannelViews& cv, const ViewBlock& b, bool split_always);
+
+// The two tactics of a view block (the record and `kiln inspect` show them).
+inline constexpr const char* kBlockWindowTactic = "window convs";
+inline constexpr const char* kBlockCudnnTactic = "cudnn convs";
 
 // Whether kiln's strided kernels run node n (not a conv) on channel views:
 // slices, concats, pools, and adds of equal 4-D shapes.
