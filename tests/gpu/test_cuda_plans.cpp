@@ -5,9 +5,11 @@
 //   pass-through chunks ride along, the notes `kiln inspect` shows, and the
 //   refusals (f32, grouped 3x3s); window tactic names round trip;
 // - the squeeze-excitation plan (se_plan.cpp) on every EfficientNet fixture;
-// - the per-thread PDL default that engine contexts set per batch size.
+// - the per-thread PDL default that engine contexts set per batch size;
+// - RT-DETR's ms_deform_attn inputs read in place (plan_deform_inputs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -312,6 +314,54 @@ TEST(LayoutAssignment, FlattenAliasesOnlyWhereBytesAgree) {
     EXPECT_EQ(flatten_is_alias(g, g.nodes[0]), alias) << shape_str(s);
     EXPECT_EQ(stored_nhwc(g.values[x]), s.size() == 4) << shape_str(s);
   }
+}
+
+// RT-DETR v2 on CUDA (ms_deform_attn.cpp, plan_deform_inputs): in every
+// fixture, f32 and f16 as CUDA builds shape it, each ms_deform_attn reads its
+// value and logits (4-D, stored NHWC by the layout rule) as the row-major
+// linear outputs they are reshaped from: the two reshapes are fused away and
+// alias their inputs. A reshaped value that is also an engine output stays
+// stored (NHWC) and is read through the workspace.
+TEST(DeformPlan, RtDetrValueAndLogitsAreReadInPlace) {
+  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
+  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
+    for (DType dt : {DType::F32, DType::F16}) {
+      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
+      auto facts = [&] {
+        GraphFacts f;
+        f.fused_away.assign(g.nodes.size(), 0);
+        f.alias.assign(g.values.size(), -1);
+        plan_deform_inputs(g, f);
+        return f;
+      };
+      const GraphFacts f = facts();
+      int deform = 0;
+      for (const Node& n : g.nodes) {
+        if (n.op != Op::MsDeformAttn) continue;
+        ++deform;
+        for (int v : {n.inputs[0], n.inputs[3]}) {
+          const int pr = g.values[v].producer;
+          ASSERT_GE(pr, 0) << n.name;
+          EXPECT_EQ(g.nodes[pr].op, Op::Reshape) << n.name;
+          EXPECT_TRUE(f.fused_away[pr]) << g.nodes[pr].name;
+          EXPECT_EQ(f.alias[v], g.nodes[pr].inputs[0]) << g.nodes[pr].name;
+          EXPECT_FALSE(stored_nhwc(g.values[g.nodes[pr].inputs[0]])) << g.nodes[pr].name;
+        }
+        EXPECT_EQ(f.alias[n.inputs[1]], -1) << n.name;  // ref and offsets are not touched
+        EXPECT_EQ(f.alias[n.inputs[2]], -1) << n.name;
+      }
+      EXPECT_EQ(std::count(f.fused_away.begin(), f.fused_away.end(), 1), 2 * deform) << name;
+      EXPECT_GT(deform, 0) << name;
+      // The first layer's value also an engine output: not fused.
+      const Node* core = g.find_node("model.decoder.layers.0.encoder_attn.core");
+      ASSERT_NE(core, nullptr);
+      const int value = core->inputs[0];
+      g.mark_output(value);
+      const GraphFacts f2 = facts();
+      EXPECT_FALSE(f2.fused_away[g.values[value].producer]) << name;
+      EXPECT_EQ(f2.alias[value], -1) << name;
+      EXPECT_TRUE(f2.fused_away[g.values[core->inputs[3]].producer]) << name;  // logits still read in place
+    }
 }
 
 // Contexts open a PdlDefault scope per call (on up to batch 4): scopes nest,

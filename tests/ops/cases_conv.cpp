@@ -84,6 +84,9 @@ void add_conv_cases(std::vector<OpCase>& out) {
       {"c13_k24_3x3_valid_to_1x1", 3, 13, 3, 3, 24, 3, 3, s1, p0, d1, 1, true, false, "none"},
       {"c1_k12_3x3",              1, 1, 8, 9, 12, 3, 3, s1, p1, d1, 1, true, false, "relu"},
       {"c12_k12_3x3s3",           1, 12, 11, 11, 12, 3, 3, {3, 3}, p1, d1, 1, true, false, "none"},
+      // RT-DETR's batch_ones (families/rt_detr_v2/family.cpp): one output channel, a 1x1
+      // kernel at the input's size as stride, so the output is one pixel per image.
+      {"c3_k1_1x1_stride_hw_b2",  2, 3, 16, 24, 1, 1, 1, {16, 24}, p0, d1, 1, true, false, "none"},
       // Maps large enough that the CPU backend splits im2col rows, epilogue rows and
       // depthwise planes over its thread pool (small cases run in one chunk).
       {"big_c24_k24_3x3_28x28_res", 1, 24, 28, 28, 24, 3, 3, s1, p1, d1, 1, true, true, "relu"},

@@ -2,7 +2,8 @@
 // levels and unequal points per level, one head with an odd D, batch 3, one
 // level only; boxes partly outside [0, 1] and offsets up to 8 / points so that
 // many samples fall partly or wholly outside their map (zero padding, and the
-// clamp of the discrete method); both methods, every storage type.
+// clamp of the discrete method); both methods, every storage type. Group
+// cases: value and logits as reshapes of row-major tensors (RT-DETR's form).
 #include "op_harness.hpp"
 
 namespace kiln::ops {
@@ -22,6 +23,43 @@ struct DeformSpec {
   float box_lo, box_hi, off_lim;
   double offset_scale;
 };
+
+// RT-DETR's form: value and logits are reshapes of row-major [N, S, heads * D]
+// and [N, Q, heads * P] tensors (linear outputs in the model), offsets of
+// [N, Q, heads * P * 2]. The CUDA backend reads the row-major bytes in place
+// (plan_deform_inputs, ms_deform_attn.cpp); with `also_output` the reshaped
+// value is an output too, so it is stored NHWC and read through the
+// workspace instead. Both must agree with the reference.
+void add_deform_row_cases(std::vector<OpCase>& out) {
+  for (DType dt : kCaseTypes)
+    for (const char* method : {"default", "discrete"})
+      for (bool also_output : {false, true}) {
+        const int64_t n = 2, q = 7, heads = 2, d = 8, p = 6;
+        const std::vector<int64_t> hw = {6, 5, 3, 3}, points = {4, 2};
+        const int64_t s = 6 * 5 + 3 * 3;
+        const std::string tag = std::string(method) + (also_output ? "_value_also_output" : "_in_place");
+        OpCase c;
+        c.name = "group_deform_rows_" + tag + "_" + dtype_name(dt);
+        c.group = "group:deform_rows";
+        c.dtype = dt;
+        c.limit = deform_limit(dt);
+        CaseBuilder b(c.name, dt);
+        auto reshape = [&](const std::string& name, int x, std::vector<int64_t> shape) {
+          return b.node(Op::Reshape, name, {x}, {{"shape", std::move(shape)}});
+        };
+        const int value = reshape("value.heads", b.input("value", {n, s, heads * d}), {-1, s, heads, d});
+        const int ref = b.input("ref", {n, q, 4});
+        const int off = reshape("offsets.heads", b.input("offsets", {n, q, heads * p * 2}), {-1, q, heads, p, 2});
+        const int logits = reshape("logits.heads", b.input("logits", {n, q, heads * p}), {-1, q, heads, p});
+        c.input_range["ref"] = {0.f, 1.f};
+        c.input_range["offsets"] = {-3.f, 3.f};
+        c.input_range["logits"] = {-3.f, 3.f};
+        const int y = b.node(Op::MsDeformAttn, "decoder.layers.0.encoder_attn.core", {value, ref, off, logits},
+                             {{"spatial_shapes", hw}, {"points", points}, {"offset_scale", 0.5}, {"method", std::string(method)}});
+        c.graph = also_output ? b.finish(std::vector<int>{y, value}) : b.finish(y);
+        out.push_back(std::move(c));
+      }
+}
 
 }  // namespace
 
@@ -51,9 +89,9 @@ void add_deform_cases(std::vector<OpCase>& out) {
                                    {"points", s.points},
                                    {"offset_scale", s.offset_scale},
                                    {"method", std::string(method)}}));
-        c.cuda = cuda_not_lowered(Op::MsDeformAttn);
         out.push_back(std::move(c));
       }
+  add_deform_row_cases(out);
 }
 
 }  // namespace kiln::ops

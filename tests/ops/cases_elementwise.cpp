@@ -128,6 +128,8 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
         // x[..., K] of rank 3-5: token rows (RT-DETR's projections and FFN, fc1 with GELU).
         {"r3_k24_m13_gelu_b1", {1, 13}, 24, 13, true, "gelu"}, {"r3_k13_m24_b3", {3, 5}, 13, 24, true, "none"},
         {"r4_k12_m7_relu_b3", {2, 3, 4}, 12, 7, true, "relu"}, {"r5_k13_m5_nobias_b1", {1, 2, 3, 2}, 13, 5, false, "none"},
+        // RT-DETR's batch constants (rtdetr_graph.cpp batch_constant): ones [B, 1, 1] x w [numel, 1].
+        {"r3_k1_m300_nobias_b2", {2, 1}, 1, 300, false, "none"},
     };
     for (const LinearSpec& l : linear_specs) {
       OpCase c = start("linear", l.tag, dt);

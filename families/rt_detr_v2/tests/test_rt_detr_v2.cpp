@@ -11,6 +11,7 @@
 
 #include "../../../tests/unit/family_test_util.hpp"
 #include "../../../tests/unit/graph_test_util.hpp"
+#include "rtdetr_test_util.hpp"
 #include "backends/cpu/ref/ref.hpp"
 #include "bundle/builder.hpp"
 #include "checkpoint/safetensors.hpp"
@@ -23,51 +24,16 @@
 namespace kiln {
 namespace {
 
+using testing::rtdetr::expect_matches;
+using testing::rtdetr::kFixtures;
 namespace fs = std::filesystem;
-const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
-
-float max_abs(const std::vector<float>& v) {
-  float m = 0;
-  for (float f : v) m = std::max(m, std::fabs(f));
-  return m;
-}
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
-// TRTMC's fp32 rule: max|diff| <= 1e-3 * max|ref|, for logits and boxes.
-void expect_matches(const std::string& what, const std::vector<float>& logits, const std::vector<float>& boxes,
-                    const fs::path& dir) {
-  const std::vector<float> want_l = read_npy(dir / "logits.npy").to_f32();
-  const std::vector<float> want_b = read_npy(dir / "pred_boxes.npy").to_f32();
-  EXPECT_LE(max_diff(logits, want_l), 1e-3f * max_abs(want_l)) << what << " logits";
-  EXPECT_LE(max_diff(boxes, want_b), 1e-3f * max_abs(want_b)) << what << " pred_boxes";
-}
 
 class RtDetrFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RtDetrFixture, Fp32CpuEngineMatchesPyTorch) {
-  const fs::path dir = kFixtures / GetParam();
-  const fs::path tmp = testing::temp_dir("rtdetr_" + GetParam());
-  BuildOptions o;
-  o.model = dir.string();
-  o.precision = DType::F32;
-  o.verify = true;
-  build_bundle(o, tmp / "m.bundle");
-  auto engine = Engine::load((tmp / "m.bundle").string());
-  const HostTensor x = read_npy(dir / "input.npy");
-  auto ctx = engine->create_context();
-  auto out = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  const auto out = testing::rtdetr::run_fixture(GetParam(), "cpu", DType::F32);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].name, "logits");
-  EXPECT_EQ(out[1].name, "pred_boxes");
-  EXPECT_EQ(out[0].shape, read_npy(dir / "logits.npy").shape);
-  EXPECT_EQ(out[1].shape, read_npy(dir / "pred_boxes.npy").shape);
-  expect_matches("cpu engine", out[0].data, out[1].data, dir);
-  fs::remove_all(tmp);
+  expect_matches("cpu engine", out[0].data, out[1].data, kFixtures / GetParam());
 }
 
 TEST_P(RtDetrFixture, PlainReferenceMatchesPyTorch) {
@@ -88,8 +54,40 @@ TEST_P(RtDetrFixture, PlainReferenceMatchesPyTorch) {
   expect_matches("reference", ys[0], ys[1], dir);
 }
 
+// The fp16 CPU engine (16-bit storage emulated exactly) against PyTorch fp32
+// with the rule the CUDA fp16 engines are held to (tests/gpu/test_cuda_rtdetr.cpp).
+TEST_P(RtDetrFixture, Fp16CpuEngineDetectionsMatchPyTorch) {
+  const fs::path dir = kFixtures / GetParam();
+  const auto out = testing::rtdetr::run_fixture(GetParam(), "cpu", DType::F16);
+  ASSERT_EQ(out.size(), 2u);
+  testing::rtdetr::expect_fp16_rule("cpu fp16 engine", out[0].data, out[1].data, read_npy(dir / "input.npy").shape, dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, RtDetrFixture, ::testing::ValuesIn(testing::fixture_cases(kFixtures)),
                          [](const auto& info) { return info.param; });
+
+// The 16-bit detection rule itself (hand-made detections).
+TEST(RtDetrRules, DetectionMatchingRule) {
+  using testing::rtdetr::detection_mismatch;
+  auto det = [](float x, float score, int cls) { return Detection{x, 0, x + 10, 10, score, cls, ""}; };
+  Detections want, got;
+  want.boxes = {det(0, 0.9f, 1), det(20, 0.8f, 2), det(40, 0.7f, 1)};
+  got.boxes = {det(41, 0.72f, 1), det(0.5f, 0.88f, 1), det(20, 0.8f, 2)};  // order and small shifts do not matter
+  EXPECT_EQ(detection_mismatch(want, got), "");
+  Detections far = got;
+  far.boxes[0].score = 0.64f;  // |score diff| 0.06
+  EXPECT_NE(detection_mismatch(want, far), "");
+  EXPECT_EQ(detection_mismatch(want, far, 1), "");  // one unmatched allowed
+  Detections moved = got;
+  moved.boxes[0].x_min = 45, moved.boxes[0].x_max = 55;  // IoU 1/3 with [40, 50]
+  EXPECT_NE(detection_mismatch(want, moved).find("reference detection 2"), std::string::npos);
+  Detections relabelled = got;
+  relabelled.boxes[2].class_id = 3;
+  EXPECT_NE(detection_mismatch(want, relabelled), "");
+  Detections fewer = got;
+  fewer.boxes.pop_back();
+  EXPECT_NE(detection_mismatch(want, fewer).find("2 detections, the reference has 3"), std::string::npos);
+}
 
 // ---------------------------------------------------------------- errors
 

@@ -165,6 +165,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   f.se = plan_squeeze_excitation(g, sw.get(Switch::FuseSeMul).value_or(false));  // marked blocks (switch fuse_se: the pass)
   for (size_t i : f.se.fused_away) f.fused_away[i] = 1;
   f.live_until = f.se.live_until;
+  plan_deform_inputs(g, f);  // RT-DETR's value/logits reshapes read in place (ms_deform_attn.cpp)
   plan_views_and_windows(m, g, plan, window, batch, f);
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;

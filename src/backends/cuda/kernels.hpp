@@ -245,4 +245,23 @@ struct QuantEpilogue {
 void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt, void* y,
                     DType ydt, int64_t rows, int k, cudaStream_t stream);
 
+// ms_deform_attn (ms_deform_attn.cu): RT-DETR v2's multi-scale deformable
+// attention core, one block per (image, query). value [n, s, heads, d], ref
+// [n, q, 4], offsets [n, q, heads, p, 2], logits [n, q, heads, p] and y
+// [n, q, heads * d], all row-major in dt. Softmax, sampling locations and
+// bilinear (or discrete) weights in f32 in the CPU kernel's order, f32 sums,
+// one rounding of y. Levels and pairs are bounded (checked at lowering).
+inline constexpr int kMaxDeformLevels = 16;
+inline constexpr int kMaxDeformPairs = 1536;  // heads * p: 32 bytes of shared memory each
+struct DeformAttnShape {
+  int64_t n = 1, s = 1, q = 1;
+  int heads = 1, d = 1, p = 1, levels = 1;
+  int64_t level_h[kMaxDeformLevels] = {}, level_w[kMaxDeformLevels] = {}, level_start[kMaxDeformLevels] = {};
+  int points[kMaxDeformLevels] = {};
+  float offset_scale = 0.5f;
+  bool discrete = false;
+};
+void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
+                    const DeformAttnShape& s, cudaStream_t stream);
+
 }  // namespace kiln::cuda

@@ -50,7 +50,6 @@ struct NotLowered {
   static const NotLowered not_lowered_##E{Op::E};
 // Every op of ops.def but these has its lowering; an op added to ops.def
 // before its CUDA lowering is declared here as KILN_CUDA_NOT_LOWERED(Enum).
-KILN_CUDA_NOT_LOWERED(MsDeformAttn)
 #undef KILN_CUDA_NOT_LOWERED
 
 std::string lowering_refusal(const Graph& g) {

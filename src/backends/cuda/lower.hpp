@@ -15,6 +15,7 @@
 //   shape_ops.cpp    Transpose, Reshape, UpsampleNearest, Gather, RowMajorIo
 //   top_k.cpp        TopK
 //   quant.cpp        Quantize, Dequantize and the quantized Conv2d / Linear (FP8)
+//   ms_deform_attn.cpp  MsDeformAttn (one fused kernel)
 //   elementwise.cpp  also InverseSigmoid
 //   reference.cpp    any node matched by --reference: the plain reference on the host
 // reached through lower_node's dispatch, generated from ops.def (lower.cpp):
@@ -195,6 +196,12 @@ void lower_quantized_linear(Lowering& L, size_t ni);  // a quantized linear
 // The first node of `g` whose op the CUDA backend does not lower yet, as the
 // error compile would give, or "" (the backend's supports()).
 std::string lowering_refusal(const Graph& g);
+
+// ms_deform_attn's 4-D inputs (value, logits) that are reshapes of row-major
+// values read only by ms_deform_attn: the reshape is fused away and its
+// output aliases its input, so the kernel reads the row-major bytes in place
+// (ms_deform_attn.cpp). Called by plan_fusions, not for dense graphs.
+void plan_deform_inputs(const Graph& g, GraphFacts& f);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);

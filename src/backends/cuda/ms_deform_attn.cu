@@ -1,0 +1,119 @@
+// ms_deform_attn (ms_deform_attn.cpp lowers it; ref/ms_deform_attn.cpp says
+// what it computes): one block per (image, query).
+//   1. one thread per (head, point) pair: the head's softmax over its P
+//      logits, the point's sampling location and its (up to) 4 corner rows of
+//      value with their weights (attention weight x bilinear weight; a corner
+//      outside its map gets row -1), into shared memory;
+//   2. one thread per output channel (head h, channel d): the sum over the
+//      head's P x 4 corners of weight x value[row, h, d]; the threads of a head
+//      read one row's D contiguous elements together (coalesced).
+// The location arithmetic is f32 in the CPU kernel's order with explicitly
+// rounded operations (no FMA contraction), so the discrete method picks the
+// reference's pixel and the bilinear weights are the CPU kernel's.
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+using dev::from_f32;
+using dev::to_f32;
+
+// torch's .to(int64) of loc * extent + 0.5 (truncation), clamped to [0, extent).
+__device__ __forceinline__ int64_t discrete_index(float loc, int64_t extent) {
+  const float f = __fadd_rn(__fmul_rn(loc, float(extent)), 0.5f);
+  if (!(f >= 1.f)) return 0;  // trunc of (-1, 1) is 0; below (and NaN) clamps to 0
+  if (double(f) >= double(extent - 1)) return extent - 1;
+  return int64_t(f);
+}
+
+// The level of point p (points are level-major) and its first point.
+__device__ __forceinline__ int level_of(const DeformAttnShape& s, int p) {
+  int l = 0, first = 0;
+  while (l + 1 < s.levels && p >= first + s.points[l]) first += s.points[l++];
+  return l;
+}
+
+template <typename T>
+__global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __restrict__ ref, const T* __restrict__ off,
+                                      const T* __restrict__ logits, T* __restrict__ y, DeformAttnShape s) {
+  dev::enter_grid();
+  extern __shared__ float smem[];
+  const int pairs = s.heads * s.p;
+  float* wgt = smem;                                    // [pairs][4] corner weights
+  int* row = reinterpret_cast<int*>(smem + 4 * pairs);  // [pairs][4] value rows (S index), -1: none
+  const int64_t nq = blockIdx.x;                        // n * q + query
+  const int64_t n = nq / s.q;
+  const float bx = to_f32(ref[nq * 4]), by = to_f32(ref[nq * 4 + 1]), bw = to_f32(ref[nq * 4 + 2]),
+              bh = to_f32(ref[nq * 4 + 3]);
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int h = i / s.p, p = i - h * s.p;
+    const T* lg = logits + (nq * s.heads + h) * s.p;
+    float mx = -INFINITY;
+    for (int k = 0; k < s.p; ++k) mx = fmaxf(mx, to_f32(lg[k]));
+    float sum = 0.f;
+    for (int k = 0; k < s.p; ++k) sum += expf(to_f32(lg[k]) - mx);
+    const float a = __fmul_rn(expf(to_f32(lg[p]) - mx), __fdiv_rn(1.f, sum));
+    const int l = level_of(s, p);
+    const int64_t H = s.level_h[l], W = s.level_w[l], start = s.level_start[l];
+    const float scale = __fdiv_rn(1.f, float(s.points[l]));  // transformers' n_points_scale
+    const T* o = off + ((nq * s.heads + h) * s.p + p) * 2;
+    const float lx = __fadd_rn(bx, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[0]), scale), bw), s.offset_scale));
+    const float ly = __fadd_rn(by, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[1]), scale), bh), s.offset_scale));
+    float* w4 = wgt + 4 * i;
+    int* r4 = row + 4 * i;
+    for (int k = 0; k < 4; ++k) w4[k] = 0.f, r4[k] = -1;
+    if (s.discrete) {
+      w4[0] = a;
+      r4[0] = int(start + discrete_index(ly, H) * W + discrete_index(lx, W));
+      continue;
+    }
+    const float px = __fsub_rn(__fmul_rn(lx, float(W)), 0.5f), py = __fsub_rn(__fmul_rn(ly, float(H)), 0.5f);
+    // Entirely outside (or not finite): every corner is padding.
+    if (!(px > -1.f && px < float(W) && py > -1.f && py < float(H))) continue;
+    const float x0f = floorf(px), y0f = floorf(py);
+    const float fx = __fsub_rn(px, x0f), fy = __fsub_rn(py, y0f);
+    const int64_t x0 = int64_t(x0f), y0 = int64_t(y0f);
+    const bool x0_in = x0 >= 0, x1_in = x0 + 1 < W, y0_in = y0 >= 0, y1_in = y0 + 1 < H;
+    const float gx = __fsub_rn(1.f, fx), gy = __fsub_rn(1.f, fy);
+    if (y0_in && x0_in) w4[0] = __fmul_rn(__fmul_rn(a, gy), gx), r4[0] = int(start + y0 * W + x0);
+    if (y0_in && x1_in) w4[1] = __fmul_rn(__fmul_rn(a, gy), fx), r4[1] = int(start + y0 * W + x0 + 1);
+    if (y1_in && x0_in) w4[2] = __fmul_rn(__fmul_rn(a, fy), gx), r4[2] = int(start + (y0 + 1) * W + x0);
+    if (y1_in && x1_in) w4[3] = __fmul_rn(__fmul_rn(a, fy), fx), r4[3] = int(start + (y0 + 1) * W + x0 + 1);
+  }
+  __syncthreads();
+  const int hd = s.heads * s.d;
+  for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+    const int h = c / s.d;
+    const T* v = value + n * s.s * hd + c;  // row r of this channel at v + r * hd
+    const float* w = wgt + 4 * h * s.p;
+    const int* r = row + 4 * h * s.p;
+    float acc = 0.f;
+    for (int k = 0; k < 4 * s.p; ++k)
+      if (r[k] >= 0) acc += w[k] * to_f32(v[int64_t(r[k]) * hd]);
+    y[nq * hd + c] = from_f32<T>(acc);
+  }
+}
+
+}  // namespace
+
+void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
+                    const DeformAttnShape& s, cudaStream_t stream) {
+  const int64_t blocks = s.n * s.q;
+  if (blocks <= 0) return;
+  if (blocks > int64_t(0x7fffffff)) fail_runtime("cuda ms_deform_attn: ", blocks, " queries is too many");
+  const int pairs = s.heads * s.p, hd = s.heads * s.d;
+  if (pairs > kMaxDeformPairs || s.levels < 1 || s.levels > kMaxDeformLevels)
+    fail_runtime("cuda ms_deform_attn: ", pairs, " (head, point) pairs, ", s.levels, " levels");
+  const int want = hd > pairs ? hd : pairs;
+  const int threads = want >= 1024 ? 1024 : (want + 31) / 32 * 32;
+  const size_t smem = size_t(pairs) * 4 * (sizeof(float) + sizeof(int));
+  detail::dispatch_float(dt, "ms_deform_attn", [&](auto t) {
+    using T = decltype(t);
+    detail::launch("ms_deform_attn", ms_deform_attn_kernel<T>, int(blocks), threads, smem, stream,
+                   static_cast<const T*>(value), static_cast<const T*>(ref), static_cast<const T*>(offsets),
+                   static_cast<const T*>(logits), static_cast<T*>(y), s);
+  });
+}
+
+}  // namespace kiln::cuda
