@@ -1,6 +1,7 @@
 #include "backends/cuda/se_plan.hpp"
 
 #include "ir/attrs.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln::cuda {
 
@@ -17,6 +18,9 @@ SePlan plan_squeeze_excitation(const Graph& g, bool fuse_mul) {
     if (g.nodes[mul].attr_int(kMarkSqueezeExcitation, 0) != 1) continue;
     const auto se = squeeze_excitation_at(g, mul);
     if (!se) continue;  // the verifier refuses such a mark; never fuse what is not there
+    // The SE kernels compute in 16/32-bit floats: a quantized conv of the
+    // block runs its own FP8 lowering, the block unfused.
+    if (is_quantized_layer(g, g.nodes[se->reduce]) || is_quantized_layer(g, g.nodes[se->expand])) continue;
     // se_mlp keeps the hidden vector (cr floats) in shared memory: 48 KiB at most.
     const int64_t cr = g.values[g.nodes[se->reduce].outputs[0]].shape[1];
     if (cr * 4 > 48 * 1024) continue;

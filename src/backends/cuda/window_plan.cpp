@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
 #include "ir/fusion_marks.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln::cuda {
 
@@ -21,6 +22,7 @@ bool touches_view(const ChannelViews& cv, const Node& n) {
 
 std::string conv_refusal(const Graph& g, const ChannelViews& cv, const Node& n, int x, int x_add) {
   if (n.inputs.size() > 3) return cat(n.name, ": has a residual input");
+  if (is_quantized_layer(g, n)) return cat(n.name, ": quantized (8-bit) conv");
   if (conv_attrs(n).groups != 1) return cat(n.name, ": grouped conv (groups ", conv_attrs(n).groups, ")");
   if (g.values[n.outputs[0]].shape.size() != 4) return cat(n.name, ": not 4-D");
   const std::string why = window_conv_unsupported(g.values[n.outputs[0]].dtype, window_conv_shape(g, cv, n, x, x_add));
