@@ -109,6 +109,19 @@ void bind_outputs(const Engine::Impl& e, int64_t batch, const std::vector<Mutabl
   for (const MutableTensorView* t : by_output) ordered->push_back(*t);
 }
 
+// Host tensors for every output at `batch`, and `out`: views of them.
+std::vector<Tensor> host_outputs(const Engine::Impl& e, int64_t batch, std::vector<MutableTensorView>* out) {
+  const std::vector<Shape>& shapes = e.output_shapes(batch);
+  std::vector<Tensor> result;
+  for (size_t k = 0; k < shapes.size(); ++k)
+    result.push_back({e.graph.values[e.graph.outputs[k]].name, shapes[k],
+                      std::vector<float>(static_cast<size_t>(shape_numel(shapes[k])))});
+  out->clear();
+  for (Tensor& t : result)
+    out->push_back({t.name, DType::F32, t.shape, t.data.data(), MemoryKind::Host, t.data.size() * sizeof(float)});
+  return result;
+}
+
 }  // namespace
 
 void ExecutionContext::run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs,
@@ -131,14 +144,8 @@ std::vector<Tensor> ExecutionContext::run(const std::vector<Tensor>& inputs) {
   std::vector<TensorView> in;
   std::vector<std::vector<float>> widened;
   const int64_t batch = bind_inputs(e, views, true, &in, &widened);
-  const std::vector<Shape>& shapes = e.output_shapes(batch);
-  std::vector<Tensor> result;
   std::vector<MutableTensorView> out;
-  for (size_t k = 0; k < shapes.size(); ++k)
-    result.push_back({e.graph.values[e.graph.outputs[k]].name, shapes[k],
-                      std::vector<float>(static_cast<size_t>(shape_numel(shapes[k])))});
-  for (Tensor& t : result)
-    out.push_back({t.name, DType::F32, t.shape, t.data.data(), MemoryKind::Host, t.data.size() * sizeof(float)});
+  std::vector<Tensor> result = host_outputs(e, batch, &out);
   impl_->backend->run(in, out, batch, nullptr);
   impl_->last_batch = batch;
   return result;
@@ -184,14 +191,8 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const Im
   std::vector<std::vector<float>> widened;
   const int64_t batch =
       bind_inputs(e, {{in.name, DType::F32, shape, images[0]->rgb.data(), MemoryKind::Device, 0}}, false, &ordered, &widened);
-  const std::vector<Shape>& shapes = e.output_shapes(batch);
-  std::vector<Tensor> result;
   std::vector<MutableTensorView> out;
-  for (size_t k = 0; k < shapes.size(); ++k)
-    result.push_back({e.graph.values[e.graph.outputs[k]].name, shapes[k],
-                      std::vector<float>(static_cast<size_t>(shape_numel(shapes[k])))});
-  for (Tensor& t : result)
-    out.push_back({t.name, DType::F32, t.shape, t.data.data(), MemoryKind::Host, t.data.size() * sizeof(float)});
+  std::vector<Tensor> result = host_outputs(e, batch, &out);
   if (c.backend->preprocesses_on_device()) {
     const double ms = c.backend->run_images(images, plans, ordered[0], out, batch);
     if (device_pre_ms) *device_pre_ms = ms;
