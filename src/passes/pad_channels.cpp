@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 
+#include "ir/quant_form.hpp"
 #include "passes/pass.hpp"
 
 namespace kiln {
@@ -44,9 +45,11 @@ bool is_channel_op(const Graph& g, const Node& n) {
 }
 
 // A conv whose output channels may be padded: ungrouped, no residual input
-// (the residual would need padding too), activation keeps 0 at 0.
-bool paddable_conv(const Node& n) {
-  return n.op == Op::Conv2d && n.attr_int("groups", 1) == 1 && n.inputs.size() <= 3 && zero_preserving(n.activation());
+// (the residual would need padding too), activation keeps 0 at 0, not
+// quantized (its per-channel weight and output scales would need padding too).
+bool paddable_conv(const Graph& g, const Node& n) {
+  return n.op == Op::Conv2d && n.attr_int("groups", 1) == 1 && n.inputs.size() <= 3 && zero_preserving(n.activation()) &&
+         !is_quantized_layer(g, n);
 }
 
 struct Component {
@@ -121,12 +124,12 @@ bool grow(const Graph& g, int root_node, const ChunkMap& root_map, Component& co
           break;
         }
         case Op::Conv2d: {
-          if (n.inputs[0] != v || n.attr_int("groups", 1) != 1) return false;
+          if (n.inputs[0] != v || n.attr_int("groups", 1) != 1 || is_quantized_layer(g, n)) return false;
           for (size_t k = 1; k < n.inputs.size(); ++k)
             if (n.inputs[k] == v) return false;
           comp.convs_in.insert(ni);
           const int64_t k_out = g.values[out].shape[1];
-          if (k_out % m.w == 0 && m.w % align != 0 && paddable_conv(n)) {
+          if (k_out % m.w == 0 && m.w % align != 0 && paddable_conv(g, n)) {
             // Another chunk-sized output (Res2Net's convs.i): pad it the same way.
             comp.convs_out.insert(ni);
             if (!set_map(out, {k_out / m.w, m.w, m.wp})) return false;
@@ -191,7 +194,7 @@ int pad_channels(Graph& g, int64_t align) {
   std::set<int> done;  // values already padded
   for (size_t ri = 0; ri < g.nodes.size(); ++ri) {
     const Node& r = g.nodes[ri];
-    if (!paddable_conv(r) || done.count(r.outputs[0])) continue;
+    if (!paddable_conv(g, r) || done.count(r.outputs[0])) continue;
     // Root: a conv whose readers are all channel slices of one width w that is
     // not a multiple of `align`.
     const int v = r.outputs[0];

@@ -6,7 +6,9 @@
 #include "ir/verifier.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "ir/quant_form.hpp"
 #include "passes/pass.hpp"
+#include "quant/calibrate.hpp"
 
 namespace kiln {
 namespace {
@@ -243,6 +245,28 @@ TEST(Passes, PadChannelsLeavesUnsafeOrAlignedGraphsAlone) {
     Graph g = res2net_like_block(rng, true);
     EXPECT_EQ(pad_channels(g, 2), 0);  // 6 is a multiple of 2
     EXPECT_EQ(pad_channels(g, 1), 0);
+  }
+}
+
+// A quantized conv (8-bit input, 8-bit weights with per-output-channel
+// scales) is neither padded nor read through padded channels: its weight and
+// output scales are per real channel. The block around it stays as it is.
+TEST(Passes, PadChannelsLeavesQuantizedConvsAlone) {
+  for (const char* layer : {"conv1", "convs.1", "conv3"}) {
+    SCOPED_TRACE(layer);
+    std::mt19937 rng(26);
+    Graph g = res2net_like_block(rng, false);
+    quant::ActivationScales scales;
+    const int x = g.find_node(layer)->inputs[0];
+    scales.amax[g.values[x].name] = 4.f;
+    const int ni = static_cast<int>(g.find_node(layer) - g.nodes.data());
+    ASSERT_GT(quantize_layers(g, {ni}, scales), 0);
+    ASSERT_TRUE(is_quantized_layer(g, *g.find_node(layer)));
+    const Shape w_before = g.values[g.find_node(layer)->inputs[1]].shape;
+    pad_channels(g, 8);
+    verify_graph(g, "pad_channels");
+    EXPECT_EQ(g.values[g.find_node(layer)->inputs[1]].shape, w_before);
+    EXPECT_EQ(g.find_node("split.2")->attr_int("start"), 12) << "the chunks around a quantized conv were padded";
   }
 }
 
