@@ -44,7 +44,8 @@ PY
     python3 - "$out/eval_$bundle.b$b.json" "$bundle" "$b" "$res" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-row = {"what": "eval", "bundle": sys.argv[2], "batch": int(sys.argv[3]), "images": r["images"], "ms_per_image": r["ms_per_image"]}
+row = {"what": "eval", "bundle": sys.argv[2], "batch": int(sys.argv[3]), "images": r["images"], "ms_per_image": r["ms_per_image"],
+       "first_batch_seconds": round(r["first_batch_seconds"], 3), "ms_per_image_after_first_batch": r["ms_per_image_after_first_batch"]}
 print(row); open(sys.argv[4], "a").write(json.dumps(row) + "\n")
 PY
   done

@@ -139,6 +139,11 @@ TEST_F(CliImages, EvalLabelFileTop1Top5MatchPyTorch) {
   EXPECT_EQ(j["correct_top5"], top5);
   EXPECT_GE(j["top5"].get<double>(), j["top1"].get<double>());
   EXPECT_EQ(j["errors"].size(), 0u);
+  EXPECT_EQ(j["preprocess"], "host");  // a CPU bundle
+  EXPECT_GE(j["first_batch_seconds"].get<double>(), 0.0);
+  EXPECT_LE(j["first_batch_seconds"].get<double>(), j["seconds"].get<double>());
+  if (j["images"].get<size_t>() > j["batch"].get<size_t>())  // more than one batch: a steady rate
+    EXPECT_GT(j["ms_per_image_after_first_batch"].get<double>(), 0.0);
   // --limit: the first N lines only.
   j = json_of(kiln("eval " + bundle() + " --json --limit 7 --labels " + (dir_ / "val.txt").string() + " --images " +
                    kDigits.string()));
