@@ -12,6 +12,9 @@
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/progress.hpp"
+#include "image/image.hpp"
+#include "runtime/engine_impl.hpp"
+#include "tasks/runtime_config.hpp"
 #include "kiln/kiln.hpp"
 #include "tasks/eval_set.hpp"
 #include "tasks/preprocess_ahead.hpp"
@@ -75,6 +78,48 @@ TEST(ClassifierOutcomes, BadImagesInABatchKeepTheOthers) {
   EXPECT_EQ(prepared[1].logits, want[1].logits);
   EXPECT_THROW(clf.prepare_file(junk), Error);
   EXPECT_THROW(clf.classify_prepared({nullptr}), Error);
+}
+
+// run_images (the pre-processing entry of the runtime; on CPU engines the
+// host executor of the plans): the same logits as the engine fed
+// run_preprocess_plan's floats, and every mismatch between images, plans and
+// the engine's input refused naming what is wrong, before anything runs.
+TEST(RunImages, HostPathEqualsTheEngineOnThePlansFloatsAndChecksItsInputs) {
+  testing::TempDir tmp;
+  BuildOptions b;
+  b.model = kDigits.string();
+  build_bundle(b, tmp.path() / "d.bundle");
+  auto engine = Engine::load((tmp.path() / "d.bundle").string());
+  auto ctx = engine->create_context();
+  EXPECT_FALSE(preprocesses_on_device(*ctx));
+  const ClassificationRuntime rt = parse_classification_runtime(nlohmann::json::parse(engine->runtime_json()), "runtime.json");
+  const TimmPreprocess pre = timm_preprocess_of(rt.preprocess);
+  const ImageU8 a = decode_image(kDigits / "heldout" / "0" / "0020.png");
+  const ImageU8 c = decode_image(kDigits / "heldout" / "7" / "0094.png");
+  const PreprocessPlan pa = plan_timm_preprocess(a.width, a.height, pre), pc = plan_timm_preprocess(c.width, c.height, pre);
+  const auto got = run_images(*ctx, {&a, &c}, {&pa, &pc});
+  std::vector<float> px = run_preprocess_plan(a, pa);
+  const std::vector<float> pxc = run_preprocess_plan(c, pc);
+  px.insert(px.end(), pxc.begin(), pxc.end());
+  const auto want = ctx->run({{rt.input, {2, 3, pre.height, pre.width}, px}});
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got[0].data, want[0].data);
+  auto error_of = [&](const std::vector<const ImageU8*>& imgs, const std::vector<const PreprocessPlan*>& plans) {
+    try {
+      run_images(*ctx, imgs, plans);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const ImageU8 odd{a.width + 3, a.height, std::vector<uint8_t>(3ULL * (a.width + 3) * a.height, 7)};
+  EXPECT_NE(error_of({&odd}, {&pa}).find("does not match its plan"), std::string::npos);  // another size's plan
+  TimmPreprocess bigger = pre;
+  bigger.height += 8;
+  const PreprocessPlan wrong = plan_timm_preprocess(a.width, a.height, bigger);
+  EXPECT_NE(error_of({&a}, {&wrong}).find("takes"), std::string::npos) << error_of({&a}, {&wrong});
+  EXPECT_NE(error_of({&a, &c}, {&pa}).find("2 images, 1 plans"), std::string::npos);
+  EXPECT_NE(error_of({}, {}).find("0 images"), std::string::npos);
 }
 
 // ---------------------------------------------------------- label file --
