@@ -29,5 +29,6 @@ void add_eval(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_version(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_study(CLI::App& app);
 
 }  // namespace kiln::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_inspect(app);
   kiln::cli::add_version(app);
   kiln::cli::add_bench(app);
+  kiln::cli::add_study(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -1,0 +1,85 @@
+// kiln study quant (issue 13 part 5) end to end on the CPU backend: the
+// variants are built, timed and compared with the fp32 engine, and the report
+// and study.json hold the numbers of this run.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_test_util.hpp"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR);
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
+  const fs::path out = fs::temp_directory_path() / ("kiln_study_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const std::string model = (kFixtures / "resnet" / "bottleneck").string();
+  const std::string photos = (kFixtures / "images" / "images").string();
+  const auto r = testing::run_kiln("study quant " + model + " --calib " + photos +
+                                   " --batch 1,3 --opt-level 1 --rounds 4 --quiet --json -o " + out.string());
+  ASSERT_EQ(r.code, 0) << r.all();
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j, nlohmann::json::parse(slurp(out / "study.json")));
+  // Every precision at every batch, timed, with its plan size and kernel count.
+  ASSERT_EQ(j["speed"].size(), 3u * 2u);  // fp16, fp8, int8 x batch 1, 3
+  for (const auto& s : j["speed"]) {
+    EXPECT_GT(s["median_ms"].get<double>(), 0.0) << s.dump();
+    EXPECT_LE(s["min_ms"].get<double>(), s["median_ms"].get<double>());
+    EXPECT_GT(s["kernels_per_call"].get<int>(), 0);
+    EXPECT_GT(s["plan_mib"].get<double>(), 0.0);
+    if (s["precision"] == "fp16") EXPECT_DOUBLE_EQ(s["speedup_over_fp16"].get<double>(), 1.0);
+  }
+  // Quality against kiln's fp32 engine: the 16-bit engine is close, the 8-bit
+  // ones within what seeded weights allow, and nothing non-finite anywhere.
+  ASSERT_EQ(j["quality"].size(), 3u);
+  for (const auto& q : j["quality"]) {
+    const double cos = q["min_cosine"];
+    EXPECT_GT(cos, q["precision"] == "fp16" ? 0.9999 : 0.95) << q.dump();
+    EXPECT_LE(cos, 1.0 + 1e-9);
+    EXPECT_GT(q["images"].get<int>(), 4);
+    for (const auto& [name, n] : q["nonfinite_outputs"].items()) EXPECT_EQ(n, 0) << q["precision"] << " " << name;
+  }
+  // The report: the regenerating command and the tables, with this run's numbers.
+  const std::string md = slurp(out / "REPORT.md");
+  EXPECT_NE(md.find("Regenerate: `kiln study quant " + model), std::string::npos);
+  EXPECT_NE(md.find("| fp8 | 1 | 3 |"), std::string::npos) << md;
+  std::ostringstream cos;
+  cos.precision(6);
+  cos << std::fixed << j["quality"][1]["min_cosine"].get<double>();
+  EXPECT_NE(md.find(cos.str()), std::string::npos) << "the report's cosine is not the run's";
+  for (const char* p : {"fp32_o1.bundle", "fp16_o1.bundle", "fp8_o1.bundle", "int8_o1.bundle"})
+    EXPECT_TRUE(fs::exists(out / "bundles" / p)) << p;
+  fs::remove_all(out);
+}
+
+TEST(CliStudy, QuantStudyRefusesBadArguments) {
+  const std::string model = (kFixtures / "resnet" / "bottleneck").string();
+  auto r = testing::run_kiln("study quant " + model);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.all().find("--calib"), std::string::npos) << r.all();
+  r = testing::run_kiln("study quant " + model + " --calib /nonexistent_kiln_dir --quiet -o /tmp/kiln_study_bad");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.all().find("/nonexistent_kiln_dir: not a folder"), std::string::npos) << r.all();
+  EXPECT_FALSE(std::filesystem::exists("/tmp/kiln_study_bad")) << "a refused study wrote its folder";
+  r = testing::run_kiln("study quant " + model + " --calib /tmp --precisions fp4 --quiet -o /tmp/kiln_study_bad");
+  EXPECT_EQ(r.code, 1) << r.all();
+  EXPECT_NE(r.all().find("fp4"), std::string::npos) << r.all();
+  std::filesystem::remove_all("/tmp/kiln_study_bad");
+}
+
+}  // namespace
+}  // namespace kiln

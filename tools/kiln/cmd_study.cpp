@@ -1,0 +1,366 @@
+// kiln study quant MODEL: the FP8/INT8 self-quantization study of issue 13,
+// one command that anyone can rerun. It builds the model at 16 bits and with
+// each 8-bit precision (same recipe, same calibration images), times every
+// variant interleaved round by round in this one process (so clock drift hits
+// all alike), measures quality against kiln's fp32 engine of the same
+// checkpoint (which itself matches PyTorch fp32 within 1e-6 relative on every
+// family, tools/check_full_size.sh), scans for non-finite outputs on stress
+// inputs, and writes REPORT.md + study.json: every number in the report comes
+// from this run, and the report names the command that regenerates it.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "bundle/builder.hpp"
+#include "commands.hpp"
+#include "core/error.hpp"
+#include "core/file.hpp"
+#include "kiln/kiln.hpp"
+#include "runtime/engine_impl.hpp"
+
+namespace kiln::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct StudyOptions {
+  std::string model, calib, images, backend = "cpu", out, recipe, calib_method;
+  std::vector<int> batches{1, 32}, opt_levels{1, 3};
+  std::vector<std::string> precisions{"fp8", "int8"};
+  std::string base = "fp16";
+  int rounds = 30, quality_images = 32, calib_images = 32;
+  bool json = false, quiet = false;
+  std::string command;  // as given, for the report
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::vector<std::string> image_files(const fs::path& dir, size_t limit) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string ext = it->path().extension().string();
+    if (it->is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".JPEG" || ext == ".PNG"))
+      out.push_back(it->path().string());
+  }
+  if (ec) fail_input(dir.string(), ": cannot read the folder (", ec.message(), ")");
+  std::sort(out.begin(), out.end());
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+// One variant: a precision ("fp32", "fp16", "fp8", "int8") at one opt level.
+struct Variant {
+  std::string precision;
+  int opt_level = 1;
+  fs::path bundle;
+  uint64_t bytes = 0;
+  double build_s = 0;
+};
+
+Variant build_variant(const StudyOptions& o, const std::string& precision, int opt_level, const fs::path& dir) {
+  Variant v{precision, opt_level, dir / (precision + "_o" + std::to_string(opt_level) + ".bundle")};
+  BuildOptions b;
+  b.model = o.model;
+  b.backend = o.backend;
+  b.opt_level = opt_level;
+  b.batch = o.batches.front();
+  b.batches.assign(o.batches.begin() + 1, o.batches.end());
+  b.tactic_cache.clear();  // every variant times its own tactics
+  const bool eight = precision == "fp8" || precision == "int8";
+  b.precision = precision == "fp32" ? DType::F32 : precision == "bf16" ? DType::BF16 : DType::F16;
+  if (eight) {
+    // The 16-bit side of an 8-bit engine (layers left out by the recipe, the epilogues' outputs).
+    b.precision = o.base == "bf16" ? DType::BF16 : DType::F16;
+    b.quantize = precision;
+    b.calib = o.calib;
+    b.calib_images = o.calib_images;
+    b.recipe = o.recipe;
+    b.calib_method = o.calib_method;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const BuildSummary s = build_bundle(b, v.bundle);
+  v.build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  v.bytes = s.bundle_bytes;
+  return v;
+}
+
+// Quality of `got` against `ref` over images: top-1 agreement, worst cosine, max|diff| / max|ref|.
+struct Quality {
+  double top1_agree = 0, min_cosine = 1, max_diff_rel = 0;
+};
+
+Quality compare(const std::vector<std::vector<float>>& ref, const std::vector<std::vector<float>>& got) {
+  Quality q;
+  size_t agree = 0;
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const auto& a = ref[i];
+    const auto& b = got[i];
+    double dot = 0, na = 0, nb = 0;
+    for (size_t k = 0; k < a.size(); ++k) {
+      dot += double(a[k]) * b[k], na += double(a[k]) * a[k], nb += double(b[k]) * b[k];
+      max_ref = std::max(max_ref, std::abs(double(a[k])));
+      max_diff = std::max(max_diff, std::abs(double(a[k]) - b[k]));
+    }
+    q.min_cosine = std::min(q.min_cosine, na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : (na == nb ? 1.0 : 0.0));
+    agree += std::max_element(a.begin(), a.end()) - a.begin() == std::max_element(b.begin(), b.end()) - b.begin();
+  }
+  q.top1_agree = ref.empty() ? 0 : double(agree) / ref.size();
+  q.max_diff_rel = max_ref > 0 ? max_diff / max_ref : max_diff;
+  return q;
+}
+
+// Logits of each pre-processed image, one engine call per image.
+std::vector<std::vector<float>> logits_of(Classifier& clf, const std::vector<std::vector<float>>& pixels) {
+  std::vector<std::vector<float>> out;
+  for (const auto& px : pixels) out.push_back(clf.classify_preprocessed(px, 1, 1).at(0).logits);
+  return out;
+}
+
+// Stress inputs in the engine's input space (after normalization): zeros,
+// constant 1, saturating values (±50, beyond any normalized photo), noise at
+// 10x the normalized range (N(0, 10)).
+std::vector<std::pair<std::string, std::vector<float>>> stress_inputs(size_t n) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> noise(0.f, 10.f);
+  std::vector<float> sat(n), nz(n);
+  for (size_t i = 0; i < n; ++i) sat[i] = (i / 7) % 2 ? 50.f : -50.f, nz[i] = noise(rng);
+  return {{"zeros", std::vector<float>(n, 0.f)}, {"constant 1", std::vector<float>(n, 1.f)}, {"saturating ±50", sat},
+          {"noise 10x", nz}};
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  write_file_atomic(path, [&](std::FILE* f) { write_all(f, text.data(), text.size()); });
+}
+
+std::string fmt(double v, int digits = 4) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+void run_study(const StudyOptions& o) {
+  if (o.calib.empty()) fail_usage("study quant needs --calib DIR (calibration images)");
+  if (o.batches.empty() || o.opt_levels.empty()) fail_usage("--batch and --opt-level need at least one value");
+  for (const auto& p : o.precisions)
+    if (p != "fp8" && p != "int8") fail_usage("--precisions: '", p, "' is not fp8 or int8");
+  for (const std::string& d : {o.calib, o.images})  // before anything is built or written
+    if (!d.empty() && !fs::is_directory(d)) fail_input(d, ": not a folder of images");
+  const fs::path dir = o.out.empty() ? fs::path("study_quant_" + fs::path(o.model).filename().string()) : fs::path(o.out);
+  fs::create_directories(dir);
+  const fs::path work = dir / "bundles";
+  fs::create_directories(work);
+  std::ostream* log = o.quiet ? nullptr : &std::cerr;
+  auto say = [&](const std::string& s) {
+    if (log) *log << "study: " << s << "\n";
+  };
+
+  // 1. Variants.
+  std::vector<Variant> variants;
+  say("building fp32 (the quality reference)");
+  const Variant ref = build_variant(o, "fp32", 1, work);
+  for (int opt : o.opt_levels)
+    for (const std::string& p : std::vector<std::string>{o.base}) {
+      say("building " + p + " at opt level " + std::to_string(opt));
+      variants.push_back(build_variant(o, p, opt, work));
+    }
+  for (int opt : o.opt_levels)
+    for (const std::string& p : o.precisions) {
+      if (p == "int8" && o.backend == "cuda") {
+        say("int8 skipped: the cuda backend has no INT8 kernels yet");
+        continue;
+      }
+      say("building " + p + " at opt level " + std::to_string(opt));
+      variants.push_back(build_variant(o, p, opt, work));
+    }
+
+  // 2. Speed: per opt level and batch, every variant interleaved round by round.
+  nlohmann::json speed = nlohmann::json::array();
+  for (int opt : o.opt_levels)
+    for (int batch : o.batches) {
+      struct Run {
+        const Variant* v;
+        std::shared_ptr<const Engine> e;
+        std::unique_ptr<ExecutionContext> ctx;
+        std::vector<Tensor> in;
+        std::vector<double> ms;
+      };
+      std::vector<Run> runs;
+      for (const Variant& v : variants) {
+        if (v.opt_level != opt) continue;
+        Run r{&v, Engine::load(v.bundle.string(), LoadOptions{o.backend, nullptr}), nullptr, {}, {}};
+        r.ctx = r.e->create_context();
+        std::mt19937 rng(7);
+        std::uniform_real_distribution<float> u(-2.f, 2.f);
+        for (const auto& t : r.e->inputs()) {
+          Shape s = t.shape;
+          s[0] = batch;
+          std::vector<float> d(static_cast<size_t>(shape_numel(s)));
+          for (auto& x : d) x = u(rng);
+          r.in.push_back({t.name, s, std::move(d)});
+        }
+        r.ctx->run(r.in);  // plans this batch (never timed)
+        runs.push_back(std::move(r));
+      }
+      say("timing batch " + std::to_string(batch) + " at opt level " + std::to_string(opt));
+      for (int round = 0; round < o.rounds; ++round)
+        for (Run& r : runs) r.ms.push_back(timed_engine_call_ms(*r.ctx, r.in));
+      double base_ms = 0;
+      for (Run& r : runs)
+        if (r.v->precision == o.base) base_ms = median(r.ms);
+      for (Run& r : runs)
+        speed.push_back({{"precision", r.v->precision},
+                         {"opt_level", opt},
+                         {"batch", batch},
+                         {"median_ms", median(r.ms)},
+                         {"min_ms", *std::min_element(r.ms.begin(), r.ms.end())},
+                         {"speedup_over_" + o.base, base_ms > 0 ? base_ms / median(r.ms) : 0.0},
+                         {"kernels_per_call", kernels_per_call(*r.ctx)},
+                         {"plan_mib", double(r.v->bytes) / (1 << 20)}});
+    }
+
+  // 3. Quality against the fp32 engine on real images, 4. non-finite scan.
+  const std::vector<std::string> files = image_files(o.images.empty() ? o.calib : o.images, o.quality_images);
+  if (files.empty()) fail_input(o.images.empty() ? o.calib : o.images, ": no .jpg/.png images for the quality check");
+  Classifier ref_clf(Engine::load(ref.bundle.string(), LoadOptions{o.backend, nullptr}));
+  std::vector<std::vector<float>> pixels;
+  for (const auto& f : files) pixels.push_back(ref_clf.preprocess_file(f));
+  const auto ref_logits = logits_of(ref_clf, pixels);
+  const auto stress = stress_inputs(pixels.at(0).size());
+  nlohmann::json quality = nlohmann::json::array();
+  for (const Variant& v : variants) {
+    if (v.opt_level != o.opt_levels.back()) continue;  // numbers do not depend on timing; one opt level suffices
+    Classifier clf(Engine::load(v.bundle.string(), LoadOptions{o.backend, nullptr}));
+    const Quality q = compare(ref_logits, logits_of(clf, pixels));
+    nlohmann::json nonfinite = nlohmann::json::object();
+    for (const auto& [name, px] : stress) {
+      const auto lg = clf.classify_preprocessed(px, 1, 1).at(0).logits;
+      nonfinite[name] = std::count_if(lg.begin(), lg.end(), [](float x) { return !std::isfinite(x); });
+    }
+    quality.push_back({{"precision", v.precision},
+                       {"top1_agreement", q.top1_agree},
+                       {"min_cosine", q.min_cosine},
+                       {"max_diff_rel", q.max_diff_rel},
+                       {"images", files.size()},
+                       {"nonfinite_outputs", nonfinite}});
+  }
+
+  nlohmann::json result = {{"model", o.model},
+                           {"backend", o.backend},
+                           {"base", o.base},
+                           {"batches", o.batches},
+                           {"opt_levels", o.opt_levels},
+                           {"rounds", o.rounds},
+                           {"calib", o.calib},
+                           {"calib_images", o.calib_images},
+                           {"recipe", o.recipe.empty() ? "default (every conv/linear minus the default exclusions)" : o.recipe},
+                           {"quality_images", files.size()},
+                           {"speed", speed},
+                           {"quality", quality},
+                           {"command", o.command}};
+  for (const Variant& v : variants)
+    result["builds"].push_back({{"precision", v.precision}, {"opt_level", v.opt_level}, {"bundle", v.bundle.string()},
+                                {"bytes", v.bytes}, {"seconds", v.build_s}});
+
+  // 5. The report.
+  std::ostringstream md;
+  md << "# kiln study quant: " << fs::path(o.model).filename().string() << "\n\n"
+     << "Regenerate: `" << o.command << "` (backend " << o.backend << ", kiln " << KILN_VERSION << ").\n\n## Summary\n\n";
+  for (const auto& s : speed)
+    if (s["precision"] != o.base && s["opt_level"] == o.opt_levels.back())
+      md << "- " << s["precision"].get<std::string>() << " at batch " << s["batch"] << ": "
+         << fmt(s["speedup_over_" + o.base].get<double>(), 2) << "× " << o.base << " (" << fmt(s["median_ms"]) << " ms), plan "
+         << fmt(s["plan_mib"], 2) << " MiB\n";
+  for (const auto& q : quality)
+    if (q["precision"] != o.base)
+      md << "- " << q["precision"].get<std::string>() << " quality vs fp32: top-1 agreement " << fmt(q["top1_agreement"], 3)
+         << ", worst cosine " << fmt(q["min_cosine"], 5) << "\n";
+  md << "\n## Recipe and calibration\n\n" << result["recipe"].get<std::string>() << "; calibration on the first "
+     << o.calib_images << " images of `" << o.calib << "`" << (o.calib_method.empty() ? "" : " (" + o.calib_method + ")")
+     << ". Each bundle's provenance.json holds the recipe, the quantized layers, the exclusions and every scale.\n\n"
+     << "## Method\n\nEngine time of one call (`kiln bench`'s region: CUDA one CUDA-graph replay between two events, the "
+        "stream synchronized after each; CPU wall clock), the inputs already in place, after one untimed call that plans "
+        "the batch size. "
+     << o.rounds << " rounds; in each round every variant of the opt level runs once, in turn (interleaved), so drift "
+                    "hits all alike; median and min over rounds. Tactics timed per variant (no shared tactic cache).\n\n"
+     << "## Speed\n\n| precision | opt level | batch | median ms | min ms | × " << o.base
+     << " | kernels per call | plan MiB |\n|---|---|---|---|---|---|---|---|\n";
+  for (const auto& s : speed)
+    md << "| " << s["precision"].get<std::string>() << " | " << s["opt_level"] << " | " << s["batch"] << " | "
+       << fmt(s["median_ms"]) << " | " << fmt(s["min_ms"]) << " | " << fmt(s["speedup_over_" + o.base].get<double>(), 3)
+       << " | " << s["kernels_per_call"] << " | " << fmt(s["plan_mib"], 2) << " |\n";
+  md << "\n## Quality against kiln's fp32 engine (" << files.size() << " images of `"
+     << (o.images.empty() ? o.calib : o.images) << "`)\n\n| precision | top-1 agreement | worst cosine | max abs diff / "
+        "max abs ref | non-finite outputs on stress inputs |\n|---|---|---|---|---|\n";
+  for (const auto& q : quality) {
+    md << "| " << q["precision"].get<std::string>() << " | " << fmt(q["top1_agreement"], 3) << " | "
+       << fmt(q["min_cosine"], 6) << " | " << fmt(q["max_diff_rel"], 5) << " | ";
+    bool first = true;
+    for (const auto& [name, n] : q["nonfinite_outputs"].items()) md << (first ? "" : ", ") << name << " " << n, first = false;
+    md << " |\n";
+  }
+  md << "\n## Not in this report yet\n\nPer-layer-group kernel times per precision (run `kiln bench BUNDLE --profile 50` "
+        "on the bundles under `bundles/`), accuracy against labels (`kiln eval`), detection models.\n";
+  write_text(dir / "REPORT.md", md.str());
+  write_text(dir / "study.json", result.dump(1) + "\n");
+  if (o.json) std::cout << result.dump(2) << "\n";
+  else std::cout << "wrote " << (dir / "REPORT.md").string() << " and " << (dir / "study.json").string() << "\n";
+}
+
+}  // namespace
+
+void add_study(CLI::App& app) {
+  auto* study = app.add_subcommand("study", "Reproducible studies");
+  study->require_subcommand(1);
+  auto o = std::make_shared<StudyOptions>();
+  auto* sub = study->add_subcommand("quant", "FP8/INT8 against 16 bits: speed, plan size, quality, a Markdown report");
+  sub->add_option("model", o->model, "Checkpoint directory (as kiln build takes it)")->required();
+  sub->add_option("--calib", o->calib, "Calibration images (.jpg/.png); also the quality images unless --images")->required();
+  sub->add_option("--images", o->images, "Images for the quality check (default: --calib's)");
+  sub->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--batch", o->batches, "Batch sizes to time (comma-separated, default 1,32)")->delimiter(',');
+  sub->add_option("--opt-level", o->opt_levels, "Opt levels to build and time (default 1,3)")->delimiter(',');
+  sub->add_option("--precisions", o->precisions, "8-bit precisions (default fp8,int8; int8 is skipped on cuda)")->delimiter(',');
+  sub->add_option("--base", o->base, "The 16-bit precision compared against")->check(CLI::IsMember({"fp16", "bf16"}));
+  sub->add_option("--recipe", o->recipe, "Recipe file (default: every conv/linear minus the default exclusions)");
+  sub->add_option("--calib-method", o->calib_method, "max | percentile | entropy | mse (default: the recipe's)");
+  sub->add_option("--calib-images", o->calib_images, "Calibration images used (default 32)");
+  sub->add_option("--quality-images", o->quality_images, "Images for the quality check (default 32)");
+  sub->add_option("--rounds", o->rounds, "Timing rounds (default 30)");
+  sub->add_option("-o,--out", o->out, "Output folder (default study_quant_<model>)");
+  sub->add_flag("--json", o->json, "Print study.json");
+  sub->add_flag("--quiet", o->quiet, "No progress lines");
+  sub->callback([o] {
+    auto join = [](const auto& v) {
+      std::string s;
+      for (const auto& x : v) {
+        std::ostringstream one;
+        one << x;
+        s += (s.empty() ? "" : ",") + one.str();
+      }
+      return s;
+    };
+    o->command = "kiln study quant " + o->model + " --calib " + o->calib + (o->images.empty() ? "" : " --images " + o->images) +
+                 " --backend " + o->backend + " --batch " + join(o->batches) + " --opt-level " + join(o->opt_levels) +
+                 " --precisions " + join(o->precisions) + " --base " + o->base + " --rounds " + std::to_string(o->rounds) +
+                 (o->recipe.empty() ? "" : " --recipe " + o->recipe) +
+                 (o->calib_method.empty() ? "" : " --calib-method " + o->calib_method) +
+                 " --calib-images " + std::to_string(o->calib_images) + " --quality-images " + std::to_string(o->quality_images);
+    run_study(*o);
+  });
+}
+
+}  // namespace kiln::cli
