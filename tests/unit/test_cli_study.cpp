@@ -53,10 +53,19 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
     EXPECT_GT(q["images"].get<int>(), 4);
     for (const auto& [name, n] : q["nonfinite_outputs"].items()) EXPECT_EQ(n, 0) << q["precision"] << " " << name;
   }
+  // Where the time goes: per layer group, for each precision (steps counted).
+  ASSERT_EQ(j["profiles"].size(), 3u);
+  for (const auto& [p, prof] : j["profiles"].items()) {
+    EXPECT_GT(prof["groups"].size(), 3u) << p;
+    int steps = 0;
+    for (const auto& g : prof["groups"]) steps += g["steps"].get<int>();
+    EXPECT_EQ(steps, static_cast<int>(prof["layers"].size())) << p;
+  }
   // The report: the regenerating command and the tables, with this run's numbers.
   const std::string md = slurp(out / "REPORT.md");
   EXPECT_NE(md.find("Regenerate: `kiln study quant " + model), std::string::npos);
   EXPECT_NE(md.find("| fp8 | 1 | 3 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| layer1 |"), std::string::npos) << md;
   std::ostringstream cos;
   cos.precision(6);
   cos << std::fixed << j["quality"][1]["min_cosine"].get<double>();

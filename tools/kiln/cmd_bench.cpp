@@ -8,6 +8,7 @@
 #include <random>
 
 #include "commands.hpp"
+#include "profile_json.hpp"
 #include "core/error.hpp"
 #include "runtime/engine_impl.hpp"
 
@@ -41,37 +42,6 @@ struct Candidate {
   double load_ms = 0, first_call_ms = 0;  // Engine::load + create_context; first run at this batch
   std::vector<TaskTimings> task_stages;  // per timed task call
 };
-
-// Group key of a node name: its first component ("layer2.1.conv2" -> "layer2"),
-// plus the stage index when the first component is a bare container name
-// ("blocks.3.1.conv_dw" -> "blocks.3").
-std::string group_of(const std::string& name) {
-  auto dot = name.find('.');
-  std::string head = name.substr(0, dot);
-  bool has_digit = std::any_of(head.begin(), head.end(), ::isdigit);
-  if (dot == std::string::npos || has_digit) return head;
-  auto dot2 = name.find('.', dot + 1);
-  std::string second = name.substr(dot + 1, dot2 == std::string::npos ? std::string::npos : dot2 - dot - 1);
-  bool numeric = !second.empty() && std::all_of(second.begin(), second.end(), ::isdigit);
-  return numeric ? head + "." + second : head;
-}
-
-nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
-  auto layers = profile_layers(ctx, inputs, rounds);
-  nlohmann::json lj = nlohmann::json::array();
-  std::vector<std::pair<std::string, double>> groups;
-  double total = 0;
-  for (const auto& l : layers) {
-    lj.push_back({{"name", l.name}, {"ms", l.ms}});
-    std::string g = group_of(l.name);
-    if (groups.empty() || groups.back().first != g) groups.push_back({g, 0.0});
-    groups.back().second += l.ms;
-    total += l.ms;
-  }
-  nlohmann::json gj = nlohmann::json::array();
-  for (const auto& [g, ms] : groups) gj.push_back({{"group", g}, {"ms", ms}});
-  return {{"rounds", rounds}, {"total_ms", total}, {"groups", gj}, {"layers", lj}};
-}
 
 void print_profile(const nlohmann::json& p) {
   std::cout << "  per-layer profile (" << p["rounds"].get<int>() << " rounds, layers run one by one: total "

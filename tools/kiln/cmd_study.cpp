@@ -20,6 +20,7 @@
 
 #include "bundle/builder.hpp"
 #include "commands.hpp"
+#include "profile_json.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "kiln/kiln.hpp"
@@ -189,6 +190,7 @@ void run_study(const StudyOptions& o) {
 
   // 2. Speed: per opt level and batch, every variant interleaved round by round.
   nlohmann::json speed = nlohmann::json::array();
+  std::map<std::string, nlohmann::json> profiles;  // precision -> profile_json
   for (int opt : o.opt_levels)
     for (int batch : o.batches) {
       struct Run {
@@ -218,6 +220,9 @@ void run_study(const StudyOptions& o) {
       say("timing batch " + std::to_string(batch) + " at opt level " + std::to_string(opt));
       for (int round = 0; round < o.rounds; ++round)
         for (Run& r : runs) r.ms.push_back(timed_engine_call_ms(*r.ctx, r.in));
+      // Where the time goes (the last opt level, the first batch): layers run one by one.
+      if (opt == o.opt_levels.back() && batch == o.batches.front())
+        for (Run& r : runs) profiles[r.v->precision] = profile_json(*r.ctx, r.in, std::max(3, o.rounds / 3));
       double base_ms = 0;
       for (Run& r : runs)
         if (r.v->precision == o.base) base_ms = median(r.ms);
@@ -269,6 +274,7 @@ void run_study(const StudyOptions& o) {
                            {"recipe", o.recipe.empty() ? "default (every conv/linear minus the default exclusions)" : o.recipe},
                            {"quality_images", files.size()},
                            {"speed", speed},
+                           {"profiles", profiles},
                            {"quality", quality},
                            {"command", o.command}};
   for (const Variant& v : variants)
@@ -312,8 +318,30 @@ void run_study(const StudyOptions& o) {
     for (const auto& [name, n] : q["nonfinite_outputs"].items()) md << (first ? "" : ", ") << name << " " << n, first = false;
     md << " |\n";
   }
-  md << "\n## Not in this report yet\n\nPer-layer-group kernel times per precision (run `kiln bench BUNDLE --profile 50` "
-        "on the bundles under `bundles/`), accuracy against labels (`kiln eval`), detection models.\n";
+  // Per layer group: ms and steps (kernels, or fused groups) for each precision.
+  md << "\n## Where the time goes (opt level " << o.opt_levels.back() << ", batch " << o.batches.front()
+     << "; layers run one by one, so the sum exceeds the engine time)\n\n| group |";
+  std::vector<std::string> order;  // the groups in the base precision's execution order, then any others
+  for (const auto& [p, prof] : profiles)
+    for (const auto& g : prof["groups"])
+      if (std::find(order.begin(), order.end(), g["group"].get<std::string>()) == order.end()) order.push_back(g["group"]);
+  for (const auto& [p, prof] : profiles) md << " " << p << " ms (steps) |";
+  md << "\n|---|";
+  for (size_t i = 0; i < profiles.size(); ++i) md << "---|";
+  md << "\n";
+  for (const std::string& g : order) {
+    md << "| " << g << " |";
+    for (const auto& [p, prof] : profiles) {
+      double ms = 0;
+      int steps = 0;
+      for (const auto& x : prof["groups"])
+        if (x["group"] == g) ms += x["ms"].get<double>(), steps += x["steps"].get<int>();
+      md << " " << fmt(ms) << " (" << steps << ") |";
+    }
+    md << "\n";
+  }
+  md << "\n## Not in this report yet\n\nAccuracy against labels (`kiln eval` on the bundles under `bundles/`), "
+        "detection models.\n";
   write_text(dir / "REPORT.md", md.str());
   write_text(dir / "study.json", result.dump(1) + "\n");
   if (o.json) std::cout << result.dump(2) << "\n";
