@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli_test_util.hpp"
+#include "tools/kiln/profile_json.hpp"
 
 namespace kiln {
 namespace {
@@ -73,6 +74,20 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
   for (const char* p : {"fp32_o1.bundle", "fp16_o1.bundle", "fp8_o1.bundle", "int8_o1.bundle"})
     EXPECT_TRUE(fs::exists(out / "bundles" / p)) << p;
   fs::remove_all(out);
+}
+
+// The layer groups of kiln bench --profile and the study's table.
+TEST(LayerGroups, TimmStagesAndHuggingFaceParts) {
+  using cli::group_of;
+  EXPECT_EQ(group_of("layer2.1.conv2"), "layer2");
+  EXPECT_EQ(group_of("conv1"), "conv1");
+  EXPECT_EQ(group_of("blocks.3.1.conv_dw"), "blocks.3");
+  EXPECT_EQ(group_of("pixel_values.to_nhwc"), "pixel_values");
+  EXPECT_EQ(group_of("global_pool.flatten"), "global_pool");
+  EXPECT_EQ(group_of("model.backbone.model.embedder.embedder.0.convolution"), "model.backbone");
+  EXPECT_EQ(group_of("model.encoder.fpn_blocks.0.conv1"), "model.encoder");
+  EXPECT_EQ(group_of("model.decoder.layers.0.encoder_attn.sampling_offsets"), "model.decoder");
+  EXPECT_EQ(group_of("model.topk"), "model");
 }
 
 TEST(CliStudy, QuantStudyRefusesBadArguments) {

@@ -15,7 +15,8 @@ namespace kiln::cli {
 
 // Group key of a node name: its first component ("layer2.1.conv2" -> "layer2"),
 // plus the stage index when the first component is a bare container name
-// ("blocks.3.1.conv_dw" -> "blocks.3").
+// ("blocks.3.1.conv_dw" -> "blocks.3"), or the named part under it when the
+// name goes deeper ("model.decoder.layers.0.fc1" -> "model.decoder").
 inline std::string group_of(const std::string& name) {
   auto dot = name.find('.');
   std::string head = name.substr(0, dot);
@@ -24,6 +25,10 @@ inline std::string group_of(const std::string& name) {
   auto dot2 = name.find('.', dot + 1);
   std::string second = name.substr(dot + 1, dot2 == std::string::npos ? std::string::npos : dot2 - dot - 1);
   bool numeric = !second.empty() && std::all_of(second.begin(), second.end(), ::isdigit);
+  // A bare container over named parts, three levels deep or more (Hugging
+  // Face detectors: "model.backbone.model...", "model.encoder.fpn_blocks...",
+  // "model.decoder.layers.0..."): the part is the group.
+  if (!numeric && dot2 != std::string::npos) return head + "." + second;
   return numeric ? head + "." + second : head;
 }
 
