@@ -25,6 +25,7 @@
 #include "core/file.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/engine_impl.hpp"
+#include "tasks/eval_set.hpp"
 
 namespace kiln::cli {
 
@@ -34,6 +35,7 @@ namespace fs = std::filesystem;
 
 struct StudyOptions {
   std::string model, calib, images, backend = "cpu", out, recipe, calib_method;
+  std::string accuracy;  // an ImageFolder with the bundle's labels as class folders: top-1 accuracy per variant
   std::vector<int> batches{1, 32}, opt_levels{1, 3};
   std::vector<std::string> precisions{"fp8", "int8"};
   std::string base = "fp16";
@@ -131,6 +133,18 @@ std::vector<std::vector<float>> logits_of(Classifier& clf, const std::vector<std
   return out;
 }
 
+// Top-1 accuracy of `clf` over an evaluation set, 32 images per engine call.
+double accuracy_of(Classifier& clf, const EvalSet& set) {
+  size_t correct = 0;
+  for (size_t i = 0; i < set.items.size(); i += 32) {
+    std::vector<std::string> paths;
+    for (size_t k = i; k < std::min(set.items.size(), i + 32); ++k) paths.push_back(set.items[k].path);
+    const auto r = clf.classify_files(paths, 1);
+    for (size_t k = 0; k < r.size(); ++k) correct += !r[k].top_k.empty() && r[k].top_k[0].class_id == set.items[i + k].class_id;
+  }
+  return set.items.empty() ? 0.0 : double(correct) / set.items.size();
+}
+
 // Stress inputs in the engine's input space (after normalization): zeros,
 // constant 1, saturating values (±50, beyond any normalized photo), noise at
 // 10x the normalized range (N(0, 10)).
@@ -158,7 +172,7 @@ void run_study(const StudyOptions& o) {
   if (o.batches.empty() || o.opt_levels.empty()) fail_usage("--batch and --opt-level need at least one value");
   for (const auto& p : o.precisions)
     if (p != "fp8" && p != "int8") fail_usage("--precisions: '", p, "' is not fp8 or int8");
-  for (const std::string& d : {o.calib, o.images})  // before anything is built or written
+  for (const std::string& d : {o.calib, o.images, o.accuracy})  // before anything is built or written
     if (!d.empty() && !fs::is_directory(d)) fail_input(d, ": not a folder of images");
   const fs::path dir = o.out.empty() ? fs::path("study_quant_" + fs::path(o.model).filename().string()) : fs::path(o.out);
   fs::create_directories(dir);
@@ -245,6 +259,9 @@ void run_study(const StudyOptions& o) {
   for (const auto& f : files) pixels.push_back(ref_clf.preprocess_file(f));
   const auto ref_logits = logits_of(ref_clf, pixels);
   const auto stress = stress_inputs(pixels.at(0).size());
+  EvalSet labelled;
+  if (!o.accuracy.empty()) labelled = read_image_folder(o.accuracy, ref_clf.engine().labels());
+  const double ref_accuracy = o.accuracy.empty() ? 0.0 : accuracy_of(ref_clf, labelled);
   nlohmann::json quality = nlohmann::json::array();
   for (const Variant& v : variants) {
     if (v.opt_level != o.opt_levels.back()) continue;  // numbers do not depend on timing; one opt level suffices
@@ -261,6 +278,7 @@ void run_study(const StudyOptions& o) {
                        {"max_diff_rel", q.max_diff_rel},
                        {"images", files.size()},
                        {"nonfinite_outputs", nonfinite}});
+    if (!o.accuracy.empty()) quality.back()["accuracy"] = accuracy_of(clf, labelled);
   }
 
   nlohmann::json result = {{"model", o.model},
@@ -273,6 +291,9 @@ void run_study(const StudyOptions& o) {
                            {"calib_images", o.calib_images},
                            {"recipe", o.recipe.empty() ? "default (every conv/linear minus the default exclusions)" : o.recipe},
                            {"quality_images", files.size()},
+                           {"accuracy_set", o.accuracy.empty() ? nlohmann::json() : nlohmann::json{{"folder", o.accuracy},
+                                                                                               {"images", labelled.items.size()},
+                                                                                               {"fp32_accuracy", ref_accuracy}}},
                            {"speed", speed},
                            {"profiles", profiles},
                            {"quality", quality},
@@ -318,6 +339,14 @@ void run_study(const StudyOptions& o) {
     for (const auto& [name, n] : q["nonfinite_outputs"].items()) md << (first ? "" : ", ") << name << " " << n, first = false;
     md << " |\n";
   }
+  if (!o.accuracy.empty()) {
+    md << "\n## Accuracy against labels (" << labelled.items.size() << " images of `" << o.accuracy
+       << "`)\n\n| precision | top-1 accuracy | points vs fp32 |\n|---|---|---|\n| fp32 | " << fmt(ref_accuracy, 4)
+       << " | 0 |\n";
+    for (const auto& q : quality)
+      md << "| " << q["precision"].get<std::string>() << " | " << fmt(q["accuracy"], 4) << " | "
+         << fmt(100 * (q["accuracy"].get<double>() - ref_accuracy), 2) << " |\n";
+  }
   // Per layer group: ms and steps (kernels, or fused groups) for each precision.
   md << "\n## Where the time goes (opt level " << o.opt_levels.back() << ", batch " << o.batches.front()
      << "; layers run one by one, so the sum exceeds the engine time)\n\n| group |";
@@ -340,8 +369,8 @@ void run_study(const StudyOptions& o) {
     }
     md << "\n";
   }
-  md << "\n## Not in this report yet\n\nAccuracy against labels (`kiln eval` on the bundles under `bundles/`), "
-        "detection models.\n";
+  md << "\n## Not in this report yet\n\n" << (o.accuracy.empty() ? "Accuracy against labels (`--accuracy DIR`), " : "")
+     << "detection models.\n";
   write_text(dir / "REPORT.md", md.str());
   write_text(dir / "study.json", result.dump(1) + "\n");
   if (o.json) std::cout << result.dump(2) << "\n";
@@ -358,6 +387,7 @@ void add_study(CLI::App& app) {
   sub->add_option("model", o->model, "Checkpoint directory (as kiln build takes it)")->required();
   sub->add_option("--calib", o->calib, "Calibration images (.jpg/.png); also the quality images unless --images")->required();
   sub->add_option("--images", o->images, "Images for the quality check (default: --calib's)");
+  sub->add_option("--accuracy", o->accuracy, "ImageFolder (class folders named by the bundle's labels): top-1 accuracy per variant");
   sub->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--batch", o->batches, "Batch sizes to time (comma-separated, default 1,32)")->delimiter(',');
   sub->add_option("--opt-level", o->opt_levels, "Opt levels to build and time (default 1,3)")->delimiter(',');
@@ -382,7 +412,7 @@ void add_study(CLI::App& app) {
       return s;
     };
     o->command = "kiln study quant " + o->model + " --calib " + o->calib + (o->images.empty() ? "" : " --images " + o->images) +
-                 " --backend " + o->backend + " --batch " + join(o->batches) + " --opt-level " + join(o->opt_levels) +
+                 (o->accuracy.empty() ? "" : " --accuracy " + o->accuracy) + " --backend " + o->backend + " --batch " + join(o->batches) + " --opt-level " + join(o->opt_levels) +
                  " --precisions " + join(o->precisions) + " --base " + o->base + " --rounds " + std::to_string(o->rounds) +
                  (o->recipe.empty() ? "" : " --recipe " + o->recipe) +
                  (o->calib_method.empty() ? "" : " --calib-method " + o->calib_method) +
