@@ -133,16 +133,26 @@ std::vector<std::vector<float>> logits_of(Classifier& clf, const std::vector<std
   return out;
 }
 
-// Top-1 accuracy of `clf` over an evaluation set, 32 images per engine call.
-double accuracy_of(Classifier& clf, const EvalSet& set) {
-  size_t correct = 0;
+// Top-1 accuracy of each classifier over an evaluation set. Every image is
+// decoded and pre-processed once (the variants share the model's
+// pre-processing) and run through all of them, 32 images per engine call.
+std::vector<double> accuracies(const std::vector<Classifier*>& clfs, const EvalSet& set) {
+  std::vector<size_t> correct(clfs.size(), 0);
   for (size_t i = 0; i < set.items.size(); i += 32) {
-    std::vector<std::string> paths;
-    for (size_t k = i; k < std::min(set.items.size(), i + 32); ++k) paths.push_back(set.items[k].path);
-    const auto r = clf.classify_files(paths, 1);
-    for (size_t k = 0; k < r.size(); ++k) correct += !r[k].top_k.empty() && r[k].top_k[0].class_id == set.items[i + k].class_id;
+    const size_t n = std::min(set.items.size(), i + 32) - i;
+    std::vector<float> pixels;
+    for (size_t k = i; k < i + n; ++k) {
+      const std::vector<float> px = clfs.at(0)->preprocess_file(set.items[k].path);
+      pixels.insert(pixels.end(), px.begin(), px.end());
+    }
+    for (size_t c = 0; c < clfs.size(); ++c) {
+      const auto r = clfs[c]->classify_preprocessed(pixels, static_cast<int64_t>(n), 1);
+      for (size_t k = 0; k < n; ++k) correct[c] += !r[k].top_k.empty() && r[k].top_k[0].class_id == set.items[i + k].class_id;
+    }
   }
-  return set.items.empty() ? 0.0 : double(correct) / set.items.size();
+  std::vector<double> out;
+  for (size_t c : correct) out.push_back(set.items.empty() ? 0.0 : double(c) / set.items.size());
+  return out;
 }
 
 // Stress inputs in the engine's input space (after normalization): zeros,
@@ -259,13 +269,12 @@ void run_study(const StudyOptions& o) {
   for (const auto& f : files) pixels.push_back(ref_clf.preprocess_file(f));
   const auto ref_logits = logits_of(ref_clf, pixels);
   const auto stress = stress_inputs(pixels.at(0).size());
-  EvalSet labelled;
-  if (!o.accuracy.empty()) labelled = read_image_folder(o.accuracy, ref_clf.engine().labels());
-  const double ref_accuracy = o.accuracy.empty() ? 0.0 : accuracy_of(ref_clf, labelled);
   nlohmann::json quality = nlohmann::json::array();
+  std::vector<std::unique_ptr<Classifier>> checked;  // the variants of the last opt level, in `quality` order
   for (const Variant& v : variants) {
     if (v.opt_level != o.opt_levels.back()) continue;  // numbers do not depend on timing; one opt level suffices
-    Classifier clf(Engine::load(v.bundle.string(), LoadOptions{o.backend, nullptr}));
+    checked.push_back(std::make_unique<Classifier>(Engine::load(v.bundle.string(), LoadOptions{o.backend, nullptr})));
+    Classifier& clf = *checked.back();
     const Quality q = compare(ref_logits, logits_of(clf, pixels));
     nlohmann::json nonfinite = nlohmann::json::object();
     for (const auto& [name, px] : stress) {
@@ -278,7 +287,16 @@ void run_study(const StudyOptions& o) {
                        {"max_diff_rel", q.max_diff_rel},
                        {"images", files.size()},
                        {"nonfinite_outputs", nonfinite}});
-    if (!o.accuracy.empty()) quality.back()["accuracy"] = accuracy_of(clf, labelled);
+  }
+  EvalSet labelled;
+  double ref_accuracy = 0;
+  if (!o.accuracy.empty()) {
+    labelled = read_image_folder(o.accuracy, ref_clf.engine().labels());
+    std::vector<Classifier*> all{&ref_clf};
+    for (auto& c : checked) all.push_back(c.get());
+    const std::vector<double> acc = accuracies(all, labelled);
+    ref_accuracy = acc[0];
+    for (size_t k = 0; k < checked.size(); ++k) quality[k]["accuracy"] = acc[k + 1];
   }
 
   nlohmann::json result = {{"model", o.model},
