@@ -8,10 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/cuda/bin:$PATH
-[ -d build-cuda ] || cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build-cuda -j"$(nproc)"
+# KILN_PACK_BUILD: the build folder to pack (default build-cuda; the release
+# preset's `build` works too when it was configured with the CUDA toolkit).
+bdir=${KILN_PACK_BUILD:-build-cuda}
+[ -d "$bdir" ] || cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$bdir" -j"$(nproc)"
 rm -rf .gpu/pack && mkdir -p .gpu/pack/lib .gpu/pack/bin
-cp build-cuda/kiln build-cuda/kiln_tests build-cuda/kiln_gpu_tests build-cuda/kiln_ops_tests .gpu/pack/bin/
+cp "$bdir"/kiln "$bdir"/kiln_tests "$bdir"/kiln_gpu_tests "$bdir"/kiln_ops_tests .gpu/pack/bin/
 # KILN_BASE_KILN: an older kiln binary to compare against (bench/regress.sh), packed as bin/kiln-base.
 [ -n "${KILN_BASE_KILN:-}" ] && cp "$KILN_BASE_KILN" .gpu/pack/bin/kiln-base
 strip .gpu/pack/bin/* || true
