@@ -6,9 +6,9 @@ background (low-frequency colour noise, stripes and fine grain) and 1..6 filled 
 classes - ellipse, rectangle, triangle, cross - in random colours, sizes and aspect ratios. The
 image is cut into a 3x3 grid and each object lies inside its own cell, so objects never overlap
 and every box is tight: [cx - rx, cy - ry, 2 rx, 2 ry] (the triangle's apex is on the top edge,
-its base on the bottom edge). Training images are drawn on the fly on the training device (an
-endless in-memory train split, seed --seed); the held-out split (seed --seed + 1, --heldout
-images) is drawn the same way on the CPU and written as JPEG.
+its base on the bottom edge). The train split (--train-images, seed --seed) is drawn once and kept in
+memory on the training device, batches sampled from it with random horizontal flips; the held-out
+split (seed --seed + 1, --heldout images) is drawn the same way and written as JPEG.
 
 Model: RTDetrV2ForObjectDetection from an offline config: an r18vd-structured ResNet-vd backbone
 (basic blocks, depths 2,2,2,2, three-conv stem) at reduced widths, hybrid encoder and a 3-layer
@@ -38,7 +38,7 @@ Usage (the GPU machine; the whole run, data and evaluation included, fits one 60
     python3 tools/reference/train_rtdetr_demo.py --out models/rtdetr_demo --minutes 6
 CPU dry run (proves the pipeline, does not learn much):
     python3 tools/reference/train_rtdetr_demo.py --out /tmp/rtdemo --device cpu --minutes 1 \
-        --size 160 --heldout 24 --batch-size 4
+        --size 160 --heldout 24 --train-images 64 --batch-size 4
 """
 from __future__ import annotations
 
@@ -343,6 +343,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=6.0, help="training wall-clock budget")
     ap.add_argument("--size", type=int, default=320)
     ap.add_argument("--heldout", type=int, default=200)
+    ap.add_argument("--train-images", type=int, default=4096, help="size of the in-memory train split")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=4e-4)
     ap.add_argument("--num-queries", type=int, default=100)
@@ -411,11 +412,29 @@ def main() -> int:
     warmup = 200
     use_amp = dev.type == "cuda"
     tgen = torch.Generator().manual_seed(args.seed)
+    t_pool = time.time()
+    chunks, pool_targets = [], []
+    for start in range(0, args.train_images, 64):
+        u8, tg = draw_batch(min(64, args.train_images - start), args.size, tgen, dev)
+        chunks.append(u8)
+        pool_targets.extend(tg)
+    pool_u8 = torch.cat(chunks)
+    del chunks
+    print(f"train split: {len(pool_targets)} images in memory ({time.time() - t_pool:.1f} s)", flush=True)
     t0 = time.time()
     step, loss_ema = 0, None
     while time.time() - t0 < budget:
-        u8, targets = draw_batch(args.batch_size, args.size, tgen, dev)
-        x = to_pixels(u8)
+        pick = torch.randint(0, len(pool_targets), (args.batch_size,), generator=tgen)
+        x = to_pixels(pool_u8[pick.to(dev)])
+        targets = [pool_targets[int(i)] for i in pick]
+        # random horizontal flip of half the batch (every class is mirror-symmetric)
+        flip = torch.rand(args.batch_size, generator=tgen) < 0.5
+        if bool(flip.any()):
+            x[flip.to(dev)] = x[flip.to(dev)].flip(-1)
+            targets = [dict(class_labels=t["class_labels"],
+                            boxes=t["boxes"] * torch.tensor([-1.0, 1, 1, 1], device=dev)
+                            + torch.tensor([1.0, 0, 0, 0], device=dev)) if f else t
+                       for t, f in zip(targets, flip.tolist())]
         # learning rate: linear warm-up, then cosine over the time budget
         frac = min((time.time() - t0) / budget, 1.0)
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
@@ -484,7 +503,7 @@ def main() -> int:
         num_boxes=len(gt["annotations"]), score_threshold=0.0, input_size=[args.size, args.size],
         classes=CLASSES, seed=args.seed, heldout_seed=args.seed + 1, train_device=str(dev),
         train_amp="bfloat16 autocast" if use_amp else "none (fp32)", train_seconds=round(train_seconds, 1),
-        train_steps=step, matcher=matcher, batch_size=args.batch_size, lr=args.lr, final_loss_ema=loss_ema,
+        train_steps=step, train_images=len(pool_targets), matcher=matcher, batch_size=args.batch_size, lr=args.lr, final_loss_ema=loss_ema,
         parameters=n_params, model_safetensors_mb=round(size_mb, 2), samples=sample_files,
         total_seconds=round(time.time() - t_start, 1), **vers)
     (out / "reference.json").write_text(json.dumps(reference, indent=2) + "\n")
