@@ -122,6 +122,9 @@ void add_layers(std::vector<OpCase>& out) {
       {"conv3x3_residual_relu_8bit", Op::Conv2d, {1, 16, 5, 5}, {16, 16, 3, 3}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}},
        true, true, Activation::Relu, true},
       {"linear_k64_relu_wide", Op::Linear, {5, 64}, {32, 64}, plain, true, false, Activation::Relu, false},
+      // A 1x1 with residual into a wide output, k a multiple of 16: the fused cuDNN candidate's
+      // residual path (the GEMM competes with it; OpCudaFp8Fusion forces each).
+      {"conv1x1_k32_residual_relu_wide", Op::Conv2d, {2, 32, 4, 4}, {32, 32, 1, 1}, plain, true, true, Activation::Relu, false},
   };
   for (DType dt : kCaseTypes)
     for (DType code : {DType::F8E4M3, DType::I8})

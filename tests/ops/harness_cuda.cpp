@@ -19,7 +19,7 @@ bool cuda_available() {
 }
 
 std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int opt_level,
-                                          int perf_runs, double* median_ms) {
+                                          int perf_runs, double* median_ms, int fp8_fusion, std::string* tactics) {
   const int64_t batch = g.values[g.inputs.at(0)].shape.at(0);
   for (int v : g.inputs)  // ExecutionContext::run's check: one batch size for all inputs
     if (g.values[v].shape.at(0) != batch) fail_input("inputs disagree on the batch size");
@@ -31,7 +31,15 @@ std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref:
   cuda::CudaOptions o;
   o.opt_level = opt_level;
   o.tune = true;
+  o.fp8_fusion = fp8_fusion > 0 ? cuda::Fp8Fusion::Fused : fp8_fusion < 0 ? cuda::Fp8Fusion::Unfused : cuda::Fp8Fusion::Auto;
   auto engine = std::make_shared<cuda::CudaEngine>(g, o);
+  if (tactics) {
+    const nlohmann::json t = engine->tactics_json();
+    tactics->clear();
+    if (t.contains("layers"))
+      for (const auto& [node, rec] : t["layers"].items())
+        if (rec.is_object() && rec.contains("tactic")) *tactics += node + ": " + rec["tactic"].get<std::string>() + "; ";
+  }
   cuda::CudaContext ctx(engine);
   std::vector<Tensor> tensors;
   for (size_t k = 0; k < inputs.size(); ++k) {

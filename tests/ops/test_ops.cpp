@@ -103,12 +103,45 @@ TEST_P(OpCuda, MatchesReference) {
   std::vector<ref::Buffer> want;
   ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
   check_backend(c, "cuda", c.cuda, [&](int runs, double* ms) {
-    return run_cuda_backend(c.graph, in, options().cuda_opt_level, runs, ms);
+    return run_cuda_backend(c.graph, in, options().cuda_opt_level, runs, ms, options().fp8_fusion);
   }, want, &cuda_ms);
   if (options().perf) std::printf("[perf] %-52s cuda %9.4f ms (graph replay)\n", c.name.c_str(), cuda_ms);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, OpCuda, ::testing::Range(size_t(0), all_cases().size()), case_label);
+
+// The fused FP8 conv (epilogue inside cuDNN's graph, ConvDesc::fp8_epi)
+// against the two-kernel path (raw sum + quant_epilogue), both forced by the
+// test hook (CudaOptions::fp8_fusion), on every FP8 quantized_layer case the
+// CUDA backend runs: each within cuda_fp8_layer of the reference, and of each
+// other. A conv whose output channels are multiples of 16 must take a fused
+// tactic when forced (cuDNN's runtime fusion takes this pattern); linears and
+// padded-k convs keep the two-kernel path and must say so in the tactic.
+class OpCudaFp8Fusion : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OpCudaFp8Fusion, FusedMatchesUnfused) {
+  const OpCase& c = all_cases()[GetParam()];
+  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit) GTEST_SKIP() << "not a CUDA FP8 layer case";
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto in = case_inputs(c);
+  std::vector<ref::Buffer> want, fused, unfused;
+  std::string fused_tactics, unfused_tactics;
+  ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
+  ASSERT_NO_THROW(fused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, 1, &fused_tactics));
+  ASSERT_NO_THROW(unfused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, -1, &unfused_tactics));
+  const Limit lim = *c.cuda.limit;
+  EXPECT_LE(case_error(lim.measure, fused, want), lim.limit) << c.name << " fused: " << fused_tactics;
+  EXPECT_LE(case_error(lim.measure, unfused, want), lim.limit) << c.name << " unfused: " << unfused_tactics;
+  EXPECT_LE(case_error(lim.measure, fused, unfused), lim.limit) << c.name << " fused vs unfused";
+  EXPECT_EQ(unfused_tactics.find("fused "), std::string::npos) << "forced off yet fused: " << unfused_tactics;
+  const Value& w = c.graph.values[c.graph.nodes.back().inputs[1]];
+  const bool fusable = c.graph.nodes.back().op == Op::Conv2d && w.shape[0] % 16 == 0;
+  if (fusable) EXPECT_NE(fused_tactics.find("fused "), std::string::npos) << c.name << ": forced on, no fused tactic: " << fused_tactics;
+  else EXPECT_EQ(fused_tactics.find("fused "), std::string::npos) << c.name << ": " << fused_tactics;
+  std::printf("[fp8 fusion] %-48s fused: %s\n", c.name.c_str(), fused_tactics.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OpCudaFp8Fusion, ::testing::Range(size_t(0), all_cases().size()), case_label);
 
 // Each op of kNotLoweredOnCuda, through the path `kiln build --backend cuda`
 // takes (CudaEngine with tuning): it must be refused with the CUDA program

@@ -38,7 +38,14 @@ GpuKey current_gpu_key();
 // File-name-safe GPU name for "tactics.<gpu>.json".
 std::string gpu_slug(const std::string& gpu);
 
+// Test hook (CudaOptions::fp8_fusion): which candidates a quantized FP8
+// conv may take. Auto: the tactic selector times the fused ones (epilogue
+// inside the cuDNN graph) against the raw sum + quant_epilogue ones. Fused:
+// only fused candidates where the layer has any. Unfused: none are built.
+enum class Fp8Fusion { Auto, Fused, Unfused };
+
 struct CudaOptions {
+  Fp8Fusion fp8_fusion = Fp8Fusion::Auto;  // a test hook (op harness); builds leave it Auto
   int opt_level = 3;        // 0-2 heuristics only; 3: time 4 candidates; 4: 8; 5: all
   // Building (true): plan and, at opt level >= 3, time every batch in
   // `batches`. Loading (false): never time; each batch runs the bundle's

@@ -31,6 +31,10 @@ namespace fe = cudnn_frontend;
 
 // Fixed uids so the variant pack can be filled without keeping tensor handles.
 constexpr int64_t kUidX = 1, kUidW = 2, kUidBias = 3, kUidResidual = 4, kUidY = 5, kUidOne = 6;
+// The FP8 epilogue's operands (ConvDesc::fp8_epi); the scalars live in
+// ConvOp::Impl::epi_scalars, 16 bytes apart, in kEpiScalar order.
+constexpr int64_t kUidAlpha = 7, kUidResMul = 8, kUidInvOut = 9, kUidHi = 10, kUidLo = 11;
+enum EpiScalar { kResMul, kInvOut, kHi, kLo, kEpiScalars };
 
 // The frontend keeps each engine config's notes in a protected member; a
 // subclass is the only way to read them without re-querying the backend.
@@ -54,6 +58,8 @@ std::vector<int64_t> nhwc_strides(int64_t n, int64_t c, int64_t h, int64_t w, in
   const int64_t p = pixel_stride > 0 ? pixel_stride : c;
   return {h * w * p, 1, w * p, p};
 }
+
+fe::DataType_t to_fe_fp8_out(DType t) { return t == DType::F8E4M3 ? fe::DataType_t::FP8_E4M3 : to_fe(t); }
 
 bool has_epilogue(const ConvDesc& d) { return d.has_bias || d.has_residual || d.act != Activation::None; }
 
@@ -115,15 +121,24 @@ struct ConvOp::Impl {
   std::string last_error;
   DeviceBuffer one;     // fp8: the f32 1 the graph's pointwise multiply reads
   bool fp8_one = true;  // fp8: the graph has the multiply (else conv -> y alone, the second attempt)
+  DeviceBuffer epi_scalars;  // fp8_epi: residual_mul, inv_out_scale, 448, -448 (kEpiScalar), 16 bytes apart
 
   // Builds the operation graph and its candidate list; false (with last_error)
   // when cuDNN rejects the pattern or offers no usable engine config.
   bool make_graph(cudnnHandle_t h, bool fuse);
+  // fp8_epi's pointwise chain after the conv's f32 sum (uploads epi_scalars).
+  std::shared_ptr<fe::graph::Tensor_attributes> fp8_epilogue_chain(fe::graph::Graph& gr,
+                                                                   std::shared_ptr<fe::graph::Tensor_attributes> cur);
   bool build(int i);
 };
 
 bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
   namespace g = fe::graph;
+  if (d.fp8_epi.on && (fuse || !fp8_one)) {
+    // The bare-conv retry would write raw sums where the layer's outputs belong.
+    last_error = "no cuDNN engine for the FP8 conv with its epilogue";
+    return false;
+  }
   const fe::DataType_t dt = to_fe(d.dtype);
   auto gr = std::make_unique<NotedGraph>();
   gr->set_io_data_type(dt).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
@@ -175,6 +190,8 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
       cur->set_data_type(fe::DataType_t::FLOAT);
     }
     if (d.act != Activation::None) cur = gr->pointwise(cur, activation_attrs(d.act));
+  } else if (d.fp8 && d.fp8_epi.on) {
+    cur = fp8_epilogue_chain(*gr, cur);
   } else if (d.fp8 && fp8_one) {
     cur->set_data_type(fe::DataType_t::FLOAT);
     auto one_t = gr->tensor(g::Tensor_attributes()
@@ -189,7 +206,7 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
   cur->set_output(true)
       .set_name("y")
       .set_uid(kUidY)
-      .set_data_type(dt)
+      .set_data_type(d.fp8_epi.on ? to_fe_fp8_out(d.fp8_epi.out) : dt)
       .set_dim({d.n, d.k, oh, ow})
       .set_stride(nhwc_strides(d.n, d.k, oh, ow, d.y_stride));
 
@@ -236,6 +253,53 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
   graph.reset();
   tactics.clear();
   return false;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> ConvOp::Impl::fp8_epilogue_chain(
+    fe::graph::Graph& gr, std::shared_ptr<fe::graph::Tensor_attributes> cur) {
+  namespace g = fe::graph;
+  const ConvDesc::Fp8Epilogue& e = d.fp8_epi;
+  const int64_t oh = d.out_h(), ow = d.out_w();
+  if (!epi_scalars.get()) {
+    float v[kEpiScalars * 4] = {};
+    v[kResMul * 4] = e.residual_mul, v[kInvOut * 4] = e.inv_out_scale, v[kHi * 4] = 448.f, v[kLo * 4] = -448.f;
+    epi_scalars = DeviceBuffer(sizeof(v));
+    KILN_CUDA_CHECK(cudaMemcpy(epi_scalars.get(), v, sizeof(v), cudaMemcpyHostToDevice));
+  }
+  auto scalar = [&](const char* name, int64_t uid) {
+    return gr.tensor(g::Tensor_attributes().set_name(name).set_uid(uid).set_data_type(fe::DataType_t::FLOAT)
+                         .set_dim({1, 1, 1, 1}).set_stride({1, 1, 1, 1}));
+  };
+  auto per_channel = [&](const char* name, int64_t uid) {
+    return gr.tensor(g::Tensor_attributes().set_name(name).set_uid(uid).set_data_type(fe::DataType_t::FLOAT)
+                         .set_dim({1, d.k, 1, 1}).set_stride({d.k, 1, d.k, d.k}));
+  };
+  auto op = [&](const char* name, fe::PointwiseMode_t mode) {
+    return g::Pointwise_attributes().set_name(name).set_mode(mode).set_compute_data_type(fe::DataType_t::FLOAT);
+  };
+  auto f32 = [](std::shared_ptr<g::Tensor_attributes> t) {
+    t->set_data_type(fe::DataType_t::FLOAT);
+    return t;
+  };
+  // The CPU's order (quant::LayerEpilogue::apply): sum x alpha + bias, + residual x residual_mul, act, x inv_out_scale.
+  f32(cur);
+  cur = f32(gr.pointwise(cur, per_channel("alpha", kUidAlpha), op("alpha_mul", fe::PointwiseMode_t::MUL)));
+  if (e.bias) cur = f32(gr.pointwise(cur, per_channel("bias", kUidBias), op("bias_add", fe::PointwiseMode_t::ADD)));
+  if (e.residual) {
+    auto r = gr.tensor(g::Tensor_attributes().set_name("residual").set_uid(kUidResidual)
+                           .set_data_type(to_fe(e.residual_dtype)).set_dim({d.n, d.k, oh, ow})
+                           .set_stride(nhwc_strides(d.n, d.k, oh, ow)));
+    if (e.residual_mul != 1.f) r = f32(gr.pointwise(r, scalar("residual_mul", kUidResMul), op("residual_mul", fe::PointwiseMode_t::MUL)));
+    cur = f32(gr.pointwise(cur, r, op("residual_add", fe::PointwiseMode_t::ADD)));
+  }
+  if (e.act != Activation::None) cur = f32(gr.pointwise(cur, activation_attrs(e.act)));
+  if (e.scale_after) cur = f32(gr.pointwise(cur, scalar("inv_out_scale", kUidInvOut), op("out_scale", fe::PointwiseMode_t::MUL)));
+  if (e.out == DType::F8E4M3) {
+    // Saturate as the CPU's encoder (f32_to_e4m3: finite values past 448 give +-448) whatever cuDNN's cast does.
+    cur = f32(gr.pointwise(cur, scalar("hi", kUidHi), op("clamp_hi", fe::PointwiseMode_t::MIN)));
+    cur = gr.pointwise(cur, scalar("lo", kUidLo), op("clamp_lo", fe::PointwiseMode_t::MAX));
+  }
+  return cur;
 }
 
 bool ConvOp::Impl::build(int i) {
@@ -344,6 +408,27 @@ void ConvOp::run(cudnnHandle_t h, const void* x, const void* w, const void* bias
   if (m.d.fp8 && m.fp8_one) pack[kUidOne] = m.one.get();
   auto e = m.graph->execute_plan_at_index(h, pack, workspace, m.tactics[m.selected].index);
   if (e.is_bad()) fail_runtime("cuda conv: execute ", m.tactics[m.selected].name, ": ", e.get_message());
+}
+
+void ConvOp::run_fp8_fused(cudnnHandle_t h, const void* x, const void* w, const float* alpha, const float* bias,
+                           const void* residual, void* y, void* workspace, cudaStream_t s) const {
+  const Impl& m = *impl_;
+  const ConvDesc::Fp8Epilogue& e = m.d.fp8_epi;
+  if (!e.on) fail_runtime("cuda conv: run_fp8_fused on a graph without the FP8 epilogue");
+  if ((e.bias && !bias) || (e.residual && !residual)) fail_runtime("cuda conv: FP8 epilogue without its bias or residual");
+  KILN_CUDNN_CHECK(cudnnSetStream(h, s));
+  char* sc = static_cast<char*>(const_cast<void*>(m.epi_scalars.get()));
+  std::unordered_map<int64_t, void*> pack{{kUidX, const_cast<void*>(x)},
+                                          {kUidW, const_cast<void*>(w)},
+                                          {kUidY, y},
+                                          {kUidAlpha, const_cast<float*>(alpha)}};
+  if (e.bias) pack[kUidBias] = const_cast<float*>(bias);
+  if (e.residual) pack[kUidResidual] = const_cast<void*>(residual);
+  if (e.residual && e.residual_mul != 1.f) pack[kUidResMul] = sc + 16 * kResMul;
+  if (e.scale_after) pack[kUidInvOut] = sc + 16 * kInvOut;
+  if (e.out == DType::F8E4M3) pack[kUidHi] = sc + 16 * kHi, pack[kUidLo] = sc + 16 * kLo;
+  auto r = m.graph->execute_plan_at_index(h, pack, workspace, m.tactics[m.selected].index);
+  if (r.is_bad()) fail_runtime("cuda conv: execute ", m.tactics[m.selected].name, ": ", r.get_message());
 }
 
 int ConvOp::autotune(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,

@@ -47,6 +47,23 @@ struct ConvDesc {
   // (its runtime-fusion engines want a pointwise op after an FP8 conv).
   // c and k must be multiples of 16, groups 1.
   bool fp8 = false;
+  // FP8 only: the quantized layer's epilogue inside the graph (issue 13 §3),
+  // conv -> x alpha[k] -> + bias[k] -> (+ residual x residual_mul) ->
+  // activation -> (x inv_out_scale) -> (clamp to +-448 for e4m3) -> y of
+  // `out`; run with ConvOp::run_fp8_fused. When cuDNN has no engine for the
+  // chain the constructor throws (no bare-conv fallback: y would be wrong).
+  // dtype stays f32 (the graph's compute type) and has_bias / has_residual /
+  // act stay unset (they describe the 16-bit epilogue).
+  struct Fp8Epilogue {
+    bool on = false;
+    DType out = DType::F16;  // f32, f16, bf16 or f8e4m3
+    bool bias = false, residual = false;
+    DType residual_dtype = DType::F16;
+    float residual_mul = 1.f;
+    Activation act = Activation::None;
+    bool scale_after = false;  // multiply by inv_out_scale after the activation
+    float inv_out_scale = 1.f;
+  } fp8_epi;
   int out_h() const { return static_cast<int>(window_out_dim(h, r, stride_h, pad_t, pad_b, dil_h)); }
   int out_w() const { return static_cast<int>(window_out_dim(w, s, stride_w, pad_l, pad_r, dil_w)); }
 };
@@ -83,6 +100,12 @@ class ConvOp {
   // Enqueues the selected plan on s (sets h's stream). Capturable in a CUDA graph.
   void run(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
            void* workspace, cudaStream_t s) const;
+
+  // The selected plan of an FP8 graph with its epilogue (ConvDesc::fp8_epi):
+  // alpha and bias are f32 [k], residual (when the desc has one) NHWC of
+  // fp8_epi.residual_dtype, y of fp8_epi.out.
+  void run_fp8_fused(cudnnHandle_t h, const void* x, const void* w, const float* alpha, const float* bias,
+                     const void* residual, void* y, void* workspace, cudaStream_t s) const;
 
   // Times up to max_candidates tactics (tactics.hpp's host-enqueue time_enqueue_us)
   // on the caller's scratch buffers, skipping those that do not build or need

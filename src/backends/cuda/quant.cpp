@@ -104,8 +104,11 @@ struct TimingScratch {
 struct RawSum {
   ConvOp* conv = nullptr;
   Fp8GemmOp* gemm = nullptr;
-  bool use_gemm = false;
-  size_t workspace() const { return use_gemm ? gemm->workspace_bytes() : conv->workspace_bytes(); }
+  ConvOp* fused = nullptr;  // the FP8 conv with its epilogue in the graph (ConvDesc::fp8_epi), or none
+  bool use_gemm = false, use_fused = false;
+  size_t workspace() const {
+    return use_fused ? fused->workspace_bytes() : use_gemm ? gemm->workspace_bytes() : conv->workspace_bytes();
+  }
   void operator()(cudnnHandle_t h, const void* x, const void* w, float* acc, void* ws, size_t cap, cudaStream_t s) const {
     if (use_gemm) gemm->run(x, w, acc, ws, cap, s);
     else conv->run(h, x, w, nullptr, nullptr, acc, ws, s);
@@ -116,30 +119,61 @@ struct RawSum {
 // x_bytes / acc_bytes size the timing scratch. The preferred engine's
 // candidates come first (timing tries the first few of the opt level) and
 // the other engine's heuristic pick is always timed too, so both are compared.
+// With a fused candidate the unfused ones are timed with their quant_epilogue
+// (`epi`, on scratch), so the comparison is layer against layer.
+struct EpilogueTiming {
+  const QuantEpilogue* e = nullptr;
+  int kp = 0, k = 0;
+  int64_t rows = 0;
+  DType rdt = DType::F32, ydt = DType::F32;
+  bool residual = false;
+};
+
 std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig, RawSum& rs, const void* w,
-                           size_t x_bytes, size_t acc_bytes, bool gemm_first) {
+                           size_t x_bytes, size_t acc_bytes, bool gemm_first, const EpilogueTiming& et = {}) {
   TimingScratch xb{x_bytes, {}}, ab{acc_bytes, {}};
+  const size_t yr = size_t(et.rows) * size_t(et.k);
+  TimingScratch yb{rs.fused ? yr * dtype_size(et.ydt) : 0, {}}, rb{rs.fused && et.residual ? yr * dtype_size(et.rdt) : 0, {}};
+  const auto epilogue = [&](cudaStream_t s) {
+    if (rs.fused)
+      quant_epilogue(static_cast<float*>(ab.get(s)), et.kp, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt, yb.get(s),
+                     et.ydt, et.rows, et.k, s);
+  };
   cudnnHandle_t h = L.m.cudnn.h;
-  std::vector<Candidate> convs, gemms;
+  std::vector<Candidate> convs, gemms, fused;
+  if (rs.fused)
+    for (int t = 0; t < rs.fused->tactic_count(); ++t)
+      fused.push_back({"fused " + rs.fused->tactic_name(t),
+                       [&rs, t] { return rs.use_fused = true, rs.use_gemm = false, rs.fused->try_select(t); },
+                       [&](cudaStream_t s, void* ws, size_t cap) {
+                         if (rs.fused->workspace_bytes() > cap) return false;
+                         rs.fused->run_fp8_fused(h, xb.get(s), w, et.e->alpha, et.e->bias, et.residual ? rb.get(s) : nullptr,
+                                                 yb.get(s), ws, s);
+                         return true;
+                       }});
   if (rs.conv) {
     // The heuristic's own pick first.
     std::vector<int> order{rs.conv->selected()};
     for (int t = 0; t < rs.conv->tactic_count(); ++t)
       if (t != order[0]) order.push_back(t);
     for (int t : order)
-      convs.push_back({rs.conv->tactic_name(t), [&rs, t] { return rs.use_gemm = false, rs.conv->try_select(t); },
+      convs.push_back({rs.conv->tactic_name(t),
+                       [&rs, t] { return rs.use_fused = false, rs.use_gemm = false, rs.conv->try_select(t); },
                        [&](cudaStream_t s, void* ws, size_t cap) {
                          if (rs.conv->workspace_bytes() > cap) return false;
                          rs.conv->run(h, xb.get(s), w, nullptr, nullptr, ab.get(s), ws, s);
+                         epilogue(s);
                          return true;
                        }});
   }
   if (rs.gemm)
     for (int t = 0; t < rs.gemm->tactic_count(); ++t)
-      gemms.push_back({rs.gemm->tactic_name(t), [&rs, t] { return rs.use_gemm = true, rs.gemm->select(t), true; },
+      gemms.push_back({rs.gemm->tactic_name(t),
+                       [&rs, t] { return rs.use_fused = false, rs.use_gemm = true, rs.gemm->select(t), true; },
                        [&](cudaStream_t s, void* ws, size_t cap) {
                          if (rs.gemm->workspace_bytes() > cap) return false;
                          rs.gemm->run(xb.get(s), w, static_cast<float*>(ab.get(s)), ws, cap, s);
+                         epilogue(s);
                          return true;
                        }});
   std::vector<Candidate>& first = gemm_first || convs.empty() ? gemms : convs;
@@ -147,6 +181,14 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
   if (!first.empty() && !second.empty()) second.front().always_time = true;
   std::vector<Candidate> cands = std::move(first);
   for (Candidate& c : second) cands.push_back(std::move(c));
+  if (!fused.empty()) {
+    // After the unfused ones (the heuristic pick stays today's path, a tie
+    // keeps it); the fused heuristic pick is always timed. The test hook
+    // Fp8Fusion::Fused leaves only the fused candidates.
+    fused.front().always_time = true;
+    if (L.m.opts.fp8_fusion == Fp8Fusion::Fused) cands.clear();
+    for (Candidate& c : fused) cands.push_back(std::move(c));
+  }
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, 0);
   L.tactics.finish();  // the timing scratch dies with this function
   L.record(n.name, cands[static_cast<size_t>(c.index)].name, c.us);
@@ -167,6 +209,10 @@ struct QuantLayerRun {
     char* ws = static_cast<char*>(x.workspace);
     const void* xin = in;
     if (c != cp) pad_rows_u8(in, x_rows, c, ws + pad_at, cp, x.stream), xin = ws + pad_at;
+    if (rs.use_fused) {
+      rs.fused->run_fp8_fused(x.cudnn, xin, w, e.alpha, e.bias, residual, out, ws + lib_at, x.stream);
+      return;
+    }
     float* acc = reinterpret_cast<float*>(ws + acc_at);
     rs(x.cudnn, xin, w, acc, ws + lib_at, x.workspace_bytes - lib_at, x.stream);
     quant_epilogue(acc, kp, e, residual, rdt, out, ydt, rows, k, x.stream);
@@ -176,7 +222,7 @@ struct QuantLayerRun {
 void plan_workspace(Lowering& L, QuantLayerRun& run, size_t lead) {
   run.pad_at = align256(lead);
   run.acc_at = align256(run.pad_at + (run.c != run.cp ? size_t(run.x_rows) * size_t(run.cp) : 0));
-  run.lib_at = align256(run.acc_at + size_t(run.rows) * size_t(run.kp) * sizeof(float));
+  run.lib_at = align256(run.acc_at + (run.rs.use_fused ? 0 : size_t(run.rows) * size_t(run.kp) * sizeof(float)));
   L.reserve_workspace(run.lib_at + run.rs.workspace());
 }
 
@@ -337,7 +383,29 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
       gemm_error = e.what();
     }
   }
-  if (!run.rs.conv && !run.rs.gemm)
+  // The epilogue inside cuDNN's graph (ConvDesc::fp8_epi), a further
+  // candidate: only when k needs no padding (y is written directly, k wide).
+  // A refusal drops the candidate; the two-kernel path stays.
+  std::string fused_error;
+  if (run.k == run.kp && L.m.opts.fp8_fusion != Fp8Fusion::Unfused) {
+    ConvDesc fd = raw;
+    ConvDesc::Fp8Epilogue& fe = fd.fp8_epi;
+    fe.on = true, fe.out = run.ydt, fe.bias = true, fe.residual = res >= 0, fe.residual_dtype = run.rdt;
+    fe.residual_mul = run.e.residual_mul, fe.act = run.e.act, fe.scale_after = run.e.scale_after;
+    fe.inv_out_scale = run.e.inv_out_scale;
+    try {
+      auto owned = std::make_unique<ConvOp>(L.m.cudnn.h, fd);
+      run.rs.fused = owned.get();
+      L.p.convs.push_back(std::move(owned));
+    } catch (const Error& e) {
+      fused_error = e.what();
+    }
+  } else if (run.k != run.kp) {
+    fused_error = cat("output channels ", run.k, " not a multiple of 16");
+  }
+  if (!fused_error.empty() && L.m.opts.log && L.m.opts.fp8_fusion == Fp8Fusion::Fused)
+    *L.m.opts.log << n.name << ": no fused FP8 candidate: " << fused_error << "\n";
+  if (!run.rs.conv && !run.rs.gemm && !run.rs.fused)
     fail_runtime(n.name, ": no CUDA FP8 engine for this conv (x ", shape_str(g.values[in0].shape), ", w [", d.k, ",", d.c, ",",
                  d.r, ",", d.s, "], stride ", d.stride_h, "x", d.stride_w, ", channels padded to ", run.cp, "->", run.kp,
                  "): ", cudnn_error, gemm_error.empty() ? "" : "; ", gemm_error);
@@ -345,11 +413,19 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   sig.attr("stride_h", d.stride_h).attr("stride_w", d.stride_w).attr("pad_t", d.pad_t).attr("pad_l", d.pad_l);
   sig.attr("pad_b", d.pad_b).attr("pad_r", d.pad_r).attr("dil_h", d.dil_h).attr("dil_w", d.dil_w);
   sig.attr("cudnn", run.rs.conv != nullptr).attr("gemm", run.rs.gemm != nullptr);
+  if (run.rs.fused) {
+    // What the fused graph computes (the unfused candidates are timed with their epilogue then).
+    sig.attr("fused", 1).attr("out", int64_t(run.ydt)).attr("residual", int64_t(res >= 0 ? int(run.rdt) : -1));
+    sig.attr("act", int64_t(run.e.act)).attr("scale_after", run.e.scale_after);
+    sig.attr("hook", int64_t(L.m.opts.fp8_fusion));
+  }
+  EpilogueTiming et{&run.e, run.kp, run.k, run.rows, run.rdt, run.ydt, res >= 0};
   const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.x_rows) * size_t(run.cp),
-                                            size_t(run.rows) * size_t(run.kp) * sizeof(float), pointwise);
+                                            size_t(run.rows) * size_t(run.kp) * sizeof(float), pointwise, et);
   plan_workspace(L, run, 0);
   const ValuePtr ptr = L.ptr;
-  L.step(cat(run.c != run.cp ? "pad + " : "", run.rs.use_gemm ? "" : "cudnn ", tactic, " + quant_epilogue"),
+  L.step(cat(run.c != run.cp ? "pad + " : "", run.rs.use_gemm ? "" : "cudnn ", tactic,
+             run.rs.use_fused ? "" : " + quant_epilogue"),
          [run, ptr, in0, res, out](const Exec& x) { run(x, ptr(x, in0), res >= 0 ? ptr(x, res) : nullptr, ptr(x, out)); });
 }
 
