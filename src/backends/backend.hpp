@@ -65,6 +65,10 @@ class BackendContext {
   virtual std::vector<LayerTime> profile(int64_t batch, int rounds) = 0;
   virtual size_t kernels_per_call(int64_t batch) = 0;
   virtual MemoryReport memory(int64_t batch) = 0;
+  // Where this context's first calls went (ms and counts by phase: program
+  // builds for batch sizes not built at load, graph capture); empty where
+  // the backend keeps none.
+  virtual std::vector<std::pair<std::string, double>> first_call_phases() const { return {}; }
   // Pre-processing on the backend's device (issue #11 part 4). When true,
   // run_images takes decoded 8-bit RGB images: image k goes through plans[k]
   // (image/image.hpp) into batch slot k of `input`, the engine's only input
@@ -89,6 +93,9 @@ class CompiledEngine {
   virtual std::vector<std::pair<std::string, std::string>> record() const { return {}; }
   // Layers whose tactic this compile chose by timing (0 for a backend that never times, and at load).
   virtual int timed_layers() const { return 0; }
+  // Where the backend's part of the load went (ms and counts by phase, e.g.
+  // "cudnn_plan_build_ms"); empty where the backend keeps none.
+  virtual std::vector<std::pair<std::string, double>> load_phases() const { return {}; }
 };
 
 class Backend {

@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -36,7 +37,8 @@ namespace {
 
 // Everything Engine::load does after the container is validated; the
 // memory and the path entry points differ only in how the Bundle is made.
-std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& options) {
+std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& options,
+                                       std::chrono::steady_clock::time_point t0) {
   const std::string bundle_path = bundle.path().string();
   auto impl = std::make_unique<Engine::Impl>();
   impl->bundle = std::move(bundle);
@@ -103,20 +105,27 @@ std::unique_ptr<Engine::Impl> load_impl(Bundle bundle, const LoadOptions& option
   co.bundle = &impl->bundle;
   co.source = src;
   co.log = options.log;
+  const auto t1 = std::chrono::steady_clock::now();
   impl->compiled = backend.compile(impl->graph, co);
+  const auto t2 = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  impl->load_phases = {{"bundle_read_ms", ms(t0, t1)}, {"backend_compile_ms", ms(t1, t2)}};
+  for (auto& kv : impl->compiled->load_phases()) impl->load_phases.push_back(std::move(kv));
   return impl;
 }
 
 }  // namespace
 
 std::shared_ptr<const Engine> Engine::load(const std::string& bundle_path, const LoadOptions& options) {
-  return std::shared_ptr<const Engine>(new Engine(load_impl(Bundle::open(bundle_path), options)));
+  const auto t0 = std::chrono::steady_clock::now();
+  return std::shared_ptr<const Engine>(new Engine(load_impl(Bundle::open(bundle_path), options, t0)));
 }
 
 std::shared_ptr<const Engine> Engine::load_from_memory(const void* data, size_t size, const LoadOptions& options,
                                                        const std::string& name) {
+  const auto t0 = std::chrono::steady_clock::now();
   Bundle b = Bundle::from_bytes(Blob::copy_of(data, size), name);
-  return std::shared_ptr<const Engine>(new Engine(load_impl(std::move(b), options)));
+  return std::shared_ptr<const Engine>(new Engine(load_impl(std::move(b), options, t0)));
 }
 
 const std::string& Engine::family() const { return impl_->family; }

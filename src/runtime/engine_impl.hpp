@@ -30,6 +30,10 @@ struct Engine::Impl {
   int64_t max_batch = 4096;  // provenance.build.max_batch: larger inputs are refused
   std::vector<std::string> reference;  // provenance.build.reference: node globs run by the plain reference (CPU)
   std::shared_ptr<const CompiledEngine> compiled;  // by backend `backend`, replaying the bundle's record
+  // Where Engine::load's time went: "bundle_read_ms" (open, digests, graph
+  // and JSON sections), "backend_compile_ms", then the backend's own phases
+  // (CompiledEngine::load_phases). `kiln bench --json`'s load_breakdown_ms.
+  std::vector<std::pair<std::string, double>> load_phases;
 
   // Output shapes at a batch size (every input's dimension 0), inferred once per size.
   const std::vector<Shape>& output_shapes(int64_t batch) const;
@@ -75,5 +79,9 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const Im
 
 // Kernels (CPU: nodes) launched by one engine call.
 size_t kernels_per_call(ExecutionContext& ctx);
+
+// Where the context's first calls went (BackendContext::first_call_phases):
+// `kiln bench --json`'s first_call_breakdown_ms. Empty on the CPU backend.
+std::vector<std::pair<std::string, double>> first_call_phases(ExecutionContext& ctx);
 
 }  // namespace kiln

@@ -212,6 +212,10 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const Im
   return result;
 }
 
+std::vector<std::pair<std::string, double>> first_call_phases(ExecutionContext& ctx) {
+  return ctx.impl().backend->first_call_phases();
+}
+
 size_t kernels_per_call(ExecutionContext& ctx) { return ctx.impl().backend->kernels_per_call(ctx.impl().batch_or_built()); }
 
 MemoryReport ExecutionContext::memory() const {

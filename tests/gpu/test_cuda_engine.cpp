@@ -531,6 +531,49 @@ TEST(CudaEngine, PlanIsRecordedAndReplayedExactly) {
   }
 }
 
+// Loading with a recorded plan builds each conv's recorded cuDNN plan alone:
+// one plan build per cuDNN conv step (and per conv whose recorded tactic is
+// kiln's depthwise kernel, whose ConvOp still builds its heuristic default),
+// never the heuristic default next to the recorded tactic. The phase counters
+// (kiln bench's load_breakdown_ms / first_call_breakdown_ms) count them.
+TEST(CudaEngine, LoadBuildsOnlyTheRecordedConvPlans) {
+  REQUIRE_GPU();
+  auto phase = [](const std::vector<std::pair<std::string, double>>& items, const std::string& key) {
+    for (const auto& [k, v] : items)
+      if (k == key) return v;
+    ADD_FAILURE() << "no phase " << key;
+    return -1.0;
+  };
+  for (const char* fixture : {"resnet/basic", "res2net/s4_26w", "efficientnet/b0_narrow"}) {
+    SCOPED_TRACE(fixture);
+    const fs::path b = build(fixture, DType::F16, 3, 1);
+    const nlohmann::json recorded = tactics_of(Bundle::open(b)).second;
+    int convs = 0;
+    for (const auto& step : recorded["batches"]["1"]["plan"]["steps"]) {
+      const std::string kernel = step[1].get<std::string>();
+      convs += kernel.rfind("cudnn ", 0) == 0 || kernel == "kiln depthwise";
+    }
+    ASSERT_GT(convs, 0);
+    auto e = Engine::load(b.string());
+    auto ctx = e->create_context();
+    HostTensor x = read_npy(kFixtures / fixture / "input.npy");
+    Shape s = x.shape;
+    s[0] = 1;
+    const std::vector<float> all = x.to_f32();
+    std::vector<float> one(all.begin(), all.begin() + shape_numel(s));
+    const auto out = ctx->run({{"pixel_values", s, one}}).at(0).data;
+    const auto load = e->impl().compiled->load_phases();
+    const auto first = first_call_phases(*ctx);
+    const double builds = phase(load, "cudnn_plan_build_count") + phase(first, "cudnn_plan_build_count");
+    EXPECT_EQ(builds, convs) << "plan builds at load + first call vs cuDNN conv steps of the recorded plan";
+    EXPECT_EQ(phase(first, "graph_capture_count"), 1.0);
+    // The recorded tactics are the ones chosen, and the numbers those of another load.
+    EXPECT_EQ(nlohmann::json::parse(e->impl().compiled->record().at(0).second)["batches"]["1"]["layers"],
+              recorded["batches"]["1"]["layers"]);
+    EXPECT_EQ(out, Engine::load(b.string())->create_context()->run({{"pixel_values", s, one}}).at(0).data);
+  }
+}
+
 // Window convs vs cuDNN convs per view block (a Res2Net block). The fixture's
 // `batch` copies of its input (cycled), and what an engine of `bundle` makes of them.
 std::vector<float> run_batch(const fs::path& bundle, const std::string& fixture, int batch, MemoryReport* mem = nullptr) {

@@ -10,6 +10,7 @@
 
 #include "bundle/bundle.hpp"
 #include "core/file.hpp"
+#include "tools/kiln/bench_json.hpp"
 #include "cli_test_util.hpp"
 #include "core/npy.hpp"
 
@@ -169,6 +170,35 @@ TEST_F(Cli, BenchJsonWithProfile) {
   for (const auto& g : res["profile"]["groups"]) groups.insert(g["group"].get<std::string>());
   for (const char* g : {"conv1", "layer1", "layer4", "fc"}) EXPECT_TRUE(groups.count(g)) << g;
   EXPECT_FALSE(res["task_ms"].is_null());
+}
+
+TEST_F(Cli, BenchJsonBreaksDownLoadAndFirstCall) {
+  Result r = kiln("bench " + bundle().string() + " --iterations 10 --warmup 1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto res = nlohmann::json::parse(r.out.substr(r.out.find('{')))["results"][0];
+  const auto& load = res["load_breakdown_ms"];
+  ASSERT_TRUE(load.is_object()) << res.dump();
+  for (const char* k : {"bundle_read_ms", "backend_compile_ms", "create_context_ms"}) {
+    ASSERT_TRUE(load.contains(k)) << k << " in " << load.dump();
+    EXPECT_GE(load[k].get<double>(), 0.0) << k;
+  }
+  // The phases are parts of load_ms: together no more than it.
+  EXPECT_LE(load["bundle_read_ms"].get<double>() + load["backend_compile_ms"].get<double>() +
+                load["create_context_ms"].get<double>(),
+            res["load_ms"].get<double>() + 1e-6);
+  // The CPU backend keeps no first-call phases: an empty object, not missing.
+  ASSERT_TRUE(res["first_call_breakdown_ms"].is_object()) << res.dump();
+  EXPECT_TRUE(res["first_call_breakdown_ms"].empty());
+}
+
+TEST(BenchJson, BreakdownKeepsPhasesAndRejectsDuplicates) {
+  const auto j = cli::breakdown_json({{"a_ms", 1.5}, {"a_count", 3}}, 2.0);
+  EXPECT_EQ(j.size(), 3u);
+  EXPECT_DOUBLE_EQ(j["a_ms"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(j["a_count"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(j["create_context_ms"].get<double>(), 2.0);
+  EXPECT_FALSE(cli::breakdown_json({{"a_ms", 1}}, -1).contains("create_context_ms"));
+  EXPECT_THROW(cli::breakdown_json({{"a_ms", 1}, {"a_ms", 2}}, -1), std::logic_error);
 }
 
 TEST_F(Cli, BuildsFromTheHuggingFaceCacheAndRecordsProvenance) {

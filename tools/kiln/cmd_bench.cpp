@@ -8,6 +8,7 @@
 #include <random>
 
 #include "commands.hpp"
+#include "bench_json.hpp"
 #include "profile_json.hpp"
 #include "core/error.hpp"
 #include "runtime/engine_impl.hpp"
@@ -40,6 +41,7 @@ struct Candidate {
   std::vector<Tensor> inputs;
   std::vector<double> engine_ms, task_ms;
   double load_ms = 0, first_call_ms = 0;  // Engine::load + create_context; first run at this batch
+  double create_context_ms = 0;
   std::vector<TaskTimings> task_stages;  // per timed task call
 };
 
@@ -88,8 +90,10 @@ void add_bench(CLI::App& app) {
       c.path = path;
       const auto t0 = std::chrono::steady_clock::now();
       c.engine = Engine::load(path, LoadOptions{o->backend, &std::cerr});
+      const auto tc = std::chrono::steady_clock::now();
       c.ctx = c.engine->create_context();
       c.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      c.create_context_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tc).count();
       for (const auto& in : c.engine->inputs()) {
         Tensor t{in.name, in.shape, {}};
         t.shape[0] = o->batch;
@@ -153,7 +157,9 @@ void add_bench(CLI::App& app) {
                          {"task_breakdown_ms", stages},
                          {"kernels_per_call", kernels_per_call(*c.ctx)},
                          {"load_ms", c.load_ms},
+                         {"load_breakdown_ms", breakdown_json(c.engine->impl().load_phases, c.create_context_ms)},
                          {"first_call_ms", c.first_call_ms},
+                         {"first_call_breakdown_ms", breakdown_json(first_call_phases(*c.ctx), -1)},
                          {"stable", stable(c.engine_ms)}});
       if (o->profile > 0) results.back()["profile"] = profile_json(*c.ctx, c.inputs, o->profile);
     }

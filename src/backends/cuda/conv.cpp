@@ -105,7 +105,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const DType dt = ov.dtype;
   const ConvDesc d = conv_desc(g, n, L.m.opts.allow_tf32, L.stride_or_0(in0), L.stride_or_0(out));
   std::unique_ptr<ConvOp> owned =
-      L.f.view_convs.count(ni) ? std::move(L.f.view_convs.at(ni)) : std::make_unique<ConvOp>(L.m.cudnn.h, d);
+      L.f.view_convs.count(ni) ? std::move(L.f.view_convs.at(ni)) : std::make_unique<ConvOp>(L.m.cudnn.h, d, L.m.recorded_tactic(L.batch, n.name));
   ConvOp* op = owned.get();
   L.p.convs.push_back(std::move(owned));
   const void* w = L.weight(n.inputs[1]);

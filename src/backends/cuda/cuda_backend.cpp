@@ -67,6 +67,7 @@ class CudaBackendContext : public BackendContext {
   }
   size_t kernels_per_call(int64_t batch) override { return ctx_.graph_nodes(batch); }
   MemoryReport memory(int64_t batch) override { return ctx_.memory(batch); }
+  std::vector<std::pair<std::string, double>> first_call_phases() const override { return ctx_.first_call_phases().items(); }
 
  private:
   // Declared first, destroyed last: ctx_ may still run on stream_.
@@ -91,6 +92,7 @@ class CudaCompiled : public CompiledEngine {
     return {{"tactics." + gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json", tactics.dump(1)}};
   }
   int timed_layers() const override { return engine_->timed_layers(); }
+  std::vector<std::pair<std::string, double>> load_phases() const override { return engine_->load_phases().items(); }
 
  private:
   std::shared_ptr<CudaEngine> engine_;

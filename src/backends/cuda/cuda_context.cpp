@@ -53,6 +53,7 @@ struct CudaContext::Impl {
   CudnnHandle cudnn;
   Event start, stop;
   std::map<int64_t, std::unique_ptr<BatchState>> states;
+  PhaseCounters first_calls;  // program builds and captures of this context (phase_counters.hpp)
   // Recorded at the end of every call, on the stream it ran on (`last`): the
   // next call, on whatever stream, waits for it before reusing the buffers.
   Event done;
@@ -79,7 +80,9 @@ struct CudaContext::Impl {
     auto it = states.find(batch);
     if (it != states.end()) return *it->second;
     auto st = std::make_unique<BatchState>();
+    const PhaseCounters before = phase_counters();
     st->prog = engine->impl().program_for(batch);
+    first_calls += phase_counters() - before;
     const auto& p = *st->prog;
     st->arena = DeviceBuffer(p.memory.arena_bytes);
     st->workspace = DeviceBuffer(p.workspace_bytes);
@@ -146,6 +149,14 @@ struct CudaContext::Impl {
 
   // Eager run (first call: warms up lazily loaded kernels), then capture.
   void capture(BatchState& st, const Exec& x) {
+    const PhaseCounters before = phase_counters();
+    {
+      const PhaseTimer timer(&phase_counters().graph_capture);
+      capture_timed(st, x);
+    }
+    first_calls += phase_counters() - before;
+  }
+  void capture_timed(BatchState& st, const Exec& x) {
     for (const auto& step : st.prog->steps) step(x);
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream.s));
     KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
@@ -314,6 +325,7 @@ std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, 
 }
 
 size_t CudaContext::graph_nodes(int64_t batch) { return impl_->state(batch).nodes; }
+const PhaseCounters& CudaContext::first_call_phases() const { return impl_->first_calls; }
 
 MemoryReport CudaContext::memory(int64_t batch) {
   const auto& p = *impl_->state(batch).prog;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/file.hpp"
@@ -128,7 +129,9 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
                   << "] by heuristics (rebuild the bundle on this GPU for timed tactics)\n";
     }
   }
+  const PhaseCounters before = phase_counters();
   // Weights: once per engine. Conv filters go KCRS -> KRSC for NHWC convolution.
+  std::optional<PhaseTimer> upload_timer(&phase_counters().weights_upload);
   for (const Node& n : g.nodes) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int v = n.inputs[i];
@@ -158,6 +161,8 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
       m.bn.emplace(n.name, std::make_pair(upload_f32(scale), upload_f32(shift)));
     }
   }
+  KILN_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads' time, not the first lowering's
+  upload_timer.reset();
   if (opts.tune && opts.opt_level >= 3) load_tuned(opts.tactic_cache, m.key, &m.tuned);
   const int64_t batch = g.inputs.empty() ? 1 : g.values[g.inputs[0]].shape.at(0);
   m.programs[batch] = m.build_program(batch);
@@ -165,11 +170,13 @@ CudaEngine::CudaEngine(const Graph& g, const CudaOptions& opts) {
     if (!m.programs.count(b)) m.programs[b] = m.build_program(b);
   m.opts.progress = nullptr;  // it may capture the caller's locals
   if (opts.tune && opts.opt_level >= 3) save_tuned(opts.tactic_cache, m.key, m.tuned);
+  m.load_phases = phase_counters() - before;
 }
 
 CudaEngine::~CudaEngine() = default;
 bool CudaEngine::retuned() const { return impl_->retuned; }
 int CudaEngine::timed_layers() const { return impl_->timed_layers; }
+const PhaseCounters& CudaEngine::load_phases() const { return impl_->load_phases; }
 
 nlohmann::json CudaEngine::tactics_json() const {
   const Impl& m = *impl_;
@@ -216,6 +223,15 @@ const nlohmann::json* CudaEngine::Impl::recorded_layers(int64_t batch) const {
   const int64_t built = graph->inputs.empty() ? 1 : graph->values[graph->inputs[0]].shape.at(0);
   auto l = opts.tactics.find("layers");
   return batch == built && l != opts.tactics.end() && l->is_object() ? &*l : nullptr;
+}
+
+std::string CudaEngine::Impl::recorded_tactic(int64_t batch, const std::string& node) const {
+  const nlohmann::json* layers = recorded_layers(batch);
+  if (!layers) return "";
+  auto it = layers->find(node);
+  if (it == layers->end() || !it->is_object()) return "";
+  auto t = it->find("tactic");
+  return t != it->end() && t->is_string() ? recorded_tactic_name(t->get<std::string>()) : "";
 }
 
 const nlohmann::json* CudaEngine::Impl::recorded_plan(int64_t batch) const {

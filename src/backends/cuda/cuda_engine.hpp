@@ -9,6 +9,7 @@
 // arena and one CUDA graph per batch size, captured at first use and
 // replayed afterwards.
 #pragma once
+#include "backends/cuda/phase_counters.hpp"
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,6 +82,9 @@ class CudaEngine {
   nlohmann::json tactics_json() const;
   bool retuned() const;  // the bundle's tactics were not for this GPU
   int timed_layers() const;  // layers whose tactic was chosen by timing in this engine
+  // The constructor's phases (weights upload, program lowering, cuDNN graphs
+  // and plan builds) on the constructing thread (phase_counters.hpp).
+  const PhaseCounters& load_phases() const;
 
   struct Program;
   struct Impl;
@@ -110,6 +114,9 @@ class CudaContext {
   // steps), labelled with node names. Eager launches: the sum exceeds a graph replay.
   std::vector<std::pair<std::string, double>> profile(int64_t batch, int rounds);
   MemoryReport memory(int64_t batch);
+  // Program builds (batch sizes not built at load) and graph captures of
+  // this context's calls so far (phase_counters.hpp).
+  const PhaseCounters& first_call_phases() const;
 
   struct Impl;
 

@@ -183,7 +183,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
 // cuDNN conv that takes pixel strides with its epilogue fused, every other
 // node one of kiln's strided kernels; otherwise views are off (copies).
 // A recorded plan that asks for views where this cuDNN cannot is an error.
-void plan_strided_convs(const CudaEngine::Impl& m, const Graph& g, bool recorded, GraphFacts& f) {
+void plan_strided_convs(const CudaEngine::Impl& m, const Graph& g, bool recorded, int64_t batch, GraphFacts& f) {
   auto pixel_stride = [&](int v) { return as_int(g.values[f.cv.root(v)].shape[1]); };
   std::string why_not;
   for (size_t ni = 0; why_not.empty() && ni < g.nodes.size(); ++ni) {
@@ -202,7 +202,7 @@ void plan_strided_convs(const CudaEngine::Impl& m, const Graph& g, bool recorded
     const ConvDesc d = conv_desc(g, n, m.opts.allow_tf32, f.cv.is_view(n.inputs[0]) ? pixel_stride(n.inputs[0]) : 0,
                                  f.cv.is_view(n.outputs[0]) ? pixel_stride(n.outputs[0]) : 0);
     try {
-      auto op = std::make_unique<ConvOp>(m.cudnn.h, d);
+      auto op = std::make_unique<ConvOp>(m.cudnn.h, d, m.recorded_tactic(batch, n.name));
       if (!op->epilogue_fused() && (d.has_bias || d.has_residual || d.act != Activation::None))
         why_not = n.name + ": cuDNN fuses no epilogue into its strided form";
       else f.view_convs[ni] = std::move(op);
@@ -281,6 +281,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t bat
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t batch, const nlohmann::json* plan,
                                                                      const std::vector<char>* window) {
   chosen[batch].clear(), chosen_us[batch].clear();  // what this program chose, alone (block timing lowers several)
+  const PhaseTimer timer(&phase_counters().lowering);
   auto p = std::make_shared<Program>();
   p->shaped = *graph;
   Graph& g = p->shaped;
@@ -292,7 +293,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t bat
   // Timing happens only while building (opts.tune) at opt level >= 3.
   GraphFacts f;
   plan_fusions(*this, g, plan, window, batch, f);
-  if (f.use_views && !f.window_mode) plan_strided_convs(*this, g, plan != nullptr, f);
+  if (f.use_views && !f.window_mode) plan_strided_convs(*this, g, plan != nullptr, batch, f);
   plan_program_memory(*p, g, f);
   if (f.window_mode)
     for (auto& [node, note] : window_plan_notes(g, f.cv, f.wp)) chosen[batch][node] = note;  // what `kiln inspect` shows

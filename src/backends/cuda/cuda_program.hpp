@@ -90,6 +90,7 @@ struct CudaEngine::Impl {
   TunedCache tuned;
   bool retuned = false;
   int timed_layers = 0;  // layers timed so far (builds only: loading never times)
+  PhaseCounters load_phases;  // the constructor's (phase_counters.hpp)
   std::mutex mu;
   std::map<int64_t, std::shared_ptr<Program>> programs;
 
@@ -97,6 +98,9 @@ struct CudaEngine::Impl {
   // The bundle's {node: {"tactic": ...}} for `batch` on this GPU, or null
   // (not built for that batch, or tactics from another GPU/driver/library).
   const nlohmann::json* recorded_layers(int64_t batch) const;
+  // The tactic the bundle records for `node` at `batch` (fusion notes
+  // stripped), or "": what its ConvOp builds first (cudnn_conv.hpp).
+  std::string recorded_tactic(int64_t batch, const std::string& node) const;
   // The bundle's plan for `batch` on this GPU ({"window_conv" (block names, or
   // true/false in bundles before per-block choices), "channel_views",
   // "arena_bytes", "workspace_bytes", "steps", "values"}), or null.

@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/device_buffer.hpp"
+#include "backends/cuda/phase_counters.hpp"
 #include "backends/cuda/tactics.hpp"
 #include "core/error.hpp"
 
@@ -129,7 +130,11 @@ struct ConvOp::Impl {
   // fp8_epi's pointwise chain after the conv's f32 sum (uploads epi_scalars).
   std::shared_ptr<fe::graph::Tensor_attributes> fp8_epilogue_chain(fe::graph::Graph& gr,
                                                                    std::shared_ptr<fe::graph::Tensor_attributes> cur);
+  // Builds and selects `prefer` when it is a candidate and builds, else the
+  // first candidate that builds; false (graph dropped) when none does.
+  bool select_first();
   bool build(int i);
+  std::string prefer;  // the tactic to build first (ConvOp's constructor)
 };
 
 bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
@@ -215,10 +220,13 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
     last_error = std::string(what) + ": " + e.get_message();
     return false;
   };
-  if (!check(gr->validate(), "validate")) return false;
-  if (!check(gr->build_operation_graph(h), "build_operation_graph")) return false;
-  if (!check(gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans"))
-    return false;
+  {
+    const PhaseTimer timer(&phase_counters().cudnn_graph);
+    if (!check(gr->validate(), "validate")) return false;
+    if (!check(gr->build_operation_graph(h), "build_operation_graph")) return false;
+    if (!check(gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans"))
+      return false;
+  }
 
   // f32 must stay f32: engines noted TENSOR_CORE run TF32 and DOWN_CONVERT
   // ones round the inputs, both far outside the 1e-4 accuracy f32 promises.
@@ -242,7 +250,20 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
   }
   graph = std::move(gr);
   tactics = std::move(list);
+  return select_first();
+}
+
+bool ConvOp::Impl::select_first() {
   selected = -1;
+  // A tactic the caller will select anyway (the bundle's record) is built
+  // alone: building the heuristic default too would cost a second plan build
+  // (runtime-compiled engines compile kernels) for a plan never run.
+  if (!prefer.empty())
+    for (int i = 0; i < static_cast<int>(tactics.size()); ++i)
+      if (tactics[i].name == prefer && build(i)) {
+        selected = i;
+        return true;
+      }
   // Default: the first candidate (heuristics order) that actually builds.
   for (int i = 0; i < static_cast<int>(tactics.size()); ++i)
     if (build(i)) {
@@ -306,6 +327,7 @@ bool ConvOp::Impl::build(int i) {
   Tactic& t = tactics[i];
   if (t.state == State::Built) return true;
   if (t.state == State::Failed) return false;
+  const PhaseTimer timer(&phase_counters().cudnn_plan_build);
   auto e = graph->build_plan_at_index(t.index);
   if (e.is_good()) {
     int64_t ws = 0;
@@ -321,7 +343,8 @@ bool ConvOp::Impl::build(int i) {
   return true;
 }
 
-ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d) : impl_(std::make_unique<Impl>()) {
+ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d, const std::string& prefer) : impl_(std::make_unique<Impl>()) {
+  impl_->prefer = prefer;
   if (d.groups < 1 || d.c % d.groups != 0 || d.k % d.groups != 0)
     fail_runtime("cuda conv: channels ", d.c, "->", d.k, " not divisible by groups ", d.groups);
   if (d.out_h() < 1 || d.out_w() < 1) fail_runtime("cuda conv: empty output");

@@ -71,9 +71,11 @@ struct ConvDesc {
 class ConvOp {
  public:
   // Builds the fused operation graph (or the conv-only one when nothing fuses),
-  // queries heuristics A + fallback and builds the first plan that builds.
+  // queries heuristics A + fallback and builds the first plan that builds,
+  // or, when `prefer` names a candidate that builds (a bundle's recorded
+  // tactic), that plan alone and selects it.
   // Throws kiln::Error when not even the plain convolution is supported.
-  ConvOp(cudnnHandle_t h, const ConvDesc& d);
+  ConvOp(cudnnHandle_t h, const ConvDesc& d, const std::string& prefer = "");
   ~ConvOp();
   ConvOp(ConvOp&&) noexcept;
   ConvOp& operator=(ConvOp&&) noexcept;
