@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the bundled demo model (a small timm ResNet trained on
 # scikit-learn's digits by tools/reference/train_digits.py): build a bundle,
-# classify sample images, and compare held-out accuracy with PyTorch's.
+# classify sample images, and compare held-out accuracy with PyTorch's; then
+# the same for the trained RT-DETR v2 demo detector (models/rtdetr_demo,
+# tools/reference/train_rtdetr_demo.py): detect boxes on its samples (drawn as
+# PNGs) and compare held-out COCO mAP with PyTorch's.
 # Uses the GPU backend when a GPU and a CUDA build are present, else the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,4 +32,22 @@ print(f"PyTorch top-1   : {100*r['pytorch_top1']:.2f} %  (torch {r['torch']}, ti
 print(f"difference      : {100*(k['top1']-r['pytorch_top1']):+.2f} points")
 print(f"kiln latency    : {k['ms_per_image']:.3f} ms per image (pre-processing + engine, batch {k.get('batch', 16)})")
 sys.exit(0 if abs(k['top1'] - r['pytorch_top1']) <= 0.005 else 1)
+PY
+det=models/rtdetr_demo
+echo "== kiln build $det ($backend, fp32)"
+"$kiln" build "$det" -o "$out/rtdetr_demo.bundle" --backend "$backend" --precision fp32
+echo "== kiln detect (4 sample images, boxes drawn into $out/detections)"
+"$kiln" detect "$out/rtdetr_demo.bundle" --image "$det"/samples/*.jpg --score-threshold 0.5 --draw "$out/detections"
+echo "== kiln eval --coco on the held-out split"
+"$kiln" eval "$out/rtdetr_demo.bundle" --coco "$det/heldout/annotations.json" --images "$det/heldout/images" --json \
+  > "$out/eval_coco.json"
+python3 - "$out/eval_coco.json" "$det/reference.json" <<'PY'
+import json, sys
+k = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2]))
+print(f"held-out images : {k['images']} ({k['ground_truth']} boxes)")
+print(f"kiln mAP50-95   : {k['map']:.4f}   mAP50 {k['map50']:.4f}")
+print(f"PyTorch mAP50-95: {r['pytorch_map']:.4f}   mAP50 {r['pytorch_map50']:.4f}  "
+      f"(torch {r['torch']}, transformers {r['transformers']}, fp32, {r['evaluator']})")
+print(f"difference      : {k['map'] - r['pytorch_map']:+.4f}")
+sys.exit(0 if abs(k['map'] - r['pytorch_map']) <= 0.005 else 1)
 PY
