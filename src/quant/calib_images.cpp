@@ -28,9 +28,19 @@ std::vector<std::filesystem::path> calibration_images(const std::filesystem::pat
 
 CalibrationData image_calibration_data(std::vector<std::filesystem::path> files, const nlohmann::json& runtime,
                                        const std::string& task) {
+  if (task == "detection") {  // as kiln detect applies it: resize to the engine's size, x rescale
+    const DetectionRuntime rt = parse_detection_runtime(runtime, "runtime.json");
+    const ResizeRescale pre = resize_rescale_of(rt.preprocess);
+    CalibrationData d;
+    d.batches = static_cast<int64_t>(files.size());
+    d.batch = [files = std::move(files), pre](int64_t i) {
+      return std::vector<std::vector<float>>{resize_rescale(decode_image(files.at(static_cast<size_t>(i))), pre)};
+    };
+    return d;
+  }
   if (task != "classification")
-    fail_usage("--calib: calibration images are pre-processed for classification models only so far (this model's task is '",
-               task, "'); pass --scales FILE instead");
+    fail_usage("--calib: calibration images are pre-processed for classification and detection models only (this model's "
+               "task is '", task, "'); pass --scales FILE instead");
   const ClassificationRuntime rt = parse_classification_runtime(runtime, "runtime.json");
   const TimmPreprocess pre = timm_preprocess_of(rt.preprocess);  // as kiln classify applies it
   CalibrationData d;

@@ -106,10 +106,7 @@ Detector::Detector(std::shared_ptr<const Engine> engine) : engine_(std::move(eng
                "detection bundles", engine_->task() == "classification" ? "; use kiln classify" : "", ")");
   auto& r = impl_->rt;
   r = parse_detection_runtime(nlohmann::json::parse(engine_->runtime_json()), "runtime.json");
-  impl_->pre.height = r.preprocess.height;
-  impl_->pre.width = r.preprocess.width;
-  impl_->pre.interpolation = r.preprocess.interpolation;
-  impl_->pre.rescale = r.preprocess.rescale;
+  impl_->pre = resize_rescale_of(r.preprocess);
   // The engine must agree with runtime.json before any image is read.
   const auto ins = engine_->inputs(), outs = engine_->outputs();
   const TensorInfo* in = find_tensor(ins, r.input);

@@ -51,6 +51,15 @@ TimmPreprocess timm_preprocess_of(const TimmEvalPreprocess& p) {
   return pre;
 }
 
+ResizeRescale resize_rescale_of(const DetectionPreprocess& p) {
+  ResizeRescale pre;
+  pre.height = p.height;
+  pre.width = p.width;
+  pre.interpolation = p.interpolation;
+  pre.rescale = p.rescale;
+  return pre;
+}
+
 json to_json(const ClassificationRuntime& r) {
   const auto& p = r.preprocess;
   return {{"task", "classification"},

@@ -51,6 +51,7 @@ struct DetectionRuntime {
 // The image pre-processing runtime.json's constants describe (what kiln classify,
 // kiln eval and calibration apply).
 TimmPreprocess timm_preprocess_of(const TimmEvalPreprocess& p);
+ResizeRescale resize_rescale_of(const DetectionPreprocess& p);
 
 nlohmann::json to_json(const ClassificationRuntime& r);
 nlohmann::json to_json(const DetectionRuntime& r);
