@@ -29,4 +29,14 @@ Detections postprocess_detections(const float* logits, const float* boxes, const
                                   int image_width, int image_height, float score_threshold,
                                   const std::vector<std::string>& labels);
 
+// Intersection over union of two boxes (0 when both are empty).
+float iou(const Detection& a, const Detection& b);
+
+// The rule for 16-bit engines (TRTMC's): the same number of
+// detections, and each reference detection (in score order) matched to a
+// distinct one of the same class with IoU >= 0.5 and |score diff| <= 0.05.
+// `allowed_unmatched` reference detections may go unmatched (a looser bound,
+// documented where a case uses it). "" when the rule holds, else why not.
+std::string detection_mismatch(const Detections& want, const Detections& got, size_t allowed_unmatched = 0);
+
 }  // namespace kiln

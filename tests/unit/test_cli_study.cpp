@@ -95,6 +95,33 @@ TEST(CliStudy, QuantStudyReportsAccuracyAgainstLabels) {
   fs::remove_all(out);
 }
 
+// A detector (the trained RT-DETR v2 demo): calibration on its samples, quality as the 16-bit
+// detection rule per image against kiln's fp32 engine, non-finite scan of logits and boxes.
+TEST(CliStudy, QuantStudyOfADetector) {
+  const fs::path demo = fs::path(KILN_FIXTURES_DIR).parent_path().parent_path() / "models" / "rtdetr_demo";
+  if (!fs::exists(demo / "config.json")) GTEST_SKIP() << "models/rtdetr_demo not present";
+  const fs::path out = fs::temp_directory_path() / ("kiln_study_det_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const auto r = testing::run_kiln("study quant " + demo.string() + " --calib " + (demo / "samples").string() +
+                                   " --precisions int8 --batch 1 --opt-level 1 --rounds 2 --quality-images 3 --quiet --json -o " +
+                                   out.string());
+  ASSERT_EQ(r.code, 0) << r.all();
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["quality"].size(), 2u);  // fp16, int8
+  for (const auto& q : j["quality"]) {
+    EXPECT_EQ(q["images"], 3) << q["precision"];
+    EXPECT_GT(q["reference_detections"].get<int>(), 3) << q["precision"];  // a trained model finds its shapes
+    EXPECT_GT(q["min_cosine"].get<double>(), 0.9) << q["precision"];
+    for (const auto& [name, n] : q["nonfinite_outputs"].items()) EXPECT_EQ(n, 0) << q["precision"] << " " << name;
+  }
+  EXPECT_EQ(j["quality"][0]["precision"], "fp16");
+  EXPECT_EQ(j["quality"][0]["detection_agreement"], 1.0) << j["quality"][0]["first_mismatch"];
+  const std::string report = slurp(out / "REPORT.md");
+  EXPECT_NE(report.find("| precision | detection agreement |"), std::string::npos);
+  EXPECT_NE(report.find("kiln eval BUNDLE --coco"), std::string::npos);
+  fs::remove_all(out);
+}
+
 // The layer groups of kiln bench --profile and the study's table.
 TEST(LayerGroups, TimmStagesAndHuggingFaceParts) {
   using cli::group_of;

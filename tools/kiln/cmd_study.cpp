@@ -25,6 +25,7 @@
 #include "core/file.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/engine_impl.hpp"
+#include "tasks/detection_post.hpp"
 #include "tasks/eval_set.hpp"
 
 namespace kiln::cli {
@@ -167,6 +168,63 @@ std::vector<std::pair<std::string, std::vector<float>>> stress_inputs(size_t n) 
           {"noise 10x", nz}};
 }
 
+// Detection models (task "detection"): quality of each variant against the fp32 engine on the
+// same pre-processed images — the 16-bit rule of issue #12 (same number of detections at score
+// 0.3, each matched by class with IoU >= 0.5 and |score diff| <= 0.05; tasks/detection_post.hpp)
+// per image, and the raw logits' worst cosine and max |diff| / max |ref| — and non-finite outputs
+// (logits and boxes) on the stress inputs.
+struct DetectionRun {
+  std::vector<Detections> dets;
+  std::vector<std::vector<float>> logits;
+};
+
+DetectionRun detection_run(const Engine& e, Detector& det, const std::vector<DetectionInput>& in) {
+  DetectionRun r;
+  auto ctx = e.create_context();
+  const TensorInfo x = e.inputs().at(0);
+  for (const DetectionInput& one : in) {
+    r.dets.push_back(det.detect_preprocessed({one}, 0.3f).at(0));
+    Shape s = x.shape;
+    s[0] = 1;
+    for (Tensor& t : ctx->run({{x.name, s, one.pixels}}))
+      if (t.name == "logits") r.logits.push_back(std::move(t.data));
+  }
+  return r;
+}
+
+nlohmann::json detection_quality(const Engine& e, const DetectionRun& ref, const std::vector<DetectionInput>& in,
+                                 const std::vector<std::pair<std::string, std::vector<float>>>& stress) {
+  Detector det(e.shared_from_this());
+  const DetectionRun got = detection_run(e, det, in);
+  size_t agree = 0, ref_boxes = 0;
+  std::string first;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string why = detection_mismatch(ref.dets[i], got.dets[i]);
+    agree += why.empty();
+    ref_boxes += ref.dets[i].boxes.size();
+    if (!why.empty() && first.empty()) first = cat("image ", i, ": ", why);
+  }
+  const Quality q = compare(ref.logits, got.logits);
+  nlohmann::json nonfinite = nlohmann::json::object();
+  auto ctx = e.create_context();
+  const TensorInfo x = e.inputs().at(0);
+  Shape s = x.shape;
+  s[0] = 1;
+  for (const auto& [name, px] : stress) {
+    size_t n = 0;
+    for (const Tensor& t : ctx->run({{x.name, s, px}}))
+      n += std::count_if(t.data.begin(), t.data.end(), [](float v) { return !std::isfinite(v); });
+    nonfinite[name] = n;
+  }
+  return {{"detection_agreement", in.empty() ? 0.0 : double(agree) / in.size()},
+          {"reference_detections", ref_boxes},
+          {"first_mismatch", first},
+          {"min_cosine", q.min_cosine},
+          {"max_diff_rel", q.max_diff_rel},
+          {"images", in.size()},
+          {"nonfinite_outputs", nonfinite}};
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   write_file_atomic(path, [&](std::FILE* f) { write_all(f, text.data(), text.size()); });
 }
@@ -264,41 +322,59 @@ void run_study(const StudyOptions& o) {
   // 3. Quality against the fp32 engine on real images, 4. non-finite scan.
   const std::vector<std::string> files = image_files(o.images.empty() ? o.calib : o.images, o.quality_images);
   if (files.empty()) fail_input(o.images.empty() ? o.calib : o.images, ": no .jpg/.png images for the quality check");
-  Classifier ref_clf(Engine::load(ref.bundle.string(), LoadOptions{o.backend, nullptr}));
-  std::vector<std::vector<float>> pixels;
-  for (const auto& f : files) pixels.push_back(ref_clf.preprocess_file(f));
-  const auto ref_logits = logits_of(ref_clf, pixels);
-  const auto stress = stress_inputs(pixels.at(0).size());
+  const auto ref_engine = Engine::load(ref.bundle.string(), LoadOptions{o.backend, nullptr});
+  const bool detection = ref_engine->task() == "detection";
+  if (detection && !o.accuracy.empty())
+    fail_usage("--accuracy takes an ImageFolder of a classifier; for a detector run kiln eval --coco on each bundle in ",
+               work.string());
   nlohmann::json quality = nlohmann::json::array();
-  std::vector<std::unique_ptr<Classifier>> checked;  // the variants of the last opt level, in `quality` order
-  for (const Variant& v : variants) {
-    if (v.opt_level != o.opt_levels.back()) continue;  // numbers do not depend on timing; one opt level suffices
-    checked.push_back(std::make_unique<Classifier>(Engine::load(v.bundle.string(), LoadOptions{o.backend, nullptr})));
-    Classifier& clf = *checked.back();
-    const Quality q = compare(ref_logits, logits_of(clf, pixels));
-    nlohmann::json nonfinite = nlohmann::json::object();
-    for (const auto& [name, px] : stress) {
-      const auto lg = clf.classify_preprocessed(px, 1, 1).at(0).logits;
-      nonfinite[name] = std::count_if(lg.begin(), lg.end(), [](float x) { return !std::isfinite(x); });
-    }
-    quality.push_back({{"precision", v.precision},
-                       {"top1_agreement", q.top1_agree},
-                       {"min_cosine", q.min_cosine},
-                       {"max_diff_rel", q.max_diff_rel},
-                       {"images", files.size()},
-                       {"nonfinite_outputs", nonfinite}});
-  }
   EvalSet labelled;
   double ref_accuracy = 0;
-  if (!o.accuracy.empty()) {
-    labelled = read_image_folder(o.accuracy, ref_clf.engine().labels());
-    std::vector<Classifier*> all{&ref_clf};
-    for (auto& c : checked) all.push_back(c.get());
-    const std::vector<double> acc = accuracies(all, labelled);
-    ref_accuracy = acc[0];
-    for (size_t k = 0; k < checked.size(); ++k) quality[k]["accuracy"] = acc[k + 1];
+  if (detection) {
+    Detector ref_det(ref_engine);
+    std::vector<DetectionInput> in;
+    for (const auto& f : files) in.push_back(ref_det.preprocess_file(f));
+    const DetectionRun ref_run = detection_run(*ref_engine, ref_det, in);
+    const auto stress = stress_inputs(in.at(0).pixels.size());
+    for (const Variant& v : variants) {
+      if (v.opt_level != o.opt_levels.back()) continue;  // numbers do not depend on timing; one opt level suffices
+      nlohmann::json q = detection_quality(*Engine::load(v.bundle.string(), LoadOptions{o.backend, nullptr}), ref_run, in, stress);
+      q["precision"] = v.precision;
+      quality.push_back(std::move(q));
+    }
+  } else {
+    Classifier ref_clf(ref_engine);
+    std::vector<std::vector<float>> pixels;
+    for (const auto& f : files) pixels.push_back(ref_clf.preprocess_file(f));
+    const auto ref_logits = logits_of(ref_clf, pixels);
+    const auto stress = stress_inputs(pixels.at(0).size());
+    std::vector<std::unique_ptr<Classifier>> checked;  // the variants of the last opt level, in `quality` order
+    for (const Variant& v : variants) {
+      if (v.opt_level != o.opt_levels.back()) continue;  // numbers do not depend on timing; one opt level suffices
+      checked.push_back(std::make_unique<Classifier>(Engine::load(v.bundle.string(), LoadOptions{o.backend, nullptr})));
+      Classifier& clf = *checked.back();
+      const Quality q = compare(ref_logits, logits_of(clf, pixels));
+      nlohmann::json nonfinite = nlohmann::json::object();
+      for (const auto& [name, px] : stress) {
+        const auto lg = clf.classify_preprocessed(px, 1, 1).at(0).logits;
+        nonfinite[name] = std::count_if(lg.begin(), lg.end(), [](float x) { return !std::isfinite(x); });
+      }
+      quality.push_back({{"precision", v.precision},
+                         {"top1_agreement", q.top1_agree},
+                         {"min_cosine", q.min_cosine},
+                         {"max_diff_rel", q.max_diff_rel},
+                         {"images", files.size()},
+                         {"nonfinite_outputs", nonfinite}});
+    }
+    if (!o.accuracy.empty()) {
+      labelled = read_image_folder(o.accuracy, ref_clf.engine().labels());
+      std::vector<Classifier*> all{&ref_clf};
+      for (auto& c : checked) all.push_back(c.get());
+      const std::vector<double> acc = accuracies(all, labelled);
+      ref_accuracy = acc[0];
+      for (size_t k = 0; k < checked.size(); ++k) quality[k]["accuracy"] = acc[k + 1];
+    }
   }
-
   nlohmann::json result = {{"model", o.model},
                            {"backend", o.backend},
                            {"base", o.base},
@@ -331,8 +407,9 @@ void run_study(const StudyOptions& o) {
          << fmt(s["plan_mib"], 2) << " MiB\n";
   for (const auto& q : quality)
     if (q["precision"] != o.base)
-      md << "- " << q["precision"].get<std::string>() << " quality vs fp32: top-1 agreement " << fmt(q["top1_agreement"], 3)
-         << ", worst cosine " << fmt(q["min_cosine"], 5) << "\n";
+      md << "- " << q["precision"].get<std::string>() << " quality vs fp32: "
+         << (detection ? "detection agreement " + fmt(q["detection_agreement"], 3) : "top-1 agreement " + fmt(q["top1_agreement"], 3))
+         << ", worst " << (detection ? "logits " : "") << "cosine " << fmt(q["min_cosine"], 5) << "\n";
   md << "\n## Recipe and calibration\n\n" << result["recipe"].get<std::string>() << "; calibration on the first "
      << o.calib_images << " images of `" << o.calib << "`" << (o.calib_method.empty() ? "" : " (" + o.calib_method + ")")
      << ". Each bundle's provenance.json holds the recipe, the quantized layers, the exclusions and every scale.\n\n"
@@ -348,10 +425,14 @@ void run_study(const StudyOptions& o) {
        << fmt(s["median_ms"]) << " | " << fmt(s["min_ms"]) << " | " << fmt(s["speedup_over_" + o.base].get<double>(), 3)
        << " | " << s["kernels_per_call"] << " | " << fmt(s["plan_mib"], 2) << " |\n";
   md << "\n## Quality against kiln's fp32 engine (" << files.size() << " images of `"
-     << (o.images.empty() ? o.calib : o.images) << "`)\n\n| precision | top-1 agreement | worst cosine | max abs diff / "
-        "max abs ref | non-finite outputs on stress inputs |\n|---|---|---|---|---|\n";
+     << (o.images.empty() ? o.calib : o.images) << "`)\n\n"
+     << (detection ? "Detection agreement: the share of images whose detections at score 0.3 match fp32's (same count, "
+                     "each matched by class with IoU >= 0.5 and |score diff| <= 0.05); cosine and diff of the raw logits.\n\n"
+                   : "")
+     << "| precision | " << (detection ? "detection agreement" : "top-1 agreement")
+     << " | worst cosine | max abs diff / max abs ref | non-finite outputs on stress inputs |\n|---|---|---|---|---|\n";
   for (const auto& q : quality) {
-    md << "| " << q["precision"].get<std::string>() << " | " << fmt(q["top1_agreement"], 3) << " | "
+    md << "| " << q["precision"].get<std::string>() << " | " << fmt(q[detection ? "detection_agreement" : "top1_agreement"], 3) << " | "
        << fmt(q["min_cosine"], 6) << " | " << fmt(q["max_diff_rel"], 5) << " | ";
     bool first = true;
     for (const auto& [name, n] : q["nonfinite_outputs"].items()) md << (first ? "" : ", ") << name << " " << n, first = false;
@@ -387,8 +468,10 @@ void run_study(const StudyOptions& o) {
     }
     md << "\n";
   }
-  md << "\n## Not in this report yet\n\n" << (o.accuracy.empty() ? "Accuracy against labels (`--accuracy DIR`), " : "")
-     << "detection models.\n";
+  md << "\n## Not in this report yet\n\n"
+     << (detection ? "mAP per variant (run `kiln eval BUNDLE --coco FILE --images DIR` on the bundles in `" + work.string() +
+                         "`); the RT-DETR v2 part table.\n"
+                   : o.accuracy.empty() ? "Accuracy against labels (`--accuracy DIR`).\n" : "Nothing listed.\n");
   write_text(dir / "REPORT.md", md.str());
   write_text(dir / "study.json", result.dump(1) + "\n");
   if (o.json) std::cout << result.dump(2) << "\n";

@@ -72,13 +72,7 @@ inline std::vector<Tensor> run_fixture(const std::string& name, const std::strin
   return out;
 }
 
-inline float iou(const Detection& a, const Detection& b) {
-  const float iw = std::max(0.f, std::min(a.x_max, b.x_max) - std::max(a.x_min, b.x_min));
-  const float ih = std::max(0.f, std::min(a.y_max, b.y_max) - std::max(a.y_min, b.y_min));
-  const float inter = iw * ih;
-  const float uni = (a.x_max - a.x_min) * (a.y_max - a.y_min) + (b.x_max - b.x_min) * (b.y_max - b.y_min) - inter;
-  return uni > 0 ? inter / uni : 0.f;
-}
+using kiln::iou;
 
 // Image `i` of [N, Q, C] logits and [N, Q, 4] boxes post-processed as the
 // detection task does (sigmoid, top Q of Q*C, score > threshold), on a
@@ -94,38 +88,7 @@ inline Detections detections_of(const std::vector<float>& logits, const std::vec
                                 height, threshold, {});
 }
 
-// The rule for 16-bit engines (TRTMC's): the same number of
-// detections, and each reference detection (in score order) matched to a
-// distinct one of the same class with IoU >= 0.5 and |score diff| <= 0.05.
-// `allowed_unmatched` reference detections may go unmatched (a looser bound,
-// documented where a case uses it). "" when the rule holds, else why not.
-inline std::string detection_mismatch(const Detections& want, const Detections& got, size_t allowed_unmatched = 0) {
-  if (want.boxes.size() != got.boxes.size())
-    return cat(got.boxes.size(), " detections, the reference has ", want.boxes.size());
-  std::vector<char> used(got.boxes.size(), 0);
-  std::string first;
-  size_t unmatched = 0;
-  for (size_t k = 0; k < want.boxes.size(); ++k) {
-    const Detection& w = want.boxes[k];
-    int best = -1;
-    float best_iou = 0.5f;
-    for (size_t j = 0; j < got.boxes.size(); ++j) {
-      const Detection& g = got.boxes[j];
-      if (used[j] || g.class_id != w.class_id || std::fabs(g.score - w.score) > 0.05f) continue;
-      const float v = iou(w, g);
-      if (v >= best_iou) best = static_cast<int>(j), best_iou = v;
-    }
-    if (best >= 0) {
-      used[static_cast<size_t>(best)] = 1;
-      continue;
-    }
-    if (unmatched++ == 0)
-      first = cat("reference detection ", k, " (class ", w.class_id, ", score ", w.score, ", box [", w.x_min, ", ", w.y_min,
-                  ", ", w.x_max, ", ", w.y_max, "]) has no match (same class, IoU >= 0.5, |score diff| <= 0.05)");
-  }
-  if (unmatched <= allowed_unmatched) return "";
-  return cat(unmatched, " of ", want.boxes.size(), " reference detections unmatched (", allowed_unmatched, " allowed); first: ", first);
-}
+using kiln::detection_mismatch;  // tasks/detection_post.hpp
 
 // Reference detections per image a 16-bit engine of a seeded fixture may
 // miss: the fixtures' encoder top-k gaps (manifest.json min_selection_gap,
