@@ -26,30 +26,33 @@ std::vector<std::filesystem::path> calibration_images(const std::filesystem::pat
   return files;
 }
 
+namespace {
+
+// One batch per file: the decoded image through `pre` (the task's pre-processing).
+template <class Pre>
+CalibrationData one_image_per_batch(std::vector<std::filesystem::path> files, Pre pre) {
+  CalibrationData d;
+  d.batches = static_cast<int64_t>(files.size());
+  d.batch = [files = std::move(files), pre](int64_t i) {
+    return std::vector<std::vector<float>>{pre(decode_image(files.at(static_cast<size_t>(i))))};
+  };
+  return d;
+}
+
+}  // namespace
+
 CalibrationData image_calibration_data(std::vector<std::filesystem::path> files, const nlohmann::json& runtime,
                                        const std::string& task) {
   if (task == "detection") {  // as kiln detect applies it: resize to the engine's size, x rescale
-    const DetectionRuntime rt = parse_detection_runtime(runtime, "runtime.json");
-    const ResizeRescale pre = resize_rescale_of(rt.preprocess);
-    CalibrationData d;
-    d.batches = static_cast<int64_t>(files.size());
-    d.batch = [files = std::move(files), pre](int64_t i) {
-      return std::vector<std::vector<float>>{resize_rescale(decode_image(files.at(static_cast<size_t>(i))), pre)};
-    };
-    return d;
+    const ResizeRescale pre = resize_rescale_of(parse_detection_runtime(runtime, "runtime.json").preprocess);
+    return one_image_per_batch(std::move(files), [pre](const ImageU8& img) { return resize_rescale(img, pre); });
   }
   if (task != "classification")
     fail_usage("--calib: calibration images are pre-processed for classification and detection models only (this model's "
                "task is '", task, "'); pass --scales FILE instead");
   const ClassificationRuntime rt = parse_classification_runtime(runtime, "runtime.json");
   const TimmPreprocess pre = timm_preprocess_of(rt.preprocess);  // as kiln classify applies it
-  CalibrationData d;
-  d.batches = static_cast<int64_t>(files.size());
-  d.batch = [files = std::move(files), pre](int64_t i) {
-    const auto& f = files.at(static_cast<size_t>(i));
-    return std::vector<std::vector<float>>{timm_preprocess(decode_image(f), pre)};
-  };
-  return d;
+  return one_image_per_batch(std::move(files), [pre](const ImageU8& img) { return timm_preprocess(img, pre); });
 }
 
 }  // namespace kiln::quant

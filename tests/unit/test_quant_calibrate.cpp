@@ -437,11 +437,11 @@ TEST(CalibrateImages, DetectionBatchesAreTheDetectorsPreprocessing) {
   BuildOptions o;
   o.model = model.string();
   build_bundle(o, dir / "f32.bundle");
-  auto engine = Engine::load((dir / "f32.bundle").string());
-  const Detector det(std::move(engine));
+  const auto engine = Engine::load((dir / "f32.bundle").string());
+  const Detector det(engine);
   const auto files = quant::calibration_images(model / "samples", 0);
   ASSERT_EQ(files.size(), 4u);
-  const nlohmann::json runtime = nlohmann::json::parse(Engine::load((dir / "f32.bundle").string())->runtime_json());
+  const nlohmann::json runtime = nlohmann::json::parse(engine->runtime_json());
   const auto data = quant::image_calibration_data(files, runtime, "detection");
   ASSERT_EQ(data.batches, 4);
   for (int64_t i = 0; i < data.batches; ++i) {
