@@ -9,6 +9,7 @@
 # its held-out labels (--accuracy).
 # Stream B, beside it: tools/gpu/check_rtdetr.sh (RT-DETR v2 r18vd seeded, fp32/fp16 vs PyTorch,
 # bench with the per-layer-group profile).
+# Stream C: GPU tests a verify.sh run did not reach (KILN_STUDY_TESTS).
 # The streams share the GPU: the studies time their variants interleaved in one process (each round
 # runs every variant once), so the ratios compare like with like, but absolute milliseconds carry
 # the other stream's load; the report says so. Every part has its own bound (SECONDS, default 540,
@@ -54,7 +55,15 @@ stream_a() {
 stream_b() {
   bounded 400 rtdetr env KILN_GPU_WORK=$work/rtdetr tools/gpu/check_rtdetr.sh "$r/rtdetr"
 }
-stream_a & stream_b & wait
+# Stream C: the GPU tests a verify.sh run did not reach (KILN_STUDY_TESTS, a --gtest_filter pattern;
+# default: those session 10's verify call left when it stopped at 500 s; "none" skips).
+tests=${KILN_STUDY_TESTS:-'Fixtures/CudaFixture.ProgrammaticLaunch*:Fixtures/CudaFixture.Res2NetSplits*:Fixtures/CudaFixture.SqueezeExcitation*:Fixtures/CudaRtDetr.*:Fixtures/WindowPlanFixture.*:Fixtures/CudaFixture.EveryOptLevel*'}
+stream_c() {
+  [ "$tests" = none ] && return
+  bounded 520 gpu_tests env KILN_GPU_WORK=$work/tests KILN_GPU_TEST_FILTER="$tests" tools/gpu/on_device.sh "$r/tests" --quick
+  echo "gpu tests: $(grep -cE '^\[       OK' "$r/tests/gpu_tests.log") OK, $(grep -cE '^\[  FAILED  \] [A-Z]' "$r/tests/gpu_tests.log") FAILED" >> "$r/summary.txt"
+}
+stream_a & stream_b & stream_c & wait
 find "$r" \( -name bundles -o -name '*.bundle' -o -name '*.safetensors' -o -name '*.npy' -o -name '*.tar.gz' \) \
   -prune -exec rm -rf {} + 2>/dev/null
 cat "$r/summary.txt"
