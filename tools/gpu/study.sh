@@ -64,8 +64,7 @@ stream_c() {
   echo "gpu tests: $(grep -cE '^\[       OK' "$r/tests/gpu_tests.log") OK, $(grep -cE '^\[  FAILED  \] [A-Z]' "$r/tests/gpu_tests.log") FAILED" >> "$r/summary.txt"
 }
 stream_a & stream_b & stream_c & wait
-find "$r" \( -name bundles -o -name '*.bundle' -o -name '*.safetensors' -o -name '*.npy' -o -name '*.tar.gz' \) \
-  -prune -exec rm -rf {} + 2>/dev/null
+. tools/gpu/strip_heavy.sh; strip_heavy "$r"
 cat "$r/summary.txt"
 for f in "$r"/study_*/REPORT.md; do [ -f "$f" ] && { echo "== $f"; sed -n '1,25p' "$f"; }; done
 grep -hE 'PASS|FAIL|ms' "$r/rtdetr.log" 2>/dev/null | tail -20

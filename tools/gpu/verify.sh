@@ -43,7 +43,6 @@ summary() {  # TITLE NAME: exit status and gtest's summary lines
   summary "op harness (--ops)" ops
   echo "variants: exit $(cat "$r/var.rc"), $(grep -cE ' PASS \(' "$r/var.log") PASS, $(grep -cE ' FAIL \(' "$r/var.log") FAIL of ${#models[@]} models"
 } | tee "$r/summary.txt"
-find "$r" \( -name '*.bundle' -o -name '*.safetensors' -o -name '*.npy' -o -name '*.tar.gz' -o -name full -o -name dataset \) \
-  -prune -exec rm -rf {} + 2>/dev/null
+. tools/gpu/strip_heavy.sh; strip_heavy "$r"
 tar -C "$r" -czf "$out/verify.tgz" .
 ls -la "$out/verify.tgz"
