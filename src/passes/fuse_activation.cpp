@@ -13,7 +13,8 @@ int fuse_activation(Graph& g) {
     if (act.op != Op::Activation) return false;
     const int x = act.inputs[0];
     const int p = g.values[x].producer;
-    return p >= 0 && can_carry_activation(g.nodes[p].op) && g.nodes[p].activation() == Activation::None && single_use(g, x);
+    return p >= 0 && can_carry_activation(g.nodes[p].op) && g.nodes[p].activation() == Activation::None && single_use(g, x) &&
+           same_precision(g.nodes[p], act);
   };
   auto rewrite = [](Graph& g, size_t i) {
     const Node& act = g.nodes[i];

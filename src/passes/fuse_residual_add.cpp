@@ -18,7 +18,8 @@ bool fusable_conv(const Graph& g, int value_id) {
 // qualifies (builders emit add(main_path, shortcut)), else the second, else -1.
 int fusable_operand(const Graph& g, const Node& add) {
   if (add.op != Op::Add) return -1;
-  return fusable_conv(g, add.inputs[0]) ? 0 : (fusable_conv(g, add.inputs[1]) ? 1 : -1);
+  const auto ok = [&](int k) { return fusable_conv(g, add.inputs[k]) && same_precision(g.nodes[g.values[add.inputs[k]].producer], add); };
+  return ok(0) ? 0 : (ok(1) ? 1 : -1);
 }
 
 }  // namespace

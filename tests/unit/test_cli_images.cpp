@@ -184,8 +184,16 @@ TEST_F(CliImages, BenchTaskBreakdown) {
   for (const char* k : {"decode", "preprocess", "engine"}) EXPECT_GT(b[k].get<double>(), 0.0) << k;
   EXPECT_GE(b["postprocess"].get<double>(), 0.0);
   EXPECT_EQ(b["input"], img);
+  // The same call from the file's pixels decoded once: decode excluded, the image's own size.
+  auto d = json_of(r)["results"][0]["task_decode_excluded_ms"];
+  ASSERT_TRUE(d.is_object()) << r.out;
+  EXPECT_GT(d["p50"].get<double>(), 0.0);
+  EXPECT_GE(d["p95"].get<double>(), d["p50"].get<double>());
+  EXPECT_EQ(d["input"].get<std::string>().rfind(img + " (", 0), 0u) << d["input"];
   // The synthetic default has nothing to decode.
-  b = json_of(kiln("bench " + bundle() + " --iterations 10 --warmup 1 --json"))["results"][0]["task_breakdown_ms"];
+  auto synthetic = json_of(kiln("bench " + bundle() + " --iterations 10 --warmup 1 --json"))["results"][0];
+  EXPECT_TRUE(synthetic["task_decode_excluded_ms"].is_null());
+  b = synthetic["task_breakdown_ms"];
   EXPECT_EQ(b["decode"].get<double>(), 0.0);
   EXPECT_GT(b["preprocess"].get<double>(), 0.0);
   // A bad --image is an input error naming it.

@@ -2,6 +2,8 @@
 // compare the numbers and assert the structural change (op counts).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "graph_test_util.hpp"
 #include "ir/verifier.hpp"
 #include "core/error.hpp"
@@ -308,6 +310,67 @@ TEST(Passes, FullPipelineFp16MatchesWithinHalfPrecision) {
   EXPECT_LE(max_abs_diff(ref, out), 1e-2f * std::max(1.f, max_abs(ref)));
   // fp16 storage is really emulated: every output value is representable in fp16.
   for (float v : out) EXPECT_EQ(v, round_f16(v));
+}
+
+// f32 islands (precision = "f32" on a node): outputs and island-only
+// constants stay f32, a constant shared with 16-bit nodes is copied, Casts
+// sit exactly where values cross, and fusions do not join across the border.
+TEST(Passes, Fp16KeepsF32IslandsAndCastsAtTheirBorders) {
+  const auto build = [](bool islands) {
+    std::mt19937 rng(8);
+    Graph g;
+    const int x = g.add_input("x", DType::F32, {2, 8});
+    const int w = g.add_constant("w", random_tensor({8, 8}, rng, -0.5f, 0.5f));
+    const int big = g.add_constant("big", HostTensor::from_f32({2, 8}, std::vector<float>(16, 70000.f)));  // > fp16 max
+    const Attrs f32{{"precision", std::string("f32")}};
+    const int a = g.add_node(Op::Linear, "a", {x, w});
+    const int k = g.add_node(Op::Linear, "k", {x, w}, islands ? f32 : Attrs{});
+    const int s = g.add_node(Op::Add, "s", {k, big}, islands ? f32 : Attrs{});
+    const int d = g.add_node(Op::Add, "d", {s, a}, islands ? f32 : Attrs{});
+    const int t = g.add_node(Op::Add, "t", {k, k}, islands ? f32 : Attrs{});
+    const int r = relu(g, "r", t);
+    g.values[d].name = "wide";
+    g.values[r].name = "narrow";
+    g.mark_output(d);
+    g.mark_output(r);
+    return g;
+  };
+  std::mt19937 rng(9);
+  const std::vector<float> x = random_tensor({2, 8}, rng, -1.f, 1.f).to_f32();
+  Graph g = build(true);
+  const auto ref = run_cpu(g, {x});
+  PipelineOptions o;
+  o.precision = DType::F16;
+  o.verify = true;
+  run_pipeline(g, o);
+  const auto out = run_cpu(g, {x});
+  const auto dtype_of = [&](const std::string& node) { return g.values[g.find_node(node)->outputs[0]].dtype; };
+  EXPECT_EQ(dtype_of("a"), DType::F16);
+  for (const char* n : {"k", "s", "d", "t"}) EXPECT_EQ(dtype_of(n), DType::F32) << n;
+  ASSERT_NE(g.find_node("r"), nullptr);  // relu is 16-bit: not fused into the f32 add t
+  EXPECT_EQ(dtype_of("r"), DType::F16);
+  // The shared weight: f16 for a, an f32 copy for k; the island-only constant stays f32.
+  const auto input_of = [&](const std::string& node, size_t i) -> const Value& {
+    return g.values[g.find_node(node)->inputs.at(i)];
+  };
+  EXPECT_EQ(input_of("a", 1).dtype, DType::F16);
+  EXPECT_EQ(input_of("k", 1).dtype, DType::F32);
+  EXPECT_EQ(input_of("k", 1).name, "w.f32");
+  EXPECT_EQ(input_of("s", 1).dtype, DType::F32);
+  EXPECT_EQ(input_of("k", 0).name, "x");  // the island reads the f32 input itself
+  // Casts: x for a, a into d, t into r, r's output back to f32; d leaves as f32.
+  EXPECT_EQ(g.count_ops(Op::Cast), 4);
+  ASSERT_EQ(out.size(), 2u);
+  for (size_t i = 0; i < ref[0].size(); ++i) {
+    ASSERT_TRUE(std::isfinite(out[0][i])) << i;
+    EXPECT_NEAR(out[0][i], ref[0][i], 2e-2f) << i;  // a's fp16 rounding, then f32 rounding near 7e4 (ulp 0.0078)
+  }
+  EXPECT_LE(max_abs_diff(ref[1], out[1]), 1e-2f);
+  // Without the islands the same graph overflows fp16 (the test can fail).
+  Graph plain = build(false);
+  run_pipeline(plain, o);
+  EXPECT_EQ(plain.count_ops(Op::Cast), 3);
+  EXPECT_TRUE(std::isinf(run_cpu(plain, {x})[0][0]));
 }
 
 TEST(Passes, NodeNamesSurvive) {

@@ -14,7 +14,8 @@
 #    (fp32 and fp16).
 # 4. kiln bench --json at batch 1 (with --profile: per-layer-group table) and batch 8, fp16.
 # About 3-4 minutes on an H200 (most of it the model build on the CPU and the fp16 tactic timing).
-# Environment: KILN_GPU_WORK (default /tmp/kiln_gpu_rtdetr) scratch folder; KILN_PROFILE rounds
+# Environment: KILN_GPU_WORK (default /tmp/kiln_gpu_rtdetr) scratch folder; KILN_SKIP_BENCH=1 stops
+# after the checks (step 4 is for a quiet GPU: tools/gpu/speed.sh); KILN_PROFILE rounds
 # of the per-layer profile (default 20); KILN_BENCH_ARGS extra `kiln bench` flags. For a dry run
 # elsewhere: KILN_BIN (a kiln binary instead of the payload's), KILN_BACKEND (default cuda),
 # PYTHON (default python3; needs numpy, torch, transformers, PIL), e.g.
@@ -84,7 +85,7 @@ for p in fp32 fp16; do
 done
 
 echo "== bench (fp16, $backend; on CUDA engine time is CUDA-graph replay)"
-if [ -f "$work/fp16.bundle" ]; then
+if [ -f "$work/fp16.bundle" ] && [ -z "${KILN_SKIP_BENCH:-}" ]; then
   $kiln bench "$work/fp16.bundle" --batch 1 --json --profile "${KILN_PROFILE:-20}" ${KILN_BENCH_ARGS:-} > "$out/bench_b1.json" 2> "$out/bench_b1.log" || status=1
   $kiln bench "$work/fp16.bundle" --batch 8 --json ${KILN_BENCH_ARGS:-} > "$out/bench_b8.json" 2> "$out/bench_b8.log" || status=1
   for b in 1 8; do

@@ -2,13 +2,13 @@
 # The FP8 studies of issue #13 §6 and the RT-DETR v2 check of issue #12, in one bounded device call
 # (on the GPU machine, after tools/gpu/pack.sh here with .gpu carried):
 #   tools/gpu/study.sh OUT [SECONDS]
-# Stream A, one study after another (each bounded): `kiln study quant --backend cuda` on the seeded
-# full-size resnet50, res2net50_26w_4s and efficientnet_b0 (tools/reference/make_fixtures*.py
-# --full-size; calibration and quality images: the 15 sample photos of tests/fixtures/images, JPEG
-# and PNG) at batch 1 and 32, opt levels 1 and 3, FP8 against fp16; then the digits demo model with
-# its held-out labels (--accuracy).
-# Stream B, beside it: tools/gpu/check_rtdetr.sh (RT-DETR v2 r18vd seeded, fp32/fp16 vs PyTorch,
-# bench with the per-layer-group profile).
+# Stream A, side by side (each bounded): `kiln study quant --backend cuda` on the seeded full-size
+# resnet50, res2net50_26w_4s and efficientnet_b0 (tools/reference/make_fixtures*.py --full-size;
+# calibration and quality images: the 15 sample photos of tests/fixtures/images, JPEG and PNG) at
+# batch 1 and 32, opt levels 1 and 3, FP8 against fp16; and the digits demo model with its held-out
+# labels (--accuracy).
+# Stream B, beside it: tools/gpu/check_rtdetr.sh without its bench (RT-DETR v2 r18vd seeded,
+# fp32/fp16 against PyTorch); its speed wants a quiet GPU: tools/gpu/speed.sh.
 # Stream C: GPU tests a verify.sh run did not reach (KILN_STUDY_TESTS).
 # The streams share the GPU: the studies time their variants interleaved in one process (each round
 # runs every variant once), so the ratios compare like with like, but absolute milliseconds carry
@@ -40,20 +40,30 @@ $kiln version >> "$r/gpu.txt" 2>&1
 calib=$work/calib; mkdir -p "$calib"
 cp tests/fixtures/images/images/*.jpg tests/fixtures/images/images/*.png "$calib/"
 
-stream_a() {
-  bounded 120 fixtures sh -c "python3 tools/reference/make_fixtures.py --full-size $work/full --models resnet50 &&
-    python3 tools/reference/make_fixtures_res2net.py --full-size $work/full --models res2net50_26w_4s &&
-    python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full --models efficientnet_b0"
-  for m in resnet50 res2net50_26w_4s efficientnet_b0; do
-    bounded 130 "study_$m" $kiln study quant "$work/full/$m" --backend cuda --calib "$calib" --batch 1,32 \
-      --opt-level 1,3 --precisions fp8 --rounds 30 -o "$r/study_$m"
-  done
-  bounded 60 study_digits_resnet $kiln study quant models/digits_resnet --backend cuda \
-    --calib models/digits_resnet/samples --accuracy models/digits_resnet/heldout --batch 1,32 --opt-level 3 \
-    --precisions fp8 --rounds 30 -o "$r/study_digits_resnet"
+# The three full-size studies run side by side (each its fixture, then its study, bounded by what
+# is left of the call): one after another they did not fit one device call (5 builds each, two at
+# opt level 3 with tactic timing). Their builds and timings share the GPU, so tactic choices and
+# absolute milliseconds carry the others' load; each study's variants are still timed interleaved,
+# round by round, in one process, so its ratios compare like with like (the report's method says
+# how to rerun one alone).
+study_one() {  # MODEL FIXTURE_SCRIPT
+  local m=$1 script=$2
+  bounded 150 "fixture_$m" python3 "tools/reference/$script" --full-size "$work/full" --models "$m" || return
+  [ -f "$work/full/$m/config.json" ] || return
+  bounded "$(left)" "study_$m" $kiln study quant "$work/full/$m" --backend cuda --calib "$calib" --batch 1,32 \
+    --opt-level 1,3 --precisions fp8 --rounds 30 -o "$r/study_$m"
 }
-stream_b() {
-  bounded 400 rtdetr env KILN_GPU_WORK=$work/rtdetr tools/gpu/check_rtdetr.sh "$r/rtdetr"
+stream_a() {
+  bounded 120 study_digits_resnet $kiln study quant models/digits_resnet --backend cuda \
+    --calib models/digits_resnet/samples --accuracy models/digits_resnet/heldout --batch 1,32 --opt-level 1,3 \
+    --precisions fp8 --rounds 30 -o "$r/study_digits_resnet" &
+  study_one resnet50 make_fixtures.py &
+  study_one res2net50_26w_4s make_fixtures_res2net.py &
+  study_one efficientnet_b0 make_fixtures_efficientnet.py &
+  wait
+}
+stream_b() {  # accuracy only: its speed is timed on a quiet GPU by tools/gpu/speed.sh
+  bounded 400 rtdetr env KILN_GPU_WORK=$work/rtdetr KILN_SKIP_BENCH=1 tools/gpu/check_rtdetr.sh "$r/rtdetr"
 }
 # Stream C: the GPU tests a verify.sh run did not reach (KILN_STUDY_TESTS, a --gtest_filter pattern;
 # default: those session 10's verify call left when it stopped at 500 s; "none" skips).

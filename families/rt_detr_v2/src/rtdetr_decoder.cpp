@@ -25,6 +25,22 @@ int mlp(Ctx& c, const std::string& p, int x, const std::string& node = "") {
   return x;
 }
 
+// Marks the nodes producing `values` (and, through reshapes, what they view)
+// as f32 islands of 16-bit engines (set_precision): the anchors with their
+// FLT_MAX fill, the encoder's class scores and top-k, and the reference-point
+// chain, whose 16-bit rounding moves boxes and top-k picks (README "fp16 engines").
+void keep_f32(Ctx& c, std::initializer_list<int> values) {
+  for (int v : values) {
+    int p = c.g().values[v].producer;
+    while (p >= 0) {
+      Node& n = c.g().nodes[p];
+      n.attrs["precision"] = std::string("f32");
+      if (n.op != Op::Reshape) break;
+      p = c.g().values[n.inputs[0]].producer;
+    }
+  }
+}
+
 struct Anchors {
   HostTensor logits;  // [S, 4]: log(a / (1 - a)), FLT_MAX where invalid
   HostTensor valid;   // [S, 1, 1]: 1 or 0
@@ -100,17 +116,18 @@ void decoder(Ctx& c, const std::vector<int>& maps) {
   if (c.shape(enc_class)[2] != cfg.num_labels)
     fail_input(kFamily, ": 'model.enc_score_head.weight' has ", c.shape(enc_class)[2], " classes, config num_labels is ",
                cfg.num_labels, " (", cfg.path, ")");
-  const int coord = c.node(Op::Add, "model.enc_bbox_head.anchors",
-                           {mlp(c, "model.enc_bbox_head", out_memory), c.batch_constant("model.anchors", anchors.logits)});
+  const int anchor_logits = c.batch_constant("model.anchors", anchors.logits);
+  const int coord = c.node(Op::Add, "model.enc_bbox_head.anchors", {mlp(c, "model.enc_bbox_head", out_memory), anchor_logits});
   // top-k of the max class logit per anchor; the max is top_k with k = 1.
   const int best = c.g().add_node_multi(Op::TopK, "model.enc_class_max", {enc_class}, {{"k", int64_t{1}}, {"axis", int64_t{-1}}})[0];
   if (cfg.num_queries > S)
     fail_input(cfg.path, ": config key 'num_queries' ", cfg.num_queries, " exceeds the ", S, " anchors of this input size");
-  const int topk_ind = c.g().add_node_multi(Op::TopK, "model.topk", {c.reshape("model.enc_class_max.rows", best, {-1, S})},
-                                            {{"k", cfg.num_queries}, {"axis", int64_t{1}}})[1];
-  int ref = c.node(Op::Gather, "model.reference_points", {coord, topk_ind}, {{"axis", int64_t{1}}});
+  const int best_rows = c.reshape("model.enc_class_max.rows", best, {-1, S});
+  const int topk_ind = c.g().add_node_multi(Op::TopK, "model.topk", {best_rows}, {{"k", cfg.num_queries}, {"axis", int64_t{1}}})[1];
+  const int picked = c.node(Op::Gather, "model.reference_points", {coord, topk_ind}, {{"axis", int64_t{1}}});
   int h = c.node(Op::Gather, "model.target", {out_memory, topk_ind}, {{"axis", int64_t{1}}});
-  ref = c.b.act("model.decoder.reference_points.sigmoid", ref, Activation::Sigmoid);
+  int ref = c.b.act("model.decoder.reference_points.sigmoid", picked, Activation::Sigmoid);
+  keep_f32(c, {enc_class, best_rows, topk_ind, anchor_logits, coord, picked, ref});
 
   // Decoder layers.
   const int64_t heads = cfg.decoder_heads, hd = C / heads, Q = cfg.num_queries;
@@ -164,7 +181,9 @@ void decoder(Ctx& c, const std::vector<int>& maps) {
     // box refinement: ref = sigmoid(bbox_embed[i](h) + inverse_sigmoid(ref))
     const std::string bb = cat("model.decoder.bbox_embed.", i);
     const int inv = c.node(Op::InverseSigmoid, bb + ".inverse_sigmoid", {ref}, {{"eps", 1e-5}});
-    ref = c.b.act(bb + ".sigmoid", c.node(Op::Add, bb + ".add", {mlp(c, bb, h), inv}), Activation::Sigmoid);
+    const int sum = c.node(Op::Add, bb + ".add", {mlp(c, bb, h), inv});
+    ref = c.b.act(bb + ".sigmoid", sum, Activation::Sigmoid);
+    keep_f32(c, {inv, sum, ref});
     if (i + 1 == cfg.decoder_layers) logits = c.b.linear(cat("model.decoder.class_embed.", i), h);
   }
   // Intermediate class heads are training outputs: marked used, not built.
