@@ -53,13 +53,16 @@ study_one() {  # MODEL FIXTURE_SCRIPT
   bounded "$(left)" "study_$m" $kiln study quant "$work/full/$m" --backend cuda --calib "$calib" --batch 1,32 \
     --opt-level 1,3 --precisions fp8 --rounds 30 -o "$r/study_$m"
 }
+# KILN_STUDY_MODELS narrows stream A (space-separated: resnet50 res2net50_26w_4s efficientnet_b0 digits).
+models=" ${KILN_STUDY_MODELS:-resnet50 res2net50_26w_4s efficientnet_b0 digits} "
+want() { [[ "$models" == *" $1 "* ]]; }
 stream_a() {
-  bounded 120 study_digits_resnet $kiln study quant models/digits_resnet --backend cuda \
+  want digits && bounded 120 study_digits_resnet $kiln study quant models/digits_resnet --backend cuda \
     --calib models/digits_resnet/samples --accuracy models/digits_resnet/heldout --batch 1,32 --opt-level 1,3 \
     --precisions fp8 --rounds 30 -o "$r/study_digits_resnet" &
-  study_one resnet50 make_fixtures.py &
-  study_one res2net50_26w_4s make_fixtures_res2net.py &
-  study_one efficientnet_b0 make_fixtures_efficientnet.py &
+  want resnet50 && study_one resnet50 make_fixtures.py &
+  want res2net50_26w_4s && study_one res2net50_26w_4s make_fixtures_res2net.py &
+  want efficientnet_b0 && study_one efficientnet_b0 make_fixtures_efficientnet.py &
   wait
 }
 stream_b() {  # accuracy only: its speed is timed on a quiet GPU by tools/gpu/speed.sh

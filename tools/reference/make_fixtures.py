@@ -134,7 +134,7 @@ FAMILY = common.FixtureFamily(
                 "PyTorch fp32 on CPU in eval mode, logits_fp64.npy the same in float64.",
     default_out="tests/fixtures/resnet", seed=SEED, cases=CASES, full_size=FULL_SIZE, describe=describe,
     interpolation="bicubic", crop_pct=0.95, first_conv="conv1", classifier="fc",
-    timm_io_option=True, full_size_logits_abs_max=False, name_width=18, arch_width=16,
+    timm_io_option=True, full_size_logits_abs_max=False, name_width=18, arch_width=16, models_option=True,
 )
 
 if __name__ == "__main__":

@@ -110,6 +110,8 @@ def randomize(model, seed):
     def uniform(t, lo, hi):
         t.copy_((torch.rand(t.shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).to(t.dtype))
 
+    # By tensor, not by name: transformers 5.x ties the top-level class_embed / bbox_embed to the
+    # decoder's (one module, two state_dict keys), and named_modules() names a shared module once.
     touched = set()
     for mname, mod in model.named_modules():
         pre = f"{mname}." if mname else ""
@@ -131,8 +133,11 @@ def randomize(model, seed):
             else:
                 normal(p, 0.1)
             touched.add(pre + pname)
-    missed = [k for k, v in model.state_dict().items()
-              if v.is_floating_point() and k not in touched and not k.endswith("n_points_scale")]
+    sd = model.state_dict()
+    touched_storage = {sd[k].data_ptr() for k in touched if k in sd}
+    missed = [k for k, v in sd.items()
+              if v.is_floating_point() and k not in touched and v.data_ptr() not in touched_storage
+              and not k.endswith("n_points_scale")]
     if missed:
         raise RuntimeError(f"untouched float tensors: {missed[:10]}")
 

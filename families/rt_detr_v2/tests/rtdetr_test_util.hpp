@@ -91,12 +91,16 @@ inline Detections detections_of(const std::vector<float>& logits, const std::vec
 using kiln::detection_mismatch;  // tasks/detection_post.hpp
 
 // Reference detections per image a 16-bit engine of a seeded fixture may
-// miss: the fixtures' encoder top-k gaps (manifest.json min_selection_gap,
-// 7e-5 .. 3e-4) are below fp16 rounding, so an anchor near the cut can be
-// swapped for another and its detection replaced (measured on the fp16 CPU
-// engine: 0, 0 and 1 of 20-30 per image). Raw outputs are not comparable by
-// query index for the same reason (max|diff| / max|ref| 0.3 .. 0.9).
+// miss. The fixtures' encoder top-k gaps (manifest.json min_selection_gap,
+// 7e-5 .. 3e-4) are below fp16 rounding: with 16-bit class scores an anchor
+// near the cut was swapped for another (fp16 CPU engine: 1 of 40 detections
+// unmatched on bottleneck_2l). The f32 islands (scores, top-k, anchors and the
+// reference-point chain stay f32, README "fp16 engines") select the same
+// anchors as PyTorch: none unmatched on any fixture (fp16 CPU engine).
 inline constexpr size_t kSeededFp16Unmatched = 0;
+// The CUDA engine keeps the allowance it had before the islands until they
+// have run there (tests/gpu/test_cuda_rtdetr.cpp prints the counts).
+inline constexpr size_t kSeededFp16UnmatchedCuda = 2;
 
 // The 16-bit rule on every image of a fixture (input shape [N, 3, H, W]),
 // with the outputs' max|diff| / max|ref| printed for the record.
