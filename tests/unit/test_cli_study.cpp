@@ -73,6 +73,37 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
   EXPECT_NE(md.find(cos.str()), std::string::npos) << "the report's cosine is not the run's";
   for (const char* p : {"fp32_o1.bundle", "fp16_o1.bundle", "fp8_o1.bundle", "int8_o1.bundle"})
     EXPECT_TRUE(fs::exists(out / "bundles" / p)) << p;
+  // The decision follows this run's ratios (TRTMC's 5 % rule) for each 8-bit precision.
+  EXPECT_NE(md.find("## Decision"), std::string::npos) << md;
+  for (const char* p : {"fp8", "int8"}) {
+    int faster = 0, slower = 0, timed = 0;
+    for (const auto& s : j["speed"])
+      if (s["precision"] == p) {
+        const double x = s["speedup_over_fp16"];
+        faster += x >= 1.05, slower += x < 0.95, ++timed;
+      }
+    const std::string verdict = slower == timed   ? std::string("**Keep fp16**: ") + p + " is slower"
+                                : faster == timed ? std::string("**") + p + " pays**"
+                                                  : std::string("**") + p + " is mixed**";
+    EXPECT_NE(md.find(verdict), std::string::npos) << p << "\n" << md;
+  }
+  for (const char* sec : {"## Recipe variants", "## What was not tried", "## When to revisit"})
+    EXPECT_NE(md.find(sec), std::string::npos) << sec;
+  // --report-from renders the same report from study.json alone, building nothing.
+  const fs::path again = out / "again";
+  auto rr = testing::run_kiln("study quant --report-from " + (out / "study.json").string() + " -o " + again.string());
+  ASSERT_EQ(rr.code, 0) << rr.all();
+  EXPECT_EQ(slurp(again / "REPORT.md"), md);
+  // A file that is not a study's: an input error naming it, nothing written.
+  std::ofstream(out / "bad.json") << "{\"speed\": 3";
+  rr = testing::run_kiln("study quant --report-from " + (out / "bad.json").string() + " -o " + (out / "bad").string());
+  EXPECT_EQ(rr.code, 2) << rr.all();
+  EXPECT_NE(rr.all().find("bad.json: not a study.json"), std::string::npos) << rr.all();
+  std::ofstream(out / "other.json") << "{\"speed\": []}";
+  rr = testing::run_kiln("study quant --report-from " + (out / "other.json").string() + " -o " + (out / "bad").string());
+  EXPECT_EQ(rr.code, 2) << rr.all();
+  EXPECT_NE(rr.all().find("other.json: not a study.json of kiln study quant"), std::string::npos) << rr.all();
+  EXPECT_FALSE(fs::exists(out / "bad" / "REPORT.md"));
   fs::remove_all(out);
 }
 

@@ -43,6 +43,7 @@ struct StudyOptions {
   int rounds = 30, quality_images = 32, calib_images = 32;
   bool json = false, quiet = false;
   std::string command;  // as given, for the report
+  std::string report_from;  // --report-from: re-render REPORT.md from this study.json
 };
 
 double median(std::vector<double> v) {
@@ -235,6 +236,176 @@ std::string fmt(double v, int digits = 4) {
   return s.str();
 }
 
+// REPORT.md from study.json alone (so `--report-from` re-renders a run's
+// report without rebuilding anything: every number is that run's).
+std::string render_report(const nlohmann::json& r) {
+  using J = nlohmann::json;
+  const std::string base = r.at("base"), backend = r.at("backend"), model = r.at("model");
+  const bool detection = r.value("task", "classification") == "detection";
+  const std::vector<int> opt_levels = r.at("opt_levels"), batches = r.at("batches");
+  const int top = opt_levels.back();
+  const J& speed = r.at("speed");
+  const J& quality = r.at("quality");
+  const J& profiles = r.value("profiles", J::object());
+  const std::string calib = r.at("calib"), quality_folder = r.value("quality_folder", calib);
+  const std::string calib_method = r.value("calib_method", "");
+  const std::string key = "speedup_over_" + base;
+  std::ostringstream md;
+  md << "# kiln study quant: " << fs::path(model).filename().string() << "\n\n"
+     << "Regenerate: `" << r.at("command").get<std::string>() << "` (backend " << backend << ", kiln "
+     << r.value("kiln_version", std::string(KILN_VERSION)) << ").\n\n## Summary\n\n";
+  for (const auto& s : speed)
+    if (s["precision"] != base && s["opt_level"] == top)
+      md << "- " << s["precision"].get<std::string>() << " at batch " << s["batch"] << ": " << fmt(s[key].get<double>(), 2) << "× "
+         << base << " (" << fmt(s["median_ms"]) << " ms), plan " << fmt(s["plan_mib"], 2) << " MiB\n";
+  for (const auto& q : quality)
+    if (q["precision"] != base)
+      md << "- " << q["precision"].get<std::string>() << " quality vs fp32: "
+         << (detection ? "detection agreement " + fmt(q["detection_agreement"], 3) : "top-1 agreement " + fmt(q["top1_agreement"], 3))
+         << ", worst " << (detection ? "logits " : "") << "cosine " << fmt(q["min_cosine"], 5) << "\n";
+
+  // The decision, from this run's numbers: TRTMC's 5 % rule decides "equal".
+  md << "\n## Decision\n\n";
+  const auto row = [&](const std::string& p, int batch) -> const J* {
+    for (const auto& s : speed)
+      if (s["precision"] == p && s["opt_level"] == top && s["batch"] == batch) return &s;
+    return nullptr;
+  };
+  std::vector<std::string> eight;
+  for (const auto& s : speed)
+    if (s["precision"] != base && std::find(eight.begin(), eight.end(), s["precision"].get<std::string>()) == eight.end())
+      eight.push_back(s["precision"]);
+  for (const std::string& p : eight) {
+    std::vector<std::string> faster, slower, equal;
+    std::string kernels;
+    for (int b : batches) {
+      const J* q = row(p, b);
+      const J* f = row(base, b);
+      if (!q || !f) continue;
+      const double x = (*q)[key].get<double>();
+      (x >= 1.05 ? faster : x < 0.95 ? slower : equal).push_back("batch " + std::to_string(b) + " " + fmt(x, 2) + "×");
+      kernels += (kernels.empty() ? "" : ", ") + std::string("batch ") + std::to_string(b) + ": " +
+                 std::to_string((*q)["kernels_per_call"].get<int>()) + " against " + std::to_string((*f)["kernels_per_call"].get<int>());
+    }
+    const auto list = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+      return s;
+    };
+    if (faster.empty() && equal.empty())
+      md << "- **Keep " << base << "**: " << p << " is slower at every batch timed at opt level " << top << " (" << list(slower) << ").";
+    else if (slower.empty() && equal.empty())
+      md << "- **" << p << " pays** at every batch timed at opt level " << top << " (" << list(faster) << "), if its quality below is acceptable.";
+    else
+      md << "- **" << p << " is mixed** at opt level " << top << ": faster " << (faster.empty() ? "nowhere" : list(faster)) << "; equal (within 5 %) "
+         << (equal.empty() ? "nowhere" : list(equal)) << "; slower " << (slower.empty() ? "nowhere" : list(slower)) << ".";
+    md << " Kernels per call, " << p << " against " << base << ": " << kernels
+       << " — each 8-bit layer whose input is not already 8-bit runs a quantize kernel of its own (the table at the end shows where).\n";
+  }
+
+  md << "\n## Recipe and calibration\n\n" << r.at("recipe").get<std::string>() << "; calibration on the first "
+     << r.at("calib_images") << " images of `" << calib << "`" << (calib_method.empty() ? "" : " (" + calib_method + ")")
+     << ". Each bundle's provenance.json holds the recipe, the quantized layers, the exclusions and every scale.\n\n"
+     << "## Method\n\nEngine time of one call (`kiln bench`'s region: CUDA one CUDA-graph replay between two events, the "
+        "stream synchronized after each; CPU wall clock), the inputs already in place, after one untimed call that plans "
+        "the batch size. "
+     << r.at("rounds") << " rounds; in each round every variant of the opt level runs once, in turn (interleaved), so drift "
+                          "hits all alike; median and min over rounds. Tactics timed per variant (no shared tactic cache).\n\n"
+     << "## Speed\n\n| precision | opt level | batch | median ms | min ms | × " << base
+     << " | kernels per call | plan MiB |\n|---|---|---|---|---|---|---|---|\n";
+  for (const auto& s : speed)
+    md << "| " << s["precision"].get<std::string>() << " | " << s["opt_level"] << " | " << s["batch"] << " | " << fmt(s["median_ms"])
+       << " | " << fmt(s["min_ms"]) << " | " << fmt(s[key].get<double>(), 3) << " | " << s["kernels_per_call"] << " | "
+       << fmt(s["plan_mib"], 2) << " |\n";
+  md << "\n## Quality against kiln's fp32 engine (" << r.at("quality_images") << " images of `" << quality_folder << "`)\n\n"
+     << (detection ? "Detection agreement: the share of images whose detections at score 0.3 match fp32's (same count, "
+                     "each matched by class with IoU >= 0.5 and |score diff| <= 0.05); cosine and diff of the raw logits.\n\n"
+                   : "")
+     << "| precision | " << (detection ? "detection agreement" : "top-1 agreement")
+     << " | worst cosine | max abs diff / max abs ref | non-finite outputs on stress inputs |\n|---|---|---|---|---|\n";
+  for (const auto& q : quality) {
+    md << "| " << q["precision"].get<std::string>() << " | " << fmt(q[detection ? "detection_agreement" : "top1_agreement"], 3) << " | "
+       << fmt(q["min_cosine"], 6) << " | " << fmt(q["max_diff_rel"], 5) << " | ";
+    bool first = true;
+    for (const auto& [name, n] : q["nonfinite_outputs"].items()) md << (first ? "" : ", ") << name << " " << n, first = false;
+    md << " |\n";
+  }
+  const J& acc = r.value("accuracy_set", J());
+  if (acc.is_object()) {
+    const double ref_accuracy = acc.at("fp32_accuracy");
+    md << "\n## Accuracy against labels (" << acc.at("images") << " images of `" << acc.at("folder").get<std::string>()
+       << "`)\n\n| precision | top-1 accuracy | points vs fp32 |\n|---|---|---|\n| fp32 | " << fmt(ref_accuracy, 4) << " | 0 |\n";
+    for (const auto& q : quality)
+      md << "| " << q["precision"].get<std::string>() << " | " << fmt(q["accuracy"], 4) << " | "
+         << fmt(100 * (q["accuracy"].get<double>() - ref_accuracy), 2) << " |\n";
+  }
+  // Per layer group: ms and steps (kernels, or fused groups) for each precision.
+  md << "\n## Where the time goes (opt level " << top << ", batch " << batches.front()
+     << "; layers run one by one, so the sum exceeds the engine time)\n\n| group |";
+  std::vector<std::string> order;  // the groups in execution order, first seen first
+  for (const auto& [p, prof] : profiles.items())
+    for (const auto& g : prof["groups"])
+      if (std::find(order.begin(), order.end(), g["group"].get<std::string>()) == order.end()) order.push_back(g["group"]);
+  for (const auto& [p, prof] : profiles.items()) md << " " << p << " ms (steps) |";
+  md << "\n|---|";
+  for (size_t i = 0; i < profiles.size(); ++i) md << "---|";
+  md << "\n";
+  for (const std::string& g : order) {
+    md << "| " << g << " |";
+    for (const auto& [p, prof] : profiles.items()) {
+      double ms = 0;
+      int steps = 0;
+      for (const auto& x : prof["groups"])
+        if (x["group"] == g) ms += x["ms"].get<double>(), steps += x["steps"].get<int>();
+      md << " " << fmt(ms) << " (" << steps << ") |";
+    }
+    md << "\n";
+  }
+  md << "\n## Recipe variants\n\nThis run built one recipe (above) per 8-bit precision. Another recipe is another run: "
+        "`--recipe FILE` with named parts (`all`, `no-stem`, `no-layer1`, per stage) or node-name globs "
+        "(docs/quantization.md), the rest of the command unchanged; its report sits beside this one.\n"
+     << "\n## What was not tried\n\n"
+        "- Quantize fused into every producer: only cuDNN FP8 convs whose input channels are a multiple of 16 can carry "
+        "the next layer's quantize in their epilogue (a timed candidate); linears (cuBLASLt) and the other layers write "
+        "16 bits and a separate quantize kernel follows.\n"
+        "- 8-bit activations between 8-bit consumers: channel slices, chain adds, concat (Res2Net's chunks) and residual "
+        "adds stay 16-bit, so every quantized layer reads a 16-bit input through its own quantize kernel — what sank "
+        "the published TensorRT study too.\n"
+        "- INT8 on the CUDA backend (no INT8 kernels yet; the CPU backend emulates INT8 bit-exactly, so recipes and "
+        "scales are tested there).\n"
+        "- Calibration methods other than the one named above (`--calib-method percentile|entropy|mse`).\n"
+     << "\n## When to revisit\n\n"
+        "When the 8-bit engine's kernels per call come down to the 16-bit engine's (quantize in the producers' "
+        "epilogues, 8-bit values through slices, adds and concat): the gain FP8 can give is halving the bytes between "
+        "layers (on the H200 FP8 GEMMs with 8-bit input and output measured 1.29–1.66× fp16 on reducing 1×1 shapes at "
+        "batch 32, FIELD-NOTES §4), and an extra kernel per layer costs about as much as the layer.\n";
+  md << "\n## Not in this report yet\n\n"
+     << (detection ? "mAP per variant (run `kiln eval BUNDLE --coco FILE --images DIR` on the bundles in `" +
+                         r.value("bundles_dir", std::string("bundles")) + "`); the RT-DETR v2 part table.\n"
+                   : acc.is_object() ? "Nothing listed.\n" : "Accuracy against labels (`--accuracy DIR`).\n");
+  return md.str();
+}
+
+void report_from(const std::string& path, const std::string& out_dir) {
+  nlohmann::json r;
+  try {
+    const std::vector<uint8_t> bytes = read_file_bytes(path);
+    r = nlohmann::json::parse(bytes.begin(), bytes.end());
+  } catch (const nlohmann::json::exception& e) {
+    fail_input(path, ": not a study.json (", e.what(), ")");
+  }
+  std::string md;
+  try {
+    md = render_report(r);
+  } catch (const nlohmann::json::exception& e) {
+    fail_input(path, ": not a study.json of kiln study quant (", e.what(), ")");
+  }
+  const fs::path dir = out_dir.empty() ? fs::path(path).parent_path() : fs::path(out_dir);
+  if (!dir.empty()) fs::create_directories(dir);
+  write_text(dir / "REPORT.md", md);
+  std::cout << "wrote " << (dir / "REPORT.md").string() << "\n";
+}
+
 void run_study(const StudyOptions& o) {
   if (o.calib.empty()) fail_usage("study quant needs --calib DIR (calibration images)");
   if (o.batches.empty() || o.opt_levels.empty()) fail_usage("--batch and --opt-level need at least one value");
@@ -391,88 +562,18 @@ void run_study(const StudyOptions& o) {
                            {"speed", speed},
                            {"profiles", profiles},
                            {"quality", quality},
-                           {"command", o.command}};
+                           {"command", o.command},
+                           {"kiln_version", KILN_VERSION},
+                           {"task", detection ? "detection" : "classification"},
+                           {"quality_folder", o.images.empty() ? o.calib : o.images},
+                           {"calib_method", o.calib_method},
+                           {"bundles_dir", work.string()}};
   for (const Variant& v : variants)
     result["builds"].push_back({{"precision", v.precision}, {"opt_level", v.opt_level}, {"bundle", v.bundle.string()},
                                 {"bytes", v.bytes}, {"seconds", v.build_s}});
 
   // 5. The report.
-  std::ostringstream md;
-  md << "# kiln study quant: " << fs::path(o.model).filename().string() << "\n\n"
-     << "Regenerate: `" << o.command << "` (backend " << o.backend << ", kiln " << KILN_VERSION << ").\n\n## Summary\n\n";
-  for (const auto& s : speed)
-    if (s["precision"] != o.base && s["opt_level"] == o.opt_levels.back())
-      md << "- " << s["precision"].get<std::string>() << " at batch " << s["batch"] << ": "
-         << fmt(s["speedup_over_" + o.base].get<double>(), 2) << "× " << o.base << " (" << fmt(s["median_ms"]) << " ms), plan "
-         << fmt(s["plan_mib"], 2) << " MiB\n";
-  for (const auto& q : quality)
-    if (q["precision"] != o.base)
-      md << "- " << q["precision"].get<std::string>() << " quality vs fp32: "
-         << (detection ? "detection agreement " + fmt(q["detection_agreement"], 3) : "top-1 agreement " + fmt(q["top1_agreement"], 3))
-         << ", worst " << (detection ? "logits " : "") << "cosine " << fmt(q["min_cosine"], 5) << "\n";
-  md << "\n## Recipe and calibration\n\n" << result["recipe"].get<std::string>() << "; calibration on the first "
-     << o.calib_images << " images of `" << o.calib << "`" << (o.calib_method.empty() ? "" : " (" + o.calib_method + ")")
-     << ". Each bundle's provenance.json holds the recipe, the quantized layers, the exclusions and every scale.\n\n"
-     << "## Method\n\nEngine time of one call (`kiln bench`'s region: CUDA one CUDA-graph replay between two events, the "
-        "stream synchronized after each; CPU wall clock), the inputs already in place, after one untimed call that plans "
-        "the batch size. "
-     << o.rounds << " rounds; in each round every variant of the opt level runs once, in turn (interleaved), so drift "
-                    "hits all alike; median and min over rounds. Tactics timed per variant (no shared tactic cache).\n\n"
-     << "## Speed\n\n| precision | opt level | batch | median ms | min ms | × " << o.base
-     << " | kernels per call | plan MiB |\n|---|---|---|---|---|---|---|---|\n";
-  for (const auto& s : speed)
-    md << "| " << s["precision"].get<std::string>() << " | " << s["opt_level"] << " | " << s["batch"] << " | "
-       << fmt(s["median_ms"]) << " | " << fmt(s["min_ms"]) << " | " << fmt(s["speedup_over_" + o.base].get<double>(), 3)
-       << " | " << s["kernels_per_call"] << " | " << fmt(s["plan_mib"], 2) << " |\n";
-  md << "\n## Quality against kiln's fp32 engine (" << files.size() << " images of `"
-     << (o.images.empty() ? o.calib : o.images) << "`)\n\n"
-     << (detection ? "Detection agreement: the share of images whose detections at score 0.3 match fp32's (same count, "
-                     "each matched by class with IoU >= 0.5 and |score diff| <= 0.05); cosine and diff of the raw logits.\n\n"
-                   : "")
-     << "| precision | " << (detection ? "detection agreement" : "top-1 agreement")
-     << " | worst cosine | max abs diff / max abs ref | non-finite outputs on stress inputs |\n|---|---|---|---|---|\n";
-  for (const auto& q : quality) {
-    md << "| " << q["precision"].get<std::string>() << " | " << fmt(q[detection ? "detection_agreement" : "top1_agreement"], 3) << " | "
-       << fmt(q["min_cosine"], 6) << " | " << fmt(q["max_diff_rel"], 5) << " | ";
-    bool first = true;
-    for (const auto& [name, n] : q["nonfinite_outputs"].items()) md << (first ? "" : ", ") << name << " " << n, first = false;
-    md << " |\n";
-  }
-  if (!o.accuracy.empty()) {
-    md << "\n## Accuracy against labels (" << labelled.items.size() << " images of `" << o.accuracy
-       << "`)\n\n| precision | top-1 accuracy | points vs fp32 |\n|---|---|---|\n| fp32 | " << fmt(ref_accuracy, 4)
-       << " | 0 |\n";
-    for (const auto& q : quality)
-      md << "| " << q["precision"].get<std::string>() << " | " << fmt(q["accuracy"], 4) << " | "
-         << fmt(100 * (q["accuracy"].get<double>() - ref_accuracy), 2) << " |\n";
-  }
-  // Per layer group: ms and steps (kernels, or fused groups) for each precision.
-  md << "\n## Where the time goes (opt level " << o.opt_levels.back() << ", batch " << o.batches.front()
-     << "; layers run one by one, so the sum exceeds the engine time)\n\n| group |";
-  std::vector<std::string> order;  // the groups in the base precision's execution order, then any others
-  for (const auto& [p, prof] : profiles)
-    for (const auto& g : prof["groups"])
-      if (std::find(order.begin(), order.end(), g["group"].get<std::string>()) == order.end()) order.push_back(g["group"]);
-  for (const auto& [p, prof] : profiles) md << " " << p << " ms (steps) |";
-  md << "\n|---|";
-  for (size_t i = 0; i < profiles.size(); ++i) md << "---|";
-  md << "\n";
-  for (const std::string& g : order) {
-    md << "| " << g << " |";
-    for (const auto& [p, prof] : profiles) {
-      double ms = 0;
-      int steps = 0;
-      for (const auto& x : prof["groups"])
-        if (x["group"] == g) ms += x["ms"].get<double>(), steps += x["steps"].get<int>();
-      md << " " << fmt(ms) << " (" << steps << ") |";
-    }
-    md << "\n";
-  }
-  md << "\n## Not in this report yet\n\n"
-     << (detection ? "mAP per variant (run `kiln eval BUNDLE --coco FILE --images DIR` on the bundles in `" + work.string() +
-                         "`); the RT-DETR v2 part table.\n"
-                   : o.accuracy.empty() ? "Accuracy against labels (`--accuracy DIR`).\n" : "Nothing listed.\n");
-  write_text(dir / "REPORT.md", md.str());
+  write_text(dir / "REPORT.md", render_report(result));
   write_text(dir / "study.json", result.dump(1) + "\n");
   if (o.json) std::cout << result.dump(2) << "\n";
   else std::cout << "wrote " << (dir / "REPORT.md").string() << " and " << (dir / "study.json").string() << "\n";
@@ -485,8 +586,10 @@ void add_study(CLI::App& app) {
   study->require_subcommand(1);
   auto o = std::make_shared<StudyOptions>();
   auto* sub = study->add_subcommand("quant", "FP8/INT8 against 16 bits: speed, plan size, quality, a Markdown report");
-  sub->add_option("model", o->model, "Checkpoint directory (as kiln build takes it)")->required();
-  sub->add_option("--calib", o->calib, "Calibration images (.jpg/.png); also the quality images unless --images")->required();
+  sub->add_option("model", o->model, "Checkpoint directory (as kiln build takes it)");
+  sub->add_option("--calib", o->calib, "Calibration images (.jpg/.png); also the quality images unless --images");
+  sub->add_option("--report-from", o->report_from,
+                  "Only re-render REPORT.md beside this study.json (nothing is built or timed; the numbers are that run's)");
   sub->add_option("--images", o->images, "Images for the quality check (default: --calib's)");
   sub->add_option("--accuracy", o->accuracy, "ImageFolder (class folders named by the bundle's labels): top-1 accuracy per variant");
   sub->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -503,6 +606,9 @@ void add_study(CLI::App& app) {
   sub->add_flag("--json", o->json, "Print study.json");
   sub->add_flag("--quiet", o->quiet, "No progress lines");
   sub->callback([o] {
+    if (!o->report_from.empty()) return report_from(o->report_from, o->out);
+    if (o->model.empty()) fail_usage("study quant needs a MODEL directory (or --report-from study.json)");
+    if (o->calib.empty()) fail_usage("study quant needs --calib DIR");
     auto join = [](const auto& v) {
       std::string s;
       for (const auto& x : v) {
