@@ -50,6 +50,10 @@ void add_top_k_cases(std::vector<OpCase>& out) {
       // RT-DETR's query selection: 300 of 8400 anchors, and the same with mostly ties.
       {"rtdetr_8400_k300_b1", {1, 8400}, -1, 300, 1},
       {"ties_8400_k300_smallest_b3", {3, 8400}, 1, 300, 0, 1.f, 1.06f},
+      // k = 1 (CUDA: one warp per row): RT-DETR's best class per anchor, long rows and inner strides with ties.
+      {"rtdetr_class_max_8400x80_k1_b1", {1, 8400, 80}, -1, 1, 1},
+      {"ties_k1_long_rows_b3", {3, 2, 1000}, -1, 1, 1, 1.f, 1.06f},
+      {"ties_k1_smallest_inner_b3", {3, 100, 3}, 1, 1, 0, 1.f, 1.06f},
   };
   for (DType dt : kCaseTypes)
     for (const TopKSpec& s : specs) {

@@ -21,7 +21,8 @@ r=$(mktemp -d)
 tar -C "$work" -xJf .gpu/payload.tar.xz
 export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 kiln=$work/bin/kiln
-py() { env -u LD_LIBRARY_PATH python3 "$@"; }  # PyTorch brings its own cuDNN
+pyc=(env -u LD_LIBRARY_PATH python3)  # PyTorch brings its own cuDNN
+py() { "${pyc[@]}" "$@"; }
 start=$(date +%s)
 left() { echo $(( secs - ($(date +%s) - start) )); }
 bounded() {  # SECONDS NAME COMMAND...: at most SECONDS (and never past the call's bound)
@@ -36,30 +37,36 @@ bounded() {  # SECONDS NAME COMMAND...: at most SECONDS (and never past the call
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$r/gpu.txt" 2>&1
 $kiln version >> "$r/gpu.txt" 2>&1
 
+# KILN_SPEED_PARTS chooses the parts (default "task rtdetr peers").
+parts=" ${KILN_SPEED_PARTS:-task rtdetr peers} "
+part() { [[ "$parts" == *" $1 "* ]]; }
+
 # 1. the classification task path
+if part task; then
 res50=$study/full/resnet50
 if [ ! -f "$res50/config.json" ]; then
   res50=$work/full/resnet50
-  bounded 90 fixture_resnet50 py tools/reference/make_fixtures.py --full-size "$work/full" --models resnet50
+  bounded 90 fixture_resnet50 "${pyc[@]}" tools/reference/make_fixtures.py --full-size "$work/full" --models resnet50
 fi
 bounded 200 task_speed bench/task_speed.sh "$kiln" "$res50" "$r/task_speed" 4096
+fi
 
 # 2. RT-DETR v2 r18vd: kiln, then PyTorch
 m=$study/rtdetr/r18vd
 if [ ! -f "$m/config.json" ]; then
   m=$work/r18vd
-  bounded 120 fixture_rtdetr py tools/reference/make_fixtures_rtdetr.py --full-size "$m"
+  bounded 120 fixture_rtdetr "${pyc[@]}" tools/reference/make_fixtures_rtdetr.py --full-size "$m"
 fi
-if bounded 150 rtdetr_build $kiln build "$m" -o "$work/rtdetr_fp16.bundle" --backend cuda --precision fp16 \
+if part rtdetr && bounded 150 rtdetr_build $kiln build "$m" -o "$work/rtdetr_fp16.bundle" --backend cuda --precision fp16 \
      --batch 1,8 --opt-level 3 --json; then
   bounded 60 rtdetr_bench_b1 sh -c "$kiln bench $work/rtdetr_fp16.bundle --batch 1 --iterations 200 --warmup 20 --json --profile 20 > $r/rtdetr_bench_b1.json"
   bounded 40 rtdetr_bench_b8 sh -c "$kiln bench $work/rtdetr_fp16.bundle --batch 8 --iterations 100 --warmup 10 --json > $r/rtdetr_bench_b8.json"
-  bounded 20 rtdetr_profile_check py tools/gpu/compare_rtdetr.py profile --bench "$r/rtdetr_bench_b1.json" \
+  bounded 20 rtdetr_profile_check "${pyc[@]}" tools/gpu/compare_rtdetr.py profile --bench "$r/rtdetr_bench_b1.json" \
     --label "r18vd fp16 b1 profile" --jsonl "$r/rtdetr.jsonl"
 fi
-bounded 200 rtdetr_peers_b1 py tools/reference/rtdetr_peer_bench.py --model-dir "$m" --batch 1 --rounds 100 \
+part peers && bounded 200 rtdetr_peers_b1 "${pyc[@]}" tools/reference/rtdetr_peer_bench.py --model-dir "$m" --batch 1 --rounds 100 \
   --warmup 20 --out "$r/rtdetr_peers_b1.json"
-bounded 120 rtdetr_peers_b8 py tools/reference/rtdetr_peer_bench.py --model-dir "$m" --batch 8 --rounds 50 \
+part peers && bounded 120 rtdetr_peers_b8 "${pyc[@]}" tools/reference/rtdetr_peer_bench.py --model-dir "$m" --batch 8 --rounds 50 \
   --warmup 10 --peers eager,compile_reduce_overhead --out "$r/rtdetr_peers_b8.json"
 
 . tools/gpu/strip_heavy.sh; strip_heavy "$r"

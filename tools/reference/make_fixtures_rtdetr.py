@@ -184,6 +184,14 @@ def build_case(cfg, hw, batch, seed, out_dir: Path, note=""):
         margin = selection_margins(model, x)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
+    # transformers 5.x saves one name of the tied heads (model.decoder.class_embed / bbox_embed and the
+    # top-level class_embed / bbox_embed are one module) and, reloading, ties the saved one to the
+    # missing one, freshly initialized (seen with 5.17: "class_embed.* MISSING", outputs changed by 8.8).
+    # Every state_dict name is written, as separate tensors, so the files alone reproduce the model;
+    # kiln reads model.decoder.* and accepts the top-level copies.
+    from safetensors.torch import save_file
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+              str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     # The image processor's config carries the input size the engine is built for.
     from transformers import RTDetrImageProcessor
     RTDetrImageProcessor(size={"height": h, "width": w}).save_pretrained(str(out_dir))
