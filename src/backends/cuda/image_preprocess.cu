@@ -1,6 +1,7 @@
 // GPU executor of a PreprocessPlan (image_preprocess.hpp). Our own kernels:
 // NPP and nvImageProcessing resize with their own filters and rounding, not
 // PIL's fixed-point tables, so none of them can give timm's exact pixels.
+#include <algorithm>
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -82,18 +83,38 @@ __global__ void crop_lut_kernel(const uint8_t* __restrict__ img, int w, int h, f
 
 dim3 grid_for(int width, int rows, int block) { return dim3((width + block - 1) / block, rows); }
 
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& v, cudaStream_t s) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  if (!v.empty()) KILN_CUDA_CHECK(cudaMemcpyAsync(b.get(), v.data(), b.size(), cudaMemcpyHostToDevice, s));
-  return b;
-}
-
 }  // namespace
 
+// Grow-only device buffers reused call after call, in the order a call asks
+// for them. A cudaMalloc/cudaFree for each table and intermediate image of
+// each call (the earlier form) cost most of the pre-processing time and
+// synchronized per image. Reuse needs no synchronisation: the next call's
+// uploads and kernels are queued on the same stream after the last call's
+// readers; only growing a buffer (freeing one a queued kernel may read) or a
+// change of stream waits for the previous call's work.
 struct GpuPreprocessor::Impl {
-  // Kept until the next call: the kernels of the last call may still read them.
-  std::vector<DeviceBuffer> keep;
+  std::vector<DeviceBuffer> slots;
+  size_t used = 0;
+  cudaStream_t last = nullptr;
+  bool any_call = false;
+
+  void begin(const std::vector<size_t>& sizes, cudaStream_t s) {
+    bool grow = sizes.size() > slots.size();
+    for (size_t i = 0; i < sizes.size() && !grow; ++i) grow = slots[i].size() < sizes[i];
+    if (any_call && (grow || s != last)) KILN_CUDA_CHECK(cudaStreamSynchronize(last));
+    if (slots.size() < sizes.size()) slots.resize(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (slots[i].size() < sizes[i]) slots[i] = DeviceBuffer(std::max<size_t>(sizes[i], 1));
+    used = 0, last = s, any_call = true;
+  }
+  void* take() { return slots.at(used++).get(); }
+  template <typename T>
+  const T* upload(const std::vector<T>& v, cudaStream_t s) {
+    void* p = take();
+    // From pageable memory: staged before cudaMemcpyAsync returns, so `v` may go.
+    if (!v.empty()) KILN_CUDA_CHECK(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+    return static_cast<const T*>(p);
+  }
 };
 
 GpuPreprocessor::GpuPreprocessor() : impl_(new Impl) {}
@@ -106,32 +127,38 @@ void GpuPreprocessor::run(const PreprocessPlan& plan, const uint8_t* rgb, float*
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const ResizePlan& r = plan.resize;
   if (r.in_w < 1 || r.in_h < 1 || plan.out_w < 1 || plan.out_h < 1) fail_input("GPU pre-processing: empty plan");
-  KILN_CUDA_CHECK(cudaStreamSynchronize(s));  // the previous call's buffers are about to be freed
-  std::vector<DeviceBuffer> keep;
-  constexpr int kBlock = 128;
-  const uint8_t* cur = rgb;
+  // The buffers this call takes, in order (Impl::take): each stage's tables, then its image.
+  std::vector<size_t> sizes;
   int cur_w = r.in_w, cur_h = r.in_h;
   if (r.nearest) {
-    keep.push_back(upload(r.nearest_x, s));
-    keep.push_back(upload(r.nearest_y, s));
-    keep.emplace_back(static_cast<size_t>(r.out_w) * r.out_h * 3);
-    auto* out = static_cast<uint8_t*>(keep.back().get());
-    nearest_kernel<<<grid_for(r.out_w, r.out_h, kBlock), kBlock, 0, s>>>(
-        cur, cur_w, out, r.out_w, r.out_h, static_cast<const int*>(keep[keep.size() - 3].get()),
-        static_cast<const int*>(keep[keep.size() - 2].get()));
+    sizes.insert(sizes.end(), {r.nearest_x.size() * sizeof(int), r.nearest_y.size() * sizeof(int),
+                               static_cast<size_t>(r.out_w) * r.out_h * 3});
+    cur_w = r.out_w, cur_h = r.out_h;
+  }
+  for (const ResamplePass& p : r.passes) {
+    if (p.in_w != cur_w || p.in_h != cur_h) fail_input("GPU pre-processing: a resampling pass does not fit its input");
+    sizes.insert(sizes.end(), {p.first.size() * sizeof(int), p.count.size() * sizeof(int), p.weights.size() * sizeof(int32_t),
+                               static_cast<size_t>(p.out_w) * p.out_h * 3});
+    cur_w = p.out_w, cur_h = p.out_h;
+  }
+  sizes.push_back(3 * 256 * sizeof(float));
+  impl_->begin(sizes, s);
+  constexpr int kBlock = 128;
+  const uint8_t* cur = rgb;
+  cur_w = r.in_w, cur_h = r.in_h;
+  if (r.nearest) {
+    const int* nx = impl_->upload(r.nearest_x, s);
+    const int* ny = impl_->upload(r.nearest_y, s);
+    auto* out = static_cast<uint8_t*>(impl_->take());
+    nearest_kernel<<<grid_for(r.out_w, r.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, out, r.out_w, r.out_h, nx, ny);
     KILN_CUDA_CHECK(cudaGetLastError());
     cur = out, cur_w = r.out_w, cur_h = r.out_h;
   }
   for (const ResamplePass& p : r.passes) {
-    if (p.in_w != cur_w || p.in_h != cur_h) fail_input("GPU pre-processing: a resampling pass does not fit its input");
-    keep.push_back(upload(p.first, s));
-    const int* first = static_cast<const int*>(keep.back().get());
-    keep.push_back(upload(p.count, s));
-    const int* count = static_cast<const int*>(keep.back().get());
-    keep.push_back(upload(p.weights, s));
-    const int32_t* w = static_cast<const int32_t*>(keep.back().get());
-    keep.emplace_back(static_cast<size_t>(p.out_w) * p.out_h * 3);
-    auto* out = static_cast<uint8_t*>(keep.back().get());
+    const int* first = impl_->upload(p.first, s);
+    const int* count = impl_->upload(p.count, s);
+    const int32_t* w = impl_->upload(p.weights, s);
+    auto* out = static_cast<uint8_t*>(impl_->take());
     if (p.horizontal)
       horizontal_kernel<<<grid_for(p.out_w, p.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, out, p.out_w, p.out_h,
                                                                               p.row_offset, p.ksize, first, count, w);
@@ -144,14 +171,11 @@ void GpuPreprocessor::run(const PreprocessPlan& plan, const uint8_t* rgb, float*
   std::vector<float> lut(3 * 256);
   for (int c = 0; c < 3; ++c)
     for (int v = 0; v < 256; ++v) lut[c * 256 + v] = plan.lut[c][v];
-  keep.push_back(upload(lut, s));
+  const float* lut_d = impl_->upload(lut, s);
   const uchar3 fill{plan.fill[0], plan.fill[1], plan.fill[2]};
-  crop_lut_kernel<<<grid_for(plan.out_w, plan.out_h, kBlock), kBlock, 0, s>>>(
-      cur, cur_w, cur_h, chw, plan.out_w, plan.out_h, plan.dx, plan.dy, fill, static_cast<const float*>(keep.back().get()));
+  crop_lut_kernel<<<grid_for(plan.out_w, plan.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, cur_h, chw, plan.out_w, plan.out_h,
+                                                                              plan.dx, plan.dy, fill, lut_d);
   KILN_CUDA_CHECK(cudaGetLastError());
-  // Host vectors above are uploaded asynchronously from pageable memory, which
-  // cudaMemcpyAsync copies before it returns; the device buffers stay alive here.
-  impl_->keep = std::move(keep);
 }
 
 }  // namespace kiln::cuda

@@ -22,8 +22,9 @@ class GpuPreprocessor {
   // Enqueues on `stream` (a cudaStream_t; null: the legacy default stream):
   // `rgb` is device (or pinned host) memory of plan.resize.in_h x in_w x 3
   // bytes, `chw` device memory of 3 x plan.out_h x plan.out_w floats. The
-  // tables and intermediate images live in this object until the next call;
-  // a call synchronizes only to upload tables (they are small).
+  // tables and intermediate images live in grow-only buffers of this object,
+  // reused by the next call on the same stream without waiting; a call waits
+  // for the previous one only when a buffer must grow or the stream changes.
   void run(const PreprocessPlan& plan, const uint8_t* rgb, float* chw, void* stream);
 
  private:
