@@ -22,8 +22,11 @@ void replace_uses(Graph& g, int from, int to);
 // True when value_id feeds exactly one node and is not a graph output, so the
 // producer may be rewritten in place without changing other readers.
 bool single_use(const Graph& g, int value_id);
-// True when two nodes compute in the same precision: both or neither carry
-// precision = "f32" (set_precision's f32 islands). Fusions join only such nodes.
+// A node of an f32 island (attribute precision = "f32"): set_precision keeps
+// it in f32 in 16-bit engines.
+bool keeps_f32(const Node& n);
+// True when two nodes compute in the same precision: both or neither are
+// f32-island nodes. Fusions join only such nodes.
 bool same_precision(const Node& a, const Node& b);
 
 // Match-and-rewrite driver shared by the passes: for each node i (in order)

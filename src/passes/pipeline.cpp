@@ -17,10 +17,9 @@ bool single_use(const Graph& g, int value_id) {
   return !g.is_graph_output(value_id) && g.consumers(value_id).size() == 1;
 }
 
-bool same_precision(const Node& a, const Node& b) {
-  const auto f32 = [](const Node& n) { return n.has_attr("precision") && n.attr_str("precision") == "f32"; };
-  return f32(a) == f32(b);
-}
+bool keeps_f32(const Node& n) { return n.has_attr("precision") && n.attr_str("precision") == "f32"; }
+
+bool same_precision(const Node& a, const Node& b) { return keeps_f32(a) == keeps_f32(b); }
 
 int rewrite_each(Graph& g, const std::function<bool(const Graph&, const Node&)>& matches,
                  const std::function<void(Graph&, size_t)>& rewrite) {

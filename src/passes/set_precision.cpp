@@ -17,7 +17,14 @@ namespace kiln {
 
 namespace {
 
-bool keeps_f32(const Node& n) { return n.has_attr("precision") && n.attr_str("precision") == "f32"; }
+// Island nodes reading `from` read `to` instead.
+void rewire_islands(Graph& g, int from, int to) {
+  for (auto& n : g.nodes)
+    if (keeps_f32(n))
+      for (int& in : n.inputs)
+        if (in == from) in = to;
+  g.invalidate_uses();
+}
 
 // The node reading `v` as dtype `to`: one Cast per (value, dtype), reused.
 int cast_of(Graph& g, int v, DType to, std::map<std::pair<int, DType>, int>& made, std::vector<Node>& out_nodes) {
@@ -56,12 +63,7 @@ int set_precision(Graph& g, DType dtype) {
       Value copy = g.values[v];
       copy.name += ".f32";
       g.values.push_back(std::move(copy));
-      const int nv = static_cast<int>(g.values.size()) - 1;
-      for (auto& n : g.nodes)
-        if (keeps_f32(n))
-          for (int& in : n.inputs)
-            if (in == static_cast<int>(v)) in = nv;
-      g.invalidate_uses();
+      rewire_islands(g, static_cast<int>(v), static_cast<int>(g.values.size()) - 1);
     }
     auto& val = g.values[v];
     val.constant = HostTensor::from_f32_as(dtype, val.shape, val.constant->to_f32());
@@ -109,12 +111,7 @@ int set_precision(Graph& g, DType dtype) {
     g.values.push_back(cast_out);
     int nv = static_cast<int>(g.values.size()) - 1;
     replace_uses(g, in, nv);
-    // Island nodes read the f32 input itself.
-    for (auto& n : g.nodes)
-      if (keeps_f32(n))
-        for (int& u : n.inputs)
-          if (u == nv) u = in;
-    g.invalidate_uses();
+    rewire_islands(g, nv, in);  // island nodes read the f32 input itself
     Node c;
     c.op = Op::Cast;
     c.name = g.values[in].name + ".cast";
