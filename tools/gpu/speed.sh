@@ -23,17 +23,7 @@ export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/
 kiln=$work/bin/kiln
 pyc=(env -u LD_LIBRARY_PATH python3)  # PyTorch brings its own cuDNN
 py() { "${pyc[@]}" "$@"; }
-start=$(date +%s)
-left() { echo $(( secs - ($(date +%s) - start) )); }
-bounded() {  # SECONDS NAME COMMAND...: at most SECONDS (and never past the call's bound)
-  local s=$1 name=$2; shift 2
-  local l; l=$(left); [ "$s" -le "$l" ] || s=$l
-  [ "$s" -gt 5 ] || { echo "$name: skipped (no time left)" >> "$r/summary.txt"; return 1; }
-  timeout "$s" "$@" > "$r/$name.log" 2>&1
-  local rc=$?
-  echo "$name: exit $rc$([ $rc = 124 ] && echo " (stopped at $s s)")" >> "$r/summary.txt"
-  return $rc
-}
+. tools/gpu/bounded.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$r/gpu.txt" 2>&1
 $kiln version >> "$r/gpu.txt" 2>&1
 

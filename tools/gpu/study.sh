@@ -24,17 +24,7 @@ r=$(mktemp -d)
 tar -C "$work" -xJf .gpu/payload.tar.xz
 export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 kiln=$work/bin/kiln
-start=$(date +%s)
-left() { echo $(( secs - ($(date +%s) - start) )); }
-bounded() {  # SECONDS NAME COMMAND...: at most SECONDS (and never past the call's bound)
-  local s=$1 name=$2; shift 2
-  local l; l=$(left); [ "$s" -le "$l" ] || s=$l
-  [ "$s" -gt 5 ] || { echo "$name: skipped (no time left)" >> "$r/summary.txt"; return; }
-  timeout "$s" "$@" > "$r/$name.log" 2>&1
-  local rc=$?
-  [ $rc = 124 ] && rc="124 (stopped at $s s)"
-  echo "$name: exit $rc" >> "$r/summary.txt"
-}
+. tools/gpu/bounded.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$r/gpu.txt" 2>&1
 $kiln version >> "$r/gpu.txt" 2>&1
 calib=$work/calib; mkdir -p "$calib"
