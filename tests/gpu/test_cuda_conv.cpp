@@ -239,6 +239,77 @@ TEST(CudaConv, CapturedGraphMatchesDirectRun) {
   cudaStreamDestroy(s);
 }
 
+TEST(CudaConv, EngineTagsParseAsTheFrontendWritesThem) {
+  auto t = parse_engine_tag("eng12_k2=3_k13=1");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->engine, 12);
+  ASSERT_EQ(t->knobs.size(), 2u);
+  EXPECT_EQ(t->knobs[0], (std::pair<int64_t, int64_t>{2, 3}));
+  EXPECT_EQ(t->knobs[1], (std::pair<int64_t, int64_t>{13, 1}));
+  t = parse_engine_tag("eng0");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->engine, 0);
+  EXPECT_TRUE(t->knobs.empty());
+  t = parse_engine_tag("eng7_k5=-1");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->knobs.at(0), (std::pair<int64_t, int64_t>{5, -1}));
+  // kiln's own tactics, truncated and hostile strings: no replay (the heuristics query decides).
+  for (const char* bad : {"", "eng", "engx", "eng-1", "eng12_", "eng12_k", "eng12_k2", "eng12_k2=", "eng12_k2=3_",
+                          "eng12_k2=3x", "eng12_k9999=1", "eng12_k2=3_k2=4", "eng1234567890123456789", "eng12 k2=3",
+                          "depthwise", "window_nt2_w4", "Eng12", "eng12_k2=--1", "eng12_k2=3\n"})
+    EXPECT_FALSE(parse_engine_tag(bad).has_value()) << bad;
+}
+
+// A bundle's load builds each conv's recorded tactic by engine id and knobs,
+// without the heuristics query: the same plan (name, outputs) as the build
+// picked, one candidate. A tag that cannot replay falls back to the query.
+TEST(CudaConv, RecordedTacticReplaysWithoutTheHeuristicsQuery) {
+  KILN_REQUIRE_GPU();
+  for (DType t : {DType::F16, DType::F32}) {
+    for (ConvDesc d : {make(2, 64, 17, 13, 64, 3, 1, 1, 1, true, true, Activation::Relu),
+                       make(1, 32, 9, 11, 48, 1, 2, 0, 1, true, false, Activation::None)}) {
+      d.dtype = t;
+      std::mt19937 rng(11);
+      const size_t es = dtype_size(t), nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * d.r * d.s,
+                   ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
+      DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
+      upload(dx, random_vec(nx, 1.f, rng, t), t);
+      upload(dw, random_vec(nw, 0.05f, rng, t), t);
+      upload(db, random_vec(d.k, 0.5f, rng, t), t);
+      upload(dr, random_vec(ny, 1.f, rng, t), t);
+      auto run = [&](const ConvOp& op) {
+        DevBuf ws(op.workspace_bytes());
+        KILN_CUDA_CHECK(cudaMemset(dy.ptr(), 0xff, ny * es));
+        op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), d.has_residual ? dr.ptr() : nullptr, dy.ptr(), ws.ptr(), nullptr);
+        KILN_CUDA_CHECK(cudaDeviceSynchronize());
+        return download(dy, ny, t);
+      };
+      ConvOp queried(handle(), d);
+      ASSERT_GT(queried.tactic_count(), 1) << "the test wants several candidates to replay";
+      const std::string heuristic = queried.tactic_name(queried.selected());
+      int replayed = 0;
+      for (int i = 0; i < queried.tactic_count() && replayed < 3; ++i) {
+        if (!queried.try_select(i)) continue;
+        const std::string name = queried.tactic_name(i);
+        const auto expect = run(queried);
+        ConvOp replay(handle(), d, name);
+        EXPECT_EQ(replay.tactic_count(), 1) << name << " went through the heuristics query";
+        EXPECT_EQ(replay.tactic_name(replay.selected()), name);
+        EXPECT_EQ(replay.epilogue_fused(), queried.epilogue_fused()) << name;
+        EXPECT_EQ(run(replay), expect) << name;
+        ++replayed;
+      }
+      EXPECT_GT(replayed, 0);
+      // A recorded name that is no engine config of this graph: the query runs.
+      for (const char* other : {"eng999999_k2=1", "not_a_tag"}) {
+        ConvOp fallback(handle(), d, other);
+        EXPECT_EQ(fallback.tactic_count(), queried.tactic_count()) << other;
+        EXPECT_EQ(fallback.tactic_name(fallback.selected()), heuristic) << other;
+      }
+    }
+  }
+}
+
 // Channel windows (Res2Net on the CUDA backend): x is channels [xo, xo+c) of
 // a buffer with `xw` channels per pixel, y goes to [yo, yo+k) of one with `yw`.
 // Every tactic that builds for the strided form must match the CPU reference

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -187,11 +188,19 @@ def build_case(cfg, hw, batch, seed, out_dir: Path, note=""):
     # transformers 5.x saves one name of the tied heads (model.decoder.class_embed / bbox_embed and the
     # top-level class_embed / bbox_embed are one module) and, reloading, ties the saved one to the
     # missing one, freshly initialized (seen with 5.17: "class_embed.* MISSING", outputs changed by 8.8).
-    # Every state_dict name is written, as separate tensors, so the files alone reproduce the model;
-    # kiln reads model.decoder.* and accepts the top-level copies.
-    from safetensors.torch import save_file
-    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
-              str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    # save_pretrained's file keeps the Hub's names (5.x renames some modules inside, e.g. the decoder
+    # layers' MLP, and maps them back on save), so the missing top-level copies are added to it rather
+    # than writing state_dict() names (which lost layers.N.fc1 on the H200 with 5.17). kiln reads
+    # model.decoder.* and accepts the top-level copies. The reload below proves the files alone suffice.
+    from safetensors.torch import load_file, save_file
+    st = out_dir / "model.safetensors"
+    saved = load_file(str(st))
+    sd = model.state_dict()
+    extra = {k: v.detach().clone().contiguous() for k, v in sd.items()
+             if k not in saved and re.match(r"(model\.decoder\.)?(class_embed|bbox_embed)\.", k)}
+    if extra:
+        saved.update(extra)
+        save_file(saved, str(st), metadata={"format": "pt"})
     # The image processor's config carries the input size the engine is built for.
     from transformers import RTDetrImageProcessor
     RTDetrImageProcessor(size={"height": h, "width": w}).save_pretrained(str(out_dir))

@@ -104,10 +104,21 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const Value& ov = g.values[out];
   const DType dt = ov.dtype;
   const ConvDesc d = conv_desc(g, n, L.m.opts.allow_tf32, L.stride_or_0(in0), L.stride_or_0(out));
-  std::unique_ptr<ConvOp> owned =
-      L.f.view_convs.count(ni) ? std::move(L.f.view_convs.at(ni)) : std::make_unique<ConvOp>(L.m.cudnn.h, d, L.m.recorded_tactic(L.batch, n.name));
-  ConvOp* op = owned.get();
-  L.p.convs.push_back(std::move(owned));
+  const std::string recorded = L.m.recorded_tactic(L.batch, n.name);
+  ConvOp* op = nullptr;
+  if (L.f.view_convs.count(ni)) {
+    op = L.p.convs.emplace_back(std::move(L.f.view_convs.at(ni))).get();
+  } else if (!recorded.empty()) {
+    // Loading: layers of one shape with one recorded tactic share one cuDNN
+    // plan (a plan holds no tensor addresses; each step passes its own), so
+    // resnet50's repeated blocks build 53 -> ~30 plans. Building, each layer
+    // keeps its own op: its tactics are timed and selected one layer at a time.
+    ConvOp*& shared = L.p.shared_convs[conv_signature(d).str() + " | " + recorded];
+    if (!shared) shared = L.p.convs.emplace_back(std::make_unique<ConvOp>(L.m.cudnn.h, d, recorded)).get();
+    op = shared;
+  } else {
+    op = L.p.convs.emplace_back(std::make_unique<ConvOp>(L.m.cudnn.h, d)).get();
+  }
   const void* w = L.weight(n.inputs[1]);
   const void* b = d.has_bias ? L.weight(n.inputs[2]) : nullptr;
   const int res = d.has_residual ? n.inputs[3] : -1;

@@ -56,6 +56,8 @@ struct CudaEngine::Program {
   std::vector<BlockWindows> block_windows;
   std::vector<LayerSignature> block_signatures;
   std::vector<std::unique_ptr<ConvOp>> convs;
+  // Loading only: layer signature + recorded tactic -> the one op those layers share (conv.cpp).
+  std::map<std::string, ConvOp*> shared_convs;
   std::vector<std::unique_ptr<LinearOp>> linears;
   std::vector<std::unique_ptr<MatMulOp>> matmuls;
   std::vector<std::unique_ptr<Fp8GemmOp>> fp8_gemms;  // quantized linears and 1x1 convs (quant.cpp)

@@ -127,6 +127,7 @@ struct ConvOp::Impl {
   // Builds the operation graph and its candidate list; false (with last_error)
   // when cuDNN rejects the pattern or offers no usable engine config.
   bool make_graph(cudnnHandle_t h, bool fuse);
+  bool make_graph_once(cudnnHandle_t h, bool fuse);
   // fp8_epi's pointwise chain after the conv's f32 sum (uploads epi_scalars).
   std::shared_ptr<fe::graph::Tensor_attributes> fp8_epilogue_chain(fe::graph::Graph& gr,
                                                                    std::shared_ptr<fe::graph::Tensor_attributes> cur);
@@ -135,9 +136,24 @@ struct ConvOp::Impl {
   bool select_first();
   bool build(int i);
   std::string prefer;  // the tactic to build first (ConvOp's constructor)
+  // Replay `prefer` by engine id and knobs instead of the heuristics query
+  // (a bundle's load); make_graph retries with the query when the replay
+  // does not give a plan that builds.
+  bool replay = false;
 };
 
 bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
+  if (!replay) return make_graph_once(h, fuse);
+  if (make_graph_once(h, fuse)) return true;
+  // The recorded config did not replay on this graph (or did not build): the
+  // full heuristics query decides, as when no tactic is recorded.
+  replay = false;
+  const bool ok = make_graph_once(h, fuse);
+  replay = true;
+  return ok;
+}
+
+bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse) {
   namespace g = fe::graph;
   if (d.fp8_epi.on && (fuse || !fp8_one)) {
     // The bare-conv retry would write raw sums where the layer's outputs belong.
@@ -224,8 +240,24 @@ bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
     const PhaseTimer timer(&phase_counters().cudnn_graph);
     if (!check(gr->validate(), "validate")) return false;
     if (!check(gr->build_operation_graph(h), "build_operation_graph")) return false;
-    if (!check(gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans"))
+    const std::optional<EngineTag> tag = replay ? parse_engine_tag(prefer) : std::nullopt;
+    if (tag) {
+      // Loading: the bundle names the engine config, so build just that one
+      // (the heuristics query costs ~10-20 ms per graph). Anything short of a
+      // built plan with the recorded tag falls back to the full query (make_graph).
+      std::unordered_map<fe::KnobType_t, int64_t> knobs;
+      for (const auto& [type, choice] : tag->knobs)
+        knobs[fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(type))] = choice;
+      auto e = gr->create_execution_plan(tag->engine, knobs);
+      std::string name;
+      if (e.is_bad() || gr->get_execution_plan_count() != 1 || gr->get_plan_name_at_index(0, name).is_bad() ||
+          name != prefer) {
+        last_error = "replay of " + prefer + " failed";
+        return false;
+      }
+    } else if (!check(gr->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans")) {
       return false;
+    }
   }
 
   // f32 must stay f32: engines noted TENSOR_CORE run TF32 and DOWN_CONVERT
@@ -345,6 +377,7 @@ bool ConvOp::Impl::build(int i) {
 
 ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d, const std::string& prefer) : impl_(std::make_unique<Impl>()) {
   impl_->prefer = prefer;
+  impl_->replay = !prefer.empty();
   if (d.groups < 1 || d.c % d.groups != 0 || d.k % d.groups != 0)
     fail_runtime("cuda conv: channels ", d.c, "->", d.k, " not divisible by groups ", d.groups);
   if (d.out_h() < 1 || d.out_w() < 1) fail_runtime("cuda conv: empty output");
@@ -485,6 +518,34 @@ std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, i
           out[((static_cast<size_t>(ko) * r + y) * s + x) * c_per_group + ci] =
               w[((static_cast<size_t>(ko) * c_per_group + ci) * r + y) * s + x];
   return out;
+}
+
+std::optional<EngineTag> parse_engine_tag(const std::string& tag) {
+  if (tag.rfind("eng", 0) != 0) return std::nullopt;
+  size_t pos = 3;
+  auto number = [&](int64_t& v) {  // at most 18 digits: no overflow
+    const size_t start = pos;
+    int64_t x = 0;
+    while (pos < tag.size() && tag[pos] >= '0' && tag[pos] <= '9' && pos - start < 18) x = x * 10 + (tag[pos++] - '0');
+    v = x;
+    return pos > start && (pos == tag.size() || tag[pos] < '0' || tag[pos] > '9');
+  };
+  EngineTag t;
+  if (!number(t.engine)) return std::nullopt;
+  while (pos < tag.size()) {
+    int64_t type = 0, choice = 0;
+    if (tag.compare(pos, 2, "_k") != 0) return std::nullopt;
+    pos += 2;
+    if (!number(type) || type >= CUDNN_KNOB_TYPE_COUNTS) return std::nullopt;
+    if (pos >= tag.size() || tag[pos++] != '=') return std::nullopt;
+    const bool negative = pos < tag.size() && tag[pos] == '-';  // knob choices may be -1
+    if (negative) ++pos;
+    if (!number(choice)) return std::nullopt;
+    for (const auto& k : t.knobs)
+      if (k.first == type) return std::nullopt;
+    t.knobs.emplace_back(type, negative ? -choice : choice);
+  }
+  return t;
 }
 
 }  // namespace kiln::cuda

@@ -17,6 +17,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <cstdint>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -73,7 +76,10 @@ class ConvOp {
   // Builds the fused operation graph (or the conv-only one when nothing fuses),
   // queries heuristics A + fallback and builds the first plan that builds,
   // or, when `prefer` names a candidate that builds (a bundle's recorded
-  // tactic), that plan alone and selects it.
+  // tactic), that plan alone and selects it. A `prefer` in cuDNN's tag form
+  // ("eng12_k2=3_k13=1") is first replayed by engine id and knobs without the
+  // heuristics query (then tactic_count() is 1); when that gives no plan that
+  // builds, the query runs as without `prefer`.
   // Throws kiln::Error when not even the plain convolution is supported.
   ConvOp(cudnnHandle_t h, const ConvDesc& d, const std::string& prefer = "");
   ~ConvOp();
@@ -122,6 +128,15 @@ class ConvOp {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// An engine config's tag as cuDNN's frontend writes it: "eng<global index>"
+// then "_k<backend knob type>=<choice>" per knob ("eng12_k2=3_k13=1").
+struct EngineTag {
+  int64_t engine = -1;
+  std::vector<std::pair<int64_t, int64_t>> knobs;  // (cudnnBackendKnobType_t, choice), in the tag's order
+};
+// Null for anything else (a tactic of kiln's own, a truncated or hostile string).
+std::optional<EngineTag> parse_engine_tag(const std::string& tag);
 
 // PyTorch stores conv weights KCRS ([k][c/groups][r][s]); the NHWC engines want KRSC.
 std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, int s);
