@@ -21,7 +21,7 @@
 namespace kiln {
 
 class Bundle;
-struct ImageU8;
+struct RgbView;
 struct PreprocessPlan;
 
 struct CompileOptions {
@@ -78,7 +78,7 @@ class BackendContext {
   // uploads and pre-processing kernels. CPU backends pre-process on the host
   // (false: run_images is never called).
   virtual bool preprocesses_on_device() const { return false; }
-  virtual double run_images(const std::vector<const ImageU8*>& images, const std::vector<const PreprocessPlan*>& plans,
+  virtual double run_images(const std::vector<RgbView>& images, const std::vector<const PreprocessPlan*>& plans,
                             const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch);
 };
 

@@ -23,6 +23,15 @@ struct ImageU8 {
   std::vector<uint8_t> rgb;  // HWC, RGB, row-major, size 3*width*height
 };
 
+// Pixels someone else owns, laid out as ImageU8's (the GPU pre-processing
+// reads them where they are: no copy into an ImageU8 first).
+struct RgbView {
+  int width = 0, height = 0;
+  const uint8_t* rgb = nullptr;  // 3*width*height bytes
+  size_t bytes() const { return 3 * static_cast<size_t>(width) * static_cast<size_t>(height); }
+};
+inline RgbView view_of(const ImageU8& img) { return {img.width, img.height, img.rgb.data()}; }
+
 // Detects JPEG/PNG by magic bytes and returns RGB8 the way PIL's
 // Image.open(p).convert('RGB') would: grayscale replicated, palette expanded,
 // alpha dropped (not composited), 16-bit RGB/LA/RGBA reduced to the high byte,

@@ -74,7 +74,7 @@ bool preprocesses_on_device(ExecutionContext& ctx);
 // that the engine has one input of [N, 3, H, W] with each plan's H x W and N
 // within its largest batch (Error(Input) naming the input); `device_pre_ms`
 // receives the device time of the uploads and pre-processing.
-std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const ImageU8*>& images,
+std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>& images,
                                const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms = nullptr);
 
 // Kernels (CPU: nodes) launched by one engine call.

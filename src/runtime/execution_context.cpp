@@ -165,7 +165,7 @@ std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<T
 
 bool preprocesses_on_device(ExecutionContext& ctx) { return ctx.impl().backend->preprocesses_on_device(); }
 
-std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const ImageU8*>& images,
+std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>& images,
                                const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms) {
   ExecutionContext::Impl& c = ctx.impl();
   const Engine::Impl& e = c.engine->impl();
@@ -179,9 +179,8 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const Im
     if (p.out_h != in.shape[2] || p.out_w != in.shape[3])
       fail_input("run_images: image ", k, " is pre-processed to ", p.out_w, "x", p.out_h, ", input '", in.name, "' takes ",
                  in.shape[3], "x", in.shape[2]);
-    if (p.resize.in_w != images[k]->width || p.resize.in_h != images[k]->height ||
-        images[k]->rgb.size() != 3ULL * images[k]->width * images[k]->height)
-      fail_input("run_images: image ", k, " (", images[k]->width, "x", images[k]->height, ") does not match its plan (",
+    if (p.resize.in_w != images[k].width || p.resize.in_h != images[k].height || !images[k].rgb)
+      fail_input("run_images: image ", k, " (", images[k].width, "x", images[k].height, ") does not match its plan (",
                  p.resize.in_w, "x", p.resize.in_h, ")");
   }
   Shape shape = in.shape;
@@ -190,7 +189,7 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const Im
   std::vector<TensorView> ordered;
   std::vector<std::vector<float>> widened;
   const int64_t batch =
-      bind_inputs(e, {{in.name, DType::F32, shape, images[0]->rgb.data(), MemoryKind::Device, 0}}, false, &ordered, &widened);
+      bind_inputs(e, {{in.name, DType::F32, shape, images[0].rgb, MemoryKind::Device, 0}}, false, &ordered, &widened);
   std::vector<MutableTensorView> out;
   std::vector<Tensor> result = host_outputs(e, batch, &out);
   if (c.backend->preprocesses_on_device()) {
@@ -201,7 +200,8 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<const Im
     std::vector<float> pixels;
     pixels.reserve(static_cast<size_t>(shape_numel(shape)));
     for (size_t k = 0; k < images.size(); ++k) {
-      const std::vector<float> chw = run_preprocess_plan(*images[k], *plans[k]);
+      const ImageU8 copy{images[k].width, images[k].height, std::vector<uint8_t>(images[k].rgb, images[k].rgb + images[k].bytes())};
+      const std::vector<float> chw = run_preprocess_plan(copy, *plans[k]);
       pixels.insert(pixels.end(), chw.begin(), chw.end());
     }
     c.backend->run({{in.name, DType::F32, shape, pixels.data(), MemoryKind::Host, pixels.size() * sizeof(float)}}, out, batch,

@@ -11,12 +11,15 @@
 
 namespace kiln {
 
-// Device path: the decoded image and its plan (pixels empty). Host path: the
+// Device path: the decoded image (or a caller's pixels, `borrowed`, for the
+// call that made it) and its plan (pixels empty). Host path: the
 // pre-processed CHW floats (image dropped once used).
 struct PreparedImage {
   ImageU8 image;
+  RgbView borrowed;
   PreprocessPlan plan;
   std::vector<float> pixels;
+  RgbView view() const { return borrowed.rgb ? borrowed : view_of(image); }
 };
 
 struct Classifier::Impl {
@@ -118,11 +121,11 @@ std::vector<Classification> Classifier::run_prepared(const std::vector<const Pre
     }
     return run_batch(std::move(pixels), n, top_k);
   }
-  std::vector<const ImageU8*> imgs;
+  std::vector<RgbView> imgs;
   std::vector<const PreprocessPlan*> plans;
   for (const PreparedImage* im : images) {
-    if (im->image.rgb.empty()) fail_usage("classify_prepared: an image prepared by a classifier that pre-processes on the host");
-    imgs.push_back(&im->image);
+    if (!im->view().rgb) fail_usage("classify_prepared: an image prepared by a classifier that pre-processes on the host");
+    imgs.push_back(im->view());
     plans.push_back(&im->plan);
   }
   const auto t0 = Clock::now();
@@ -228,6 +231,16 @@ Classification Classifier::classify_file(const std::string& path, int top_k) { r
 
 Classification Classifier::classify_rgb(int width, int height, const uint8_t* rgb, int top_k) {
   if (width <= 0 || height <= 0 || !rgb) fail_input("classify_rgb: empty image");
+  if (impl_->on_device) {
+    // The GPU path reads the caller's pixels in place (into its pinned staging): no copy here.
+    const auto t0 = Clock::now();
+    PreparedImage prepared;
+    prepared.plan = plan_timm_preprocess(width, height, impl_->pre);
+    prepared.borrowed = {width, height, rgb};
+    TaskTimings t;
+    t.preprocess_ms = ms_since(t0);
+    return run_prepared({&prepared}, top_k, t)[0];
+  }
   ImageU8 img{width, height, std::vector<uint8_t>(rgb, rgb + 3LL * width * height)};
   TaskTimings t;
   const auto prepared = prepare(std::move(img), t);

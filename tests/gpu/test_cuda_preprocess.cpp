@@ -110,6 +110,11 @@ TEST(CudaPreprocess, ClassifierOnTheGpuEqualsTheHostPath) {
   for (const auto& p : photos) prepared.push_back(clf.prepare_file(p));
   const auto again = clf.classify_prepared(prepared, 5);
   for (size_t k = 0; k < photos.size(); ++k) EXPECT_EQ(again[k].logits, want[k].logits) << photos[k];
+  // From a caller's decoded pixels (read in place, no copy): the same logits.
+  for (size_t k = 0; k < photos.size(); ++k) {
+    const ImageU8 img = decode_image(photos[k]);
+    EXPECT_EQ(clf.classify_rgb(img.width, img.height, img.rgb.data(), 5).logits, want[k].logits) << photos[k];
+  }
   fs::remove_all(dir);
 }
 

@@ -97,14 +97,14 @@ TEST(RunImages, HostPathEqualsTheEngineOnThePlansFloatsAndChecksItsInputs) {
   const ImageU8 a = decode_image(kDigits / "heldout" / "0" / "0020.png");
   const ImageU8 c = decode_image(kDigits / "heldout" / "7" / "0094.png");
   const PreprocessPlan pa = plan_timm_preprocess(a.width, a.height, pre), pc = plan_timm_preprocess(c.width, c.height, pre);
-  const auto got = run_images(*ctx, {&a, &c}, {&pa, &pc});
+  const auto got = run_images(*ctx, {view_of(a), view_of(c)}, {&pa, &pc});
   std::vector<float> px = run_preprocess_plan(a, pa);
   const std::vector<float> pxc = run_preprocess_plan(c, pc);
   px.insert(px.end(), pxc.begin(), pxc.end());
   const auto want = ctx->run({{rt.input, {2, 3, pre.height, pre.width}, px}});
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(got[0].data, want[0].data);
-  auto error_of = [&](const std::vector<const ImageU8*>& imgs, const std::vector<const PreprocessPlan*>& plans) {
+  auto error_of = [&](const std::vector<RgbView>& imgs, const std::vector<const PreprocessPlan*>& plans) {
     try {
       run_images(*ctx, imgs, plans);
     } catch (const Error& e) {
@@ -113,12 +113,12 @@ TEST(RunImages, HostPathEqualsTheEngineOnThePlansFloatsAndChecksItsInputs) {
     return std::string("no error");
   };
   const ImageU8 odd{a.width + 3, a.height, std::vector<uint8_t>(3ULL * (a.width + 3) * a.height, 7)};
-  EXPECT_NE(error_of({&odd}, {&pa}).find("does not match its plan"), std::string::npos);  // another size's plan
+  EXPECT_NE(error_of({view_of(odd)}, {&pa}).find("does not match its plan"), std::string::npos);  // another size's plan
   TimmPreprocess bigger = pre;
   bigger.height += 8;
   const PreprocessPlan wrong = plan_timm_preprocess(a.width, a.height, bigger);
-  EXPECT_NE(error_of({&a}, {&wrong}).find("takes"), std::string::npos) << error_of({&a}, {&wrong});
-  EXPECT_NE(error_of({&a, &c}, {&pa}).find("2 images, 1 plans"), std::string::npos);
+  EXPECT_NE(error_of({view_of(a)}, {&wrong}).find("takes"), std::string::npos) << error_of({view_of(a)}, {&wrong});
+  EXPECT_NE(error_of({view_of(a), view_of(c)}, {&pa}).find("2 images, 1 plans"), std::string::npos);
   EXPECT_NE(error_of({}, {}).find("0 images"), std::string::npos);
 }
 

@@ -2,6 +2,7 @@
 // NPP and nvImageProcessing resize with their own filters and rounding, not
 // PIL's fixed-point tables, so none of them can give timm's exact pixels.
 #include <algorithm>
+#include <cstring>
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -83,20 +84,53 @@ __global__ void crop_lut_kernel(const uint8_t* __restrict__ img, int w, int h, f
 
 dim3 grid_for(int width, int rows, int block) { return dim3((width + block - 1) / block, rows); }
 
+// Calls f(data, bytes) for each table of `plan` in the fixed order the
+// kernels read them: nearest indices, each pass's first/count/weights, the
+// float table. write_tables and run walk the same order.
+template <typename F>
+void for_each_table(const PreprocessPlan& plan, F f) {
+  const ResizePlan& r = plan.resize;
+  auto vec = [&](const auto& v) { f(static_cast<const void*>(v.data()), v.size() * sizeof(v[0])); };
+  if (r.nearest) vec(r.nearest_x), vec(r.nearest_y);
+  for (const ResamplePass& p : r.passes) vec(p.first), vec(p.count), vec(p.weights);
+  static_assert(sizeof(plan.lut) == 3 * 256 * sizeof(float), "the float table is 3 x 256 contiguous floats");
+  f(static_cast<const void*>(plan.lut[0].data()), sizeof(plan.lut));
+}
+
+constexpr size_t kTableAlign = 16;
+size_t align_table(size_t n) { return (n + kTableAlign - 1) / kTableAlign * kTableAlign; }
+
 }  // namespace
 
+size_t GpuPreprocessor::table_bytes(const PreprocessPlan& plan) {
+  size_t n = 0;
+  for_each_table(plan, [&](const void*, size_t bytes) { n += align_table(bytes); });
+  return n;
+}
+
+void GpuPreprocessor::write_tables(const PreprocessPlan& plan, void* host) {
+  char* at = static_cast<char*>(host);
+  for_each_table(plan, [&](const void* data, size_t bytes) {
+    if (bytes) std::memcpy(at, data, bytes);
+    at += align_table(bytes);
+  });
+}
+
 // Grow-only device buffers reused call after call, in the order a call asks
-// for them. A cudaMalloc/cudaFree for each table and intermediate image of
-// each call (the earlier form) cost most of the pre-processing time and
-// synchronized per image. Reuse needs no synchronisation: the next call's
-// uploads and kernels are queued on the same stream after the last call's
-// readers; only growing a buffer (freeing one a queued kernel may read) or a
-// change of stream waits for the previous call's work.
+// for them: the intermediate images (and, when the caller staged no tables,
+// one buffer for them). A cudaMalloc/cudaFree for each table and image of
+// each call (the first form) cost most of the pre-processing time and
+// synchronized per image; one upload per table (the second) cost a host API
+// call each. Reuse needs no synchronisation: the next call's uploads and
+// kernels are queued on the same stream after the last call's readers; only
+// growing a buffer (freeing one a queued kernel may read) or a change of
+// stream waits for the previous call's work.
 struct GpuPreprocessor::Impl {
   std::vector<DeviceBuffer> slots;
   size_t used = 0;
   cudaStream_t last = nullptr;
   bool any_call = false;
+  std::vector<char> host_tables;  // the unstaged path's tables before their upload
 
   void begin(const std::vector<size_t>& sizes, cudaStream_t s) {
     bool grow = sizes.size() > slots.size();
@@ -108,13 +142,6 @@ struct GpuPreprocessor::Impl {
     used = 0, last = s, any_call = true;
   }
   void* take() { return slots.at(used++).get(); }
-  template <typename T>
-  const T* upload(const std::vector<T>& v, cudaStream_t s) {
-    void* p = take();
-    // From pageable memory: staged before cudaMemcpyAsync returns, so `v` may go.
-    if (!v.empty()) KILN_CUDA_CHECK(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-    return static_cast<const T*>(p);
-  }
 };
 
 GpuPreprocessor::GpuPreprocessor() : impl_(new Impl) {}
@@ -123,41 +150,53 @@ GpuPreprocessor::~GpuPreprocessor() {
   delete impl_;
 }
 
-void GpuPreprocessor::run(const PreprocessPlan& plan, const uint8_t* rgb, float* chw, void* stream) {
+void GpuPreprocessor::run(const PreprocessPlan& plan, const uint8_t* rgb, float* chw, void* stream, const void* tables) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const ResizePlan& r = plan.resize;
   if (r.in_w < 1 || r.in_h < 1 || plan.out_w < 1 || plan.out_h < 1) fail_input("GPU pre-processing: empty plan");
-  // The buffers this call takes, in order (Impl::take): each stage's tables, then its image.
+  // The buffers this call takes, in order (Impl::take): the tables when not staged, then each stage's image.
   std::vector<size_t> sizes;
+  if (!tables) sizes.push_back(table_bytes(plan));
   int cur_w = r.in_w, cur_h = r.in_h;
   if (r.nearest) {
-    sizes.insert(sizes.end(), {r.nearest_x.size() * sizeof(int), r.nearest_y.size() * sizeof(int),
-                               static_cast<size_t>(r.out_w) * r.out_h * 3});
+    sizes.push_back(static_cast<size_t>(r.out_w) * r.out_h * 3);
     cur_w = r.out_w, cur_h = r.out_h;
   }
   for (const ResamplePass& p : r.passes) {
     if (p.in_w != cur_w || p.in_h != cur_h) fail_input("GPU pre-processing: a resampling pass does not fit its input");
-    sizes.insert(sizes.end(), {p.first.size() * sizeof(int), p.count.size() * sizeof(int), p.weights.size() * sizeof(int32_t),
-                               static_cast<size_t>(p.out_w) * p.out_h * 3});
+    sizes.push_back(static_cast<size_t>(p.out_w) * p.out_h * 3);
     cur_w = p.out_w, cur_h = p.out_h;
   }
-  sizes.push_back(3 * 256 * sizeof(float));
   impl_->begin(sizes, s);
+  if (!tables) {
+    impl_->host_tables.resize(sizes[0]);
+    write_tables(plan, impl_->host_tables.data());
+    void* dev = impl_->take();
+    // From pageable memory: staged before cudaMemcpyAsync returns, so host_tables may change.
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dev, impl_->host_tables.data(), sizes[0], cudaMemcpyHostToDevice, s));
+    tables = dev;
+  }
+  // The device address of each table, in for_each_table's order.
+  std::vector<const char*> table;
+  const char* at = static_cast<const char*>(tables);
+  for_each_table(plan, [&](const void*, size_t bytes) { table.push_back(at), at += align_table(bytes); });
+  size_t ti = 0;
+  auto next_table = [&](auto* typed) { return reinterpret_cast<decltype(typed)>(table.at(ti++)); };
   constexpr int kBlock = 128;
   const uint8_t* cur = rgb;
   cur_w = r.in_w, cur_h = r.in_h;
   if (r.nearest) {
-    const int* nx = impl_->upload(r.nearest_x, s);
-    const int* ny = impl_->upload(r.nearest_y, s);
+    const int* nx = next_table(static_cast<const int*>(nullptr));
+    const int* ny = next_table(static_cast<const int*>(nullptr));
     auto* out = static_cast<uint8_t*>(impl_->take());
     nearest_kernel<<<grid_for(r.out_w, r.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, out, r.out_w, r.out_h, nx, ny);
     KILN_CUDA_CHECK(cudaGetLastError());
     cur = out, cur_w = r.out_w, cur_h = r.out_h;
   }
   for (const ResamplePass& p : r.passes) {
-    const int* first = impl_->upload(p.first, s);
-    const int* count = impl_->upload(p.count, s);
-    const int32_t* w = impl_->upload(p.weights, s);
+    const int* first = next_table(static_cast<const int*>(nullptr));
+    const int* count = next_table(static_cast<const int*>(nullptr));
+    const int32_t* w = next_table(static_cast<const int32_t*>(nullptr));
     auto* out = static_cast<uint8_t*>(impl_->take());
     if (p.horizontal)
       horizontal_kernel<<<grid_for(p.out_w, p.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, out, p.out_w, p.out_h,
@@ -168,10 +207,7 @@ void GpuPreprocessor::run(const PreprocessPlan& plan, const uint8_t* rgb, float*
     KILN_CUDA_CHECK(cudaGetLastError());
     cur = out, cur_w = p.out_w, cur_h = p.out_h;
   }
-  std::vector<float> lut(3 * 256);
-  for (int c = 0; c < 3; ++c)
-    for (int v = 0; v < 256; ++v) lut[c * 256 + v] = plan.lut[c][v];
-  const float* lut_d = impl_->upload(lut, s);
+  const float* lut_d = next_table(static_cast<const float*>(nullptr));
   const uchar3 fill{plan.fill[0], plan.fill[1], plan.fill[2]};
   crop_lut_kernel<<<grid_for(plan.out_w, plan.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, cur_h, chw, plan.out_w, plan.out_h,
                                                                               plan.dx, plan.dy, fill, lut_d);

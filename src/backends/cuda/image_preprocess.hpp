@@ -7,6 +7,7 @@
 // the floats; so its output is bit for bit the CPU's run_preprocess_plan
 // (GPU test CudaPreprocess.BitIdenticalToTheCpuPlan).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "image/image.hpp"
@@ -25,7 +26,14 @@ class GpuPreprocessor {
   // tables and intermediate images live in grow-only buffers of this object,
   // reused by the next call on the same stream without waiting; a call waits
   // for the previous one only when a buffer must grow or the stream changes.
-  void run(const PreprocessPlan& plan, const uint8_t* rgb, float* chw, void* stream);
+  // `tables`: the device copy of write_tables' bytes for this plan (16-byte
+  // aligned; a caller staging a batch copies them up with its images in one
+  // transfer), or null: this call uploads them itself (one copy).
+  void run(const PreprocessPlan& plan, const uint8_t* rgb, float* chw, void* stream, const void* tables = nullptr);
+  // Bytes of the plan's tables (resampling indices and weights, the float
+  // table) as write_tables lays them out, and their layout at `host`.
+  static size_t table_bytes(const PreprocessPlan& plan);
+  static void write_tables(const PreprocessPlan& plan, void* host);
 
  private:
   struct Impl;
