@@ -1,7 +1,13 @@
 // Conv2d's CUDA lowering: cuDNN's fused conv (cudnn_conv.hpp), kiln's
 // depthwise kernel (depthwise.cu) and kiln's window conv (window_conv.cu), the
 // alternatives handed to the one tactic selector (tactics.hpp).
+#include <algorithm>
+#include <atomic>
+#include <set>
+#include <thread>
+
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/phase_counters.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
@@ -95,6 +101,70 @@ ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride,
   return d;
 }
 
+// The key lower_Conv2d shares a loaded conv's op under.
+std::string shared_conv_key(const ConvDesc& d, const std::string& tactic) { return conv_signature(d).str() + " | " + tactic; }
+
+void prebuild_recorded_convs(Lowering& L) {
+  struct Job {
+    ConvDesc d;
+    std::string key, tactic;
+    std::unique_ptr<ConvOp> op;
+  };
+  std::vector<Job> jobs;
+  std::set<std::string> seen;
+  for (size_t ni = 0; ni < L.g.nodes.size(); ++ni) {
+    const Node& n = L.g.nodes[ni];
+    if (n.op != Op::Conv2d || L.f.fused_away[ni] || L.f.wp.launches.count(ni) || L.f.view_convs.count(ni) ||
+        L.f.se.mlp_at.count(ni) || (!L.f.reference.empty() && L.f.reference[ni]) || is_quantized_layer(L.g, n))
+      continue;
+    std::string tactic = L.m.recorded_tactic(L.batch, n.name);
+    if (!parse_engine_tag(tactic)) continue;  // kiln's own kernel, or nothing recorded
+    const ConvDesc d = conv_desc(L.g, n, L.m.opts.allow_tf32, L.stride_or_0(n.inputs[0]), L.stride_or_0(n.outputs[0]));
+    std::string key = shared_conv_key(d, tactic);
+    if (seen.insert(key).second) jobs.push_back({d, std::move(key), std::move(tactic), nullptr});
+  }
+  if (jobs.empty()) return;
+  // Plan builds are host work (runtime-compiled engines compile kernels
+  // here): ~10-15 ms per conv on the H200's host, so resnet50 took ~0.7 s
+  // for one batch size on one thread. cuDNN allows concurrent calls on
+  // different handles; each worker has its own, kept with the program (an
+  // op graph refers to the handle it was built with), and the ops run on
+  // the context's handle like every other op.
+  const size_t workers = std::min<size_t>(jobs.size(), std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8));
+  std::atomic<size_t> next{0};
+  std::vector<PhaseCounters> counted(workers);
+  std::vector<std::unique_ptr<CudnnHandle>> handles(workers);
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  auto work = [&](size_t w) {
+    try {
+      KILN_CUDA_CHECK(cudaSetDevice(device));
+      handles[w] = std::make_unique<CudnnHandle>();
+    } catch (const Error&) {
+      return;  // no handle: lower_Conv2d builds these ops itself
+    }
+    const PhaseCounters before = phase_counters();
+    for (size_t j = next++; j < jobs.size(); j = next++) {
+      try {
+        jobs[j].op = std::make_unique<ConvOp>(handles[w]->h, jobs[j].d, jobs[j].tactic);
+      } catch (const Error&) {
+        // lower_Conv2d builds it again and reports the error naming the layer.
+      }
+    }
+    counted[w] = phase_counters() - before;
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+  work(0);
+  for (auto& t : threads) t.join();
+  // The workers' phase times join this thread's (summed over threads: they can exceed the wall time).
+  for (size_t w = 1; w < workers; ++w) phase_counters() += counted[w];
+  for (auto& h : handles)
+    if (h) L.p.build_handles.push_back(std::move(h));
+  for (Job& j : jobs)
+    if (j.op) L.p.shared_convs[j.key] = L.p.convs.emplace_back(std::move(j.op)).get();
+}
+
 void lower_Conv2d(Lowering& L, size_t ni) {
   if (is_quantized_layer(L.g, L.g.nodes[ni])) return lower_quantized_conv(L, ni);
   if (L.f.wp.launches.count(ni)) return lower_window_conv(L, ni);
@@ -113,7 +183,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
     // plan (a plan holds no tensor addresses; each step passes its own), so
     // resnet50's repeated blocks build 53 -> ~30 plans. Building, each layer
     // keeps its own op: its tactics are timed and selected one layer at a time.
-    ConvOp*& shared = L.p.shared_convs[conv_signature(d).str() + " | " + recorded];
+    ConvOp*& shared = L.p.shared_convs[shared_conv_key(d, recorded)];
     if (!shared) shared = L.p.convs.emplace_back(std::make_unique<ConvOp>(L.m.cudnn.h, d, recorded)).get();
     op = shared;
   } else {

@@ -300,6 +300,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t bat
   TacticSelector tactics(recorded_layers(batch), &tuned, opts.tune && opts.opt_level >= 3, max_candidates(opts.opt_level));
   Lowering L{*this, *p, g, batch, f, tactics, ValuePtr{p.get()}, ""};
   lower_engine_inputs(L);
+  if (plan && !opts.tune) prebuild_recorded_convs(L);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (opts.tune && opts.progress) opts.progress(static_cast<int64_t>(ni), static_cast<int64_t>(g.nodes.size()));
     lower_node(L, ni);

@@ -55,6 +55,9 @@ struct CudaEngine::Program {
   std::vector<ViewBlock> blocks;
   std::vector<BlockWindows> block_windows;
   std::vector<LayerSignature> block_signatures;
+  // Handles the load's worker threads built cuDNN op graphs with
+  // (prebuild_recorded_convs): declared before convs, so they outlive them.
+  std::vector<std::unique_ptr<CudnnHandle>> build_handles;
   std::vector<std::unique_ptr<ConvOp>> convs;
   // Loading only: layer signature + recorded tactic -> the one op those layers share (conv.cpp).
   std::map<std::string, ConvOp*> shared_convs;

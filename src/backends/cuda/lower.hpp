@@ -185,6 +185,11 @@ void lower_window_conv(Lowering& L, size_t lead); // a window-conv launch (conv.
 
 // The cuDNN description of Conv2d node n (pixel strides 0: dense), conv.cpp.
 ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride, int y_stride);
+// Loading: builds the cuDNN plans of the convs whose recorded tactic is a
+// cuDNN engine config on worker threads, one op per layer signature and
+// tactic, into p.shared_convs (lower_Conv2d takes them from there). A conv
+// whose op does not build here is left to lower_Conv2d, which reports it.
+void prebuild_recorded_convs(Lowering& L);
 
 // 8-bit quantization (quant.cpp): FP8 quantize/dequantize and quantized
 // conv2d/linear; why node n of that kind cannot run on CUDA (INT8, grouped
