@@ -124,6 +124,23 @@ inline DeformAttnDims deform_attn_dims(const Graph& g, const Node& n) {
   return d;
 }
 
+// attention's extents (checked by the shape rule): q [n, lq, heads * d],
+// k [n, lk, heads * d], v [n, lk, heads * dv].
+struct AttentionDims {
+  int64_t n = 1, lq = 1, lk = 1, heads = 1, d = 1, dv = 1;
+  double scale = 1.0;
+};
+inline AttentionDims attention_dims(const Graph& g, const Node& n) {
+  const Shape& q = g.values.at(n.inputs.at(0)).shape;
+  const Shape& k = g.values.at(n.inputs.at(1)).shape;
+  const Shape& v = g.values.at(n.inputs.at(2)).shape;
+  AttentionDims a;
+  a.heads = n.attr_int("heads");
+  a.n = q.at(0), a.lq = q.at(1), a.lk = k.at(1), a.d = q.at(2) / a.heads, a.dv = v.at(2) / a.heads;
+  a.scale = n.attr_float("scale", 1.0);
+  return a;
+}
+
 // upsample_nearest's integer factors (checked by the shape rule).
 struct UpsampleAttrs {
   int64_t sh = 1, sw = 1;

@@ -334,6 +334,31 @@ Shape infer_gather(const Graph& g, const Node& n) {
 // ms_deform_attn: value [N,S,H,D], ref [N,Q,4], offsets [N,Q,H,P,2], logits
 // [N,Q,H,P] -> [N,Q,H*D]; S must be the sum of the levels' h*w and P the sum of
 // the points, so a checkpoint whose config disagrees with its tensors is named.
+Shape infer_attention(const Graph& g, const Node& n) {
+  const Value& q = input(g, n, 0);
+  const Value& k = input(g, n, 1);
+  const Value& v = input(g, n, 2);
+  expect_same_dtype(g, n);
+  if (!dtype_is_float(q.dtype)) fail_input(n.name, ": attention takes float tokens, '", q.name, "' is ", dtype_name(q.dtype));
+  expect_rank(n, q, 3);
+  expect_rank(n, k, 3);
+  expect_rank(n, v, 3);
+  if (!n.has_attr("heads")) fail_input(n.name, ": attention needs attribute 'heads'");
+  const int64_t heads = n.attr_int("heads");
+  if (heads < 1 || heads > 4096) fail_input(n.name, ": attribute 'heads' ", heads, " (must be 1..4096)");
+  if (k.shape[0] != q.shape[0] || v.shape[0] != q.shape[0] || v.shape[1] != k.shape[1])
+    fail_input(n.name, ": q ", shape_str(q.shape), ", k ", shape_str(k.shape), ", v ", shape_str(v.shape),
+               " (want q [N, Lq, H*D], k [N, Lk, H*D], v [N, Lk, H*Dv])");
+  if (q.shape[2] % heads != 0 || v.shape[2] % heads != 0 || k.shape[2] != q.shape[2])
+    fail_input(n.name, ": q '", q.name, "' ", shape_str(q.shape), ", k '", k.name, "' ", shape_str(k.shape), " and v '", v.name,
+               "' ", shape_str(v.shape), " do not split into ", heads, " heads of one width");
+  if (q.shape[1] < 1 || k.shape[1] < 1 || q.shape[2] < 1 || v.shape[2] < 1)
+    fail_input(n.name, ": attention over an empty axis (q ", shape_str(q.shape), ", k ", shape_str(k.shape), ")");
+  const double scale = n.attr_float("scale", 1.0);
+  if (!std::isfinite(scale)) fail_input(n.name, ": attribute 'scale' must be finite, got ", scale);
+  return {q.shape[0], q.shape[1], v.shape[2]};
+}
+
 Shape infer_ms_deform_attn(const Graph& g, const Node& n) {
   const Value& v = input(g, n, 0);
   const Value& r = input(g, n, 1);
@@ -468,6 +493,7 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
     case Op::UpsampleNearest: one.shape = infer_upsample_nearest(g, n); break;
     case Op::Gather: one.shape = infer_gather(g, n); break;
     case Op::MsDeformAttn: one.shape = infer_ms_deform_attn(g, n); break;
+    case Op::Attention: one.shape = infer_attention(g, n); break;
     case Op::InverseSigmoid:
       eps_attr(n, 1e-5);
       one.shape = x.shape;

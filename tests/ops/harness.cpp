@@ -208,6 +208,7 @@ const std::vector<OpCase>& all_cases() {
     add_matmul_cases(v);
     add_layout_cases(v);
     add_deform_cases(v);
+    add_attention_cases(v);
     add_quant_cases(v);
     std::set<std::string> names;
     for (const OpCase& c : v)

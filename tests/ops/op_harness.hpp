@@ -112,6 +112,7 @@ void add_norm_cases(std::vector<OpCase>& out);    // layer_norm, softmax (cases_
 void add_matmul_cases(std::vector<OpCase>& out);  // matmul (cases_matmul.cpp)
 void add_layout_cases(std::vector<OpCase>& out);  // transpose, reshape, upsample_nearest, gather (cases_layout.cpp)
 void add_deform_cases(std::vector<OpCase>& out);  // ms_deform_attn (cases_deform.cpp)
+void add_attention_cases(std::vector<OpCase>& out);  // attention (cases_attention.cpp)
 void add_quant_cases(std::vector<OpCase>& out);   // quantize, dequantize, quantized conv2d/linear (cases_quant.cpp)
 
 inline const DType kCaseTypes[] = {DType::F32, DType::F16, DType::BF16};

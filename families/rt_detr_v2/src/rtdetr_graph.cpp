@@ -120,26 +120,13 @@ int Ctx::batch_constant(const std::string& name, const HostTensor& c) {
 // scaled weights instead of torch's scaling of the scores.
 int self_attention(Ctx& c, const std::string& p, int x, int qk_in, int64_t heads) {
   const Shape xs = c.shape(x);  // [B, L, C]
-  const int64_t L = xs[1], C = xs[2], hd = C / heads;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  auto scaled = [&](const std::string& t) {
-    std::vector<float> v = c.b.graph().values[c.b.weight(t)].constant->to_f32();
-    for (float& f : v) f *= scale;
-    return c.g().add_constant(t + ".scaled", HostTensor::from_f32(c.b.shape_of(t), v));
-  };
-  const int q = c.node(Op::Linear, p + ".q_proj", {qk_in, scaled(p + ".q_proj.weight"), scaled(p + ".q_proj.bias")});
+  const int64_t hd = xs[2] / heads;
+  // transformers scales the projected queries by head_dim^-0.5; the attention op applies it to the scores.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const int q = c.b.linear(p + ".q_proj", qk_in);
   const int k = c.b.linear(p + ".k_proj", qk_in);
   const int v = c.b.linear(p + ".v_proj", x);
-  auto split = [&](const std::string& n, int t, std::vector<int64_t> perm) {
-    return c.transpose(n + ".heads", c.reshape(n + ".split", t, {-1, L, heads, hd}), std::move(perm));
-  };
-  const int qh = split(p + ".q", q, {0, 2, 1, 3});  // [B, H, L, hd]
-  const int kt = split(p + ".k", k, {0, 2, 3, 1});  // [B, H, hd, L]
-  const int vh = split(p + ".v", v, {0, 2, 1, 3});
-  const int scores = c.node(Op::MatMul, p + ".scores", {qh, kt});
-  const int probs = c.node(Op::Softmax, p + ".softmax", {scores}, {{"axis", int64_t{-1}}});
-  int o = c.node(Op::MatMul, p + ".context", {probs, vh});
-  o = c.reshape(p + ".merge", c.transpose(p + ".merge_heads", o, {0, 2, 1, 3}), {-1, L, C});
+  const int o = c.node(Op::Attention, p + ".attention", {q, k, v}, {{"heads", heads}, {"scale", scale}});
   return c.b.linear(p + ".out_proj", o);
 }
 

@@ -232,6 +232,12 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       ms_deform_attn(pr, in(0), in(1), in(2), in(3), out, pool);
       break;
     }
+    case Op::Attention: {
+      const AttentionDims d = attention_dims(g, n);
+      const AttentionParams pr{d.n, d.lq, d.lk, d.heads, d.d, d.dv, static_cast<float>(d.scale)};
+      attention(pr, in(0), in(1), in(2), out, pool);
+      break;
+    }
     case Op::InverseSigmoid:
       inverse_sigmoid(count, in(0), static_cast<float>(n.attr_float("eps", 1e-5)), out);
       break;

@@ -133,6 +133,14 @@ struct DeformAttnParams {
 };
 void ms_deform_attn(const DeformAttnParams& pr, const float* value, const float* ref, const float* off,
                     const float* logits, float* y, ThreadPool& pool);
+// Multi-head attention (ops.def `attention`): q [n, lq, heads * d], k [n, lk,
+// heads * d], v [n, lk, heads * dv] -> y [n, lq, heads * dv]; per head
+// softmax(scale * q_h k_h^T) v_h, f32 throughout (attention.cpp).
+struct AttentionParams {
+  int64_t n = 1, lq = 1, lk = 1, heads = 1, d = 1, dv = 1;
+  float scale = 1.f;
+};
+void attention(const AttentionParams& p, const float* q, const float* k, const float* v, float* y, ThreadPool& pool);
 // The 8-bit ops (quant.cpp; docs/quantization.md "CPU emulation"). 8-bit
 // buffers hold code values in code units. Scales per tensor (one) or per
 // channel: element i takes scales[(i / inner) % scales.size()].

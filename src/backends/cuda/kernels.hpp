@@ -264,4 +264,21 @@ struct DeformAttnShape {
 void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
                     const DeformAttnShape& s, cudaStream_t stream);
 
+// attention (attention.cu): q [n, lq, heads * d], k [n, lk, heads * d], v
+// [n, lk, heads * dv] -> y [n, lq, heads * dv], row-major in dt; per head
+// softmax(scale * q_h k_h^T) v_h with f32 scores, softmax and sums, one
+// rounding of y. One block per (image, head, 16 queries); k and v of the
+// head in shared memory when they fit (attention_kv_in_shared), else read
+// from global memory; beyond attention_fits (a warp's scores of one query
+// row in shared memory) the lowering refuses the node.
+struct AttentionShape {
+  int64_t n = 1;
+  int lq = 1, lk = 1, heads = 1, d = 1, dv = 1;
+  float scale = 1.f;
+};
+inline constexpr size_t kMaxAttentionSmem = 200 * 1024;
+bool attention_kv_in_shared(const AttentionShape& s);
+bool attention_fits(const AttentionShape& s);
+void attention(const void* q, const void* k, const void* v, void* y, DType dt, const AttentionShape& s, cudaStream_t stream);
+
 }  // namespace kiln::cuda

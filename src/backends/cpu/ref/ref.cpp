@@ -59,6 +59,7 @@ std::vector<Buffer> run_reference(const Graph& g, const Node& n, const std::vect
     case Op::Gather: ys.push_back(gather(a)); break;
     case Op::InverseSigmoid: ys.push_back(inverse_sigmoid(a)); break;
     case Op::MsDeformAttn: ys.push_back(ms_deform_attn(a)); break;
+    case Op::Attention: ys.push_back(attention(a)); break;
     case Op::Quantize: ys.push_back(quantize(a)); break;
     case Op::Dequantize: ys.push_back(dequantize(a)); break;
     default: fail_runtime(n.name, ": the reference has no implementation of op ", static_cast<int>(n.op));

@@ -67,5 +67,6 @@ Buffer inverse_sigmoid(const OpArgs& a);  // elementwise.cpp
 Buffer ms_deform_attn(const OpArgs& a);   // ms_deform_attn.cpp
 Buffer quantize(const OpArgs& a);         // quant.cpp (quantized conv2d/linear: conv2d.cpp, linear.cpp)
 Buffer dequantize(const OpArgs& a);       // quant.cpp
+Buffer attention(const OpArgs& a);        // attention.cpp
 
 }  // namespace kiln::ref

@@ -1,0 +1,37 @@
+// attention's CUDA lowering: one fused kernel per node (attention.cu). Its
+// operands are 3-D token tensors, stored row-major, read and written in
+// place (RowMajorIo relayouts nothing for them).
+#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/lower.hpp"
+#include "core/error.hpp"
+#include "ir/attrs.hpp"
+
+namespace kiln::cuda {
+
+void lower_Attention(Lowering& L, size_t ni) {
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  const AttentionDims d = attention_dims(g, n);
+  const DType dt = g.values[n.outputs[0]].dtype;
+  for (int v : n.inputs)
+    if (g.values[v].dtype != dt)
+      fail_input(n.name, ": CUDA attention takes every input in ", dtype_name(dt), ", '", g.values[v].name, "' is ",
+                 dtype_name(g.values[v].dtype));
+  AttentionShape s;
+  s.n = d.n, s.lq = as_int(d.lq), s.lk = as_int(d.lk), s.heads = as_int(d.heads), s.d = as_int(d.d), s.dv = as_int(d.dv);
+  s.scale = static_cast<float>(d.scale);
+  const int64_t big = int64_t{1} << 30;
+  if (d.n > 65535 || d.heads > 65535 || d.lq > big || d.lk > big || d.d > big || d.dv > big || !attention_fits(s))
+    fail_input(n.name, ": CUDA attention supports at most 65535 images and heads and keys of one query row in shared memory (",
+               d.lk, " keys, head width ", d.d, "); build with --backend cpu");
+  const RowMajorIo io(L, {n.inputs[0], n.inputs[1], n.inputs[2]}, {n.outputs[0]});
+  L.reserve_workspace(io.scratch_bytes());
+  L.step(io.kernel(attention_kv_in_shared(s) ? "kiln attention (k, v in shared memory)" : "kiln attention (k, v from L2)"),
+         [=](const Exec& x) {
+           io.load(x);
+           attention(io.in(x, 0), io.in(x, 1), io.in(x, 2), io.out(x, 0), dt, s, x.stream);
+           io.store(x);
+         });
+}
+
+}  // namespace kiln::cuda
