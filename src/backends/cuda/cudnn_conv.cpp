@@ -43,6 +43,33 @@ class NotedGraph : public fe::graph::Graph {
  public:
   const std::vector<fe::NumericalNote_t>& numeric_notes_at(int64_t i) const { return plans.numeric_notes.at(i); }
   const std::vector<fe::BehaviorNote_t>& behavior_notes_at(int64_t i) const { return plans.behavior_notes.at(i); }
+  // Graph::create_execution_plan with the knobs as the backend numbers them
+  // (an engine tag's "_k<type>"): the frontend's own KnobType_t has no word
+  // for some backend knobs (USE_TEX, LDGC ... map to NOT_SET), so a tag
+  // replayed through it loses them and names another config.
+  fe::error_t create_plan_backend_knobs(int64_t engine_id, const std::vector<std::pair<int64_t, int64_t>>& knobs) {
+    namespace d = fe::detail;
+    d::backend_descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    if (engine.get_status() != CUDNN_STATUS_SUCCESS)
+      return {fe::error_code_t::CUDNN_BACKEND_API_FAILED, "engine descriptor"};
+    if (auto e = d::create_engine(engine, engine_id, operation_graph->get_raw_desc(), device_properties); e.is_bad()) return e;
+    std::vector<d::backend_descriptor> choices;
+    for (const auto& [type, value] : knobs) {
+      d::backend_descriptor choice(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR);
+      const auto t = static_cast<cudnnBackendKnobType_t>(type);
+      const int64_t v = value;
+      if (choice.get_status() != CUDNN_STATUS_SUCCESS ||
+          d::set_attribute(choice.get_ptr(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &t) != CUDNN_STATUS_SUCCESS ||
+          d::set_attribute(choice.get_ptr(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &v) != CUDNN_STATUS_SUCCESS ||
+          d::finalize(choice.get_ptr()) != CUDNN_STATUS_SUCCESS)
+        return {fe::error_code_t::CUDNN_BACKEND_API_FAILED, "knob choice"};
+      choices.push_back(std::move(choice));
+    }
+    auto config = fe::make_shared_backend_pointer(static_cast<cudnnBackendDescriptorType_t>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    if (auto e = d::create_engine_config(config, engine, choices); e.is_bad()) return e;
+    plans.enqueue_engine_configs({config});
+    return plans.query_properties();
+  }
 };
 
 fe::DataType_t to_fe(DType t) {
@@ -245,10 +272,7 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse) {
       // Loading: the bundle names the engine config, so build just that one
       // (the heuristics query costs ~10-20 ms per graph). Anything short of a
       // built plan with the recorded tag falls back to the full query (make_graph).
-      std::unordered_map<fe::KnobType_t, int64_t> knobs;
-      for (const auto& [type, choice] : tag->knobs)
-        knobs[fe::convert_from_backend_knob_type(static_cast<cudnnBackendKnobType_t>(type))] = choice;
-      auto e = gr->create_execution_plan(tag->engine, knobs);
+      auto e = gr->create_plan_backend_knobs(tag->engine, tag->knobs);
       std::string name;
       if (e.is_bad() || gr->get_execution_plan_count() != 1 || gr->get_plan_name_at_index(0, name).is_bad() ||
           name != prefer) {
