@@ -115,9 +115,9 @@ int Ctx::batch_constant(const std::string& name, const HostTensor& c) {
 }
 
 // Multi-head self-attention as transformers' RTDetrV2SelfAttention: q, k from
-// qk_in, v from x; softmax(q k^T * head_dim^-0.5) v, out_proj. The scale
-// goes into q's projection (weights and bias, at build): one rounding of the
-// scaled weights instead of torch's scaling of the scores.
+// qk_in, v from x; softmax(q k^T * head_dim^-0.5) v, out_proj. The core is one
+// attention node (ops.def): heads split, scores, softmax and the weighted sum
+// in one op, read from and written to the [B, L, C] token layout.
 int self_attention(Ctx& c, const std::string& p, int x, int qk_in, int64_t heads) {
   const Shape xs = c.shape(x);  // [B, L, C]
   const int64_t hd = xs[2] / heads;

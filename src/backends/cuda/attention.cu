@@ -13,6 +13,7 @@
 // head fits one block's shared memory. When k and v do not fit, the same
 // kernel reads them from global memory (L2) instead.
 #include <cfloat>
+#include <cstdint>
 
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
@@ -43,13 +44,38 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
   const int64_t n = blockIdx.z, cq = int64_t(s.heads) * d, cv = int64_t(s.heads) * dv;
   const T* kh = k + n * lk * cq + int64_t(h) * d;  // row j, channel c: kh[j * cq + c]
   const T* vh = v + n * lk * cv + int64_t(h) * dv;
-  float* kt = smem;                          // kShared: [d][lk], k transposed (lane j reads kt[c * lk + j])
-  float* vs = kt + (kShared ? d * lk : 0);   // kShared: [lk][dv]
-  float* pw = vs + (kShared ? lk * dv : 0);  // [kWarps][lk]: each warp's scores, then exponentials
-  float* qw = pw + kWarps * lk;              // [kWarps][d]: each warp's query
+  // k transposed with an odd row stride: the lanes' reads kt[c * ldk + j]
+  // (j = lane + 32t) and the loader's writes (one c per thread) hit 32 banks.
+  const int ldk = lk | 1;
+  float* kt = smem;                           // kShared: [d][ldk]
+  float* vs = kt + (kShared ? d * ldk : 0);   // kShared: [lk][dv]
+  float* pw = vs + (kShared ? lk * dv : 0);   // [kWarps][lk]: each warp's scores, then exponentials
+  float* qw = pw + kWarps * lk;               // [kWarps][d]: each warp's query
   if (kShared) {
-    for (int i = threadIdx.x; i < lk * d; i += blockDim.x) kt[(i % d) * lk + i / d] = to_f32(kh[int64_t(i / d) * cq + i % d]);
-    for (int i = threadIdx.x; i < lk * dv; i += blockDim.x) vs[i] = to_f32(vh[int64_t(i / dv) * cv + i % dv]);
+    // 16-byte loads when rows allow (s.vec, checked by the launcher): the
+    // block's load of k and v is latency-bound, and 8 halves per load cut its
+    // round trips 8-fold.
+    constexpr int V = 16 / int(sizeof(T));
+    if (s.vec) {
+      const int dq = d / V, dvq = dv / V;
+      for (int i = threadIdx.x; i < lk * dq; i += blockDim.x) {
+        const int j = i / dq, c0 = (i % dq) * V;
+        float f[V];
+        dev::load_vec<T, V>(kh + int64_t(j) * cq + c0, f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) kt[(c0 + e) * ldk + j] = f[e];
+      }
+      for (int i = threadIdx.x; i < lk * dvq; i += blockDim.x) {
+        const int j = i / dvq, c0 = (i % dvq) * V;
+        float f[V];
+        dev::load_vec<T, V>(vh + int64_t(j) * cv + c0, f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) vs[j * dv + c0 + e] = f[e];
+      }
+    } else {
+      for (int i = threadIdx.x; i < lk * d; i += blockDim.x) kt[(i % d) * ldk + i / d] = to_f32(kh[int64_t(i / d) * cq + i % d]);
+      for (int i = threadIdx.x; i < lk * dv; i += blockDim.x) vs[i] = to_f32(vh[int64_t(i / dv) * cv + i % dv]);
+    }
     __syncthreads();
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -64,7 +90,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
     for (int j = lane; j < lk; j += 32) {
       float acc = 0.f;
       if (kShared)
-        for (int c = 0; c < d; ++c) acc += qq[c] * kt[c * lk + j];
+        for (int c = 0; c < d; ++c) acc += qq[c] * kt[c * ldk + j];
       else
         for (int c = 0; c < d; ++c) acc += qq[c] * to_f32(kh[int64_t(j) * cq + c]);
       acc *= s.scale;
@@ -95,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
 }
 
 size_t smem_bytes(const AttentionShape& s, bool shared_kv) {
-  return sizeof(float) * ((shared_kv ? size_t(s.lk) * (s.d + s.dv) : 0) + size_t(kWarps) * (s.lk + s.d));
+  return sizeof(float) * ((shared_kv ? size_t(s.lk | 1) * s.d + size_t(s.lk) * s.dv : 0) + size_t(kWarps) * (s.lk + s.d));
 }
 
 }  // namespace
@@ -103,20 +129,24 @@ size_t smem_bytes(const AttentionShape& s, bool shared_kv) {
 bool attention_kv_in_shared(const AttentionShape& s) { return smem_bytes(s, true) <= kMaxAttentionSmem; }
 bool attention_fits(const AttentionShape& s) { return smem_bytes(s, false) <= kMaxAttentionSmem; }
 
-void attention(const void* q, const void* k, const void* v, void* y, DType dt, const AttentionShape& s, cudaStream_t stream) {
+void attention(const void* q, const void* k, const void* v_, void* y, DType dt, const AttentionShape& s, cudaStream_t stream) {
   if (s.n <= 0) return;
   if (s.n > 65535 || s.heads > 65535 || s.lq < 1 || s.lk < 1 || s.d < 1 || s.dv < 1 || !attention_fits(s))
     fail_runtime("cuda attention: unsupported shape (n ", s.n, ", heads ", s.heads, ", lq ", s.lq, ", lk ", s.lk, ", d ", s.d,
                  ", dv ", s.dv, ")");
   const bool shared_kv = attention_kv_in_shared(s);
   const size_t smem = smem_bytes(s, shared_kv);
+  AttentionShape a = s;
   const dim3 grid((s.lq + kQueriesPerBlock - 1) / kQueriesPerBlock, s.heads, unsigned(s.n));
   detail::dispatch_float(dt, "attention", [&](auto t) {
     using T = decltype(t);
+    const int per16 = 16 / int(sizeof(T));
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    a.vec = s.d % per16 == 0 && s.dv % per16 == 0 && aligned(k) && aligned(v_);
     auto kernel = shared_kv ? attention_kernel<T, true> : attention_kernel<T, false>;
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     detail::launch("attention", kernel, grid, kWarps * 32, smem, stream, static_cast<const T*>(q), static_cast<const T*>(k),
-                   static_cast<const T*>(v), static_cast<T*>(y), s);
+                   static_cast<const T*>(v_), static_cast<T*>(y), a);
   });
 }
 

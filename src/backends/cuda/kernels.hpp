@@ -275,6 +275,7 @@ struct AttentionShape {
   int64_t n = 1;
   int lq = 1, lk = 1, heads = 1, d = 1, dv = 1;
   float scale = 1.f;
+  bool vec = false;  // set by attention(): k and v rows load as 16-byte vectors
 };
 inline constexpr size_t kMaxAttentionSmem = 200 * 1024;
 bool attention_kv_in_shared(const AttentionShape& s);
