@@ -12,11 +12,7 @@ void lower_Attention(Lowering& L, size_t ni) {
   const Graph& g = L.g;
   const Node& n = g.nodes[ni];
   const AttentionDims d = attention_dims(g, n);
-  const DType dt = g.values[n.outputs[0]].dtype;
-  for (int v : n.inputs)
-    if (g.values[v].dtype != dt)
-      fail_input(n.name, ": CUDA attention takes every input in ", dtype_name(dt), ", '", g.values[v].name, "' is ",
-                 dtype_name(g.values[v].dtype));
+  const DType dt = g.values[n.outputs[0]].dtype;  // q, k, v share it (the shape rule's expect_same_dtype)
   AttentionShape s;
   s.n = d.n, s.lq = as_int(d.lq), s.lk = as_int(d.lk), s.heads = as_int(d.heads), s.d = as_int(d.d), s.dv = as_int(d.dv);
   s.scale = static_cast<float>(d.scale);
