@@ -3,6 +3,7 @@
 // registration list); exactly one family must claim a checkpoint.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ struct FamilyBuild {
   std::string task;                 // "classification"
   nlohmann::json runtime;           // runtime.json contents
   std::vector<std::string> labels;  // may be empty
+  // Named layer groups an 8-bit recipe's "parts" may name beside the built-in
+  // ones (docs/quantization.md): part -> node-name globs. RT-DETR v2's linear
+  // groups, for instance; empty for most families.
+  std::map<std::string, std::vector<std::string>> quant_parts;
 };
 
 class Family {

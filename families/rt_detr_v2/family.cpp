@@ -197,6 +197,7 @@ class RtDetrV2 : public Family {
     rt.num_queries = static_cast<int>(cfg.num_queries);
     rt.preprocess = pre;
     out.runtime = to_json(rt);
+    out.quant_parts = rtdetr::quant_parts();
     if (s.config.contains("id2label") && s.config["id2label"].is_object()) {
       out.labels.resize(static_cast<size_t>(cfg.num_labels));
       for (const auto& [k, v] : s.config["id2label"].items()) {

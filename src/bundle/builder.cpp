@@ -150,11 +150,12 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   popts.log = o.log;
   // Channel rows padded as the backend's kernels want them (cuDNN NHWC: 16 bytes).
   if (const int64_t align = backend.channel_align_bytes()) popts.channel_align = align / static_cast<int64_t>(dtype_size(o.precision));
+  const quant::PartTable family_parts = fb.quant_parts;  // RT-DETR's linear groups, ...
   json quantization = nullptr;   // provenance.quantization
   json quant_scales = nullptr;   // the quant_scales.json section: every scale
   if (!o.quantize.empty())
     popts.quantize = [&](Graph& g) {
-      const quant::Selection sel = quant::select_quantized(g, recipe);
+      const quant::Selection sel = quant::select_quantized(g, recipe, family_parts);
       if (sel.quantized.empty())
         fail_usage("the recipe quantizes no layer of this model (every conv/linear is excluded: see docs/quantization.md "
                    "for the default exclusions and how to switch them off)");

@@ -454,6 +454,20 @@ TEST(CalibrateImages, DetectionBatchesAreTheDetectorsPreprocessing) {
   build_bundle(o, dir / "fp8.bundle");
   const nlohmann::json prov = nlohmann::json::parse(Bundle::open(dir / "fp8.bundle").section_text("provenance.json"));
   EXPECT_GT(prov.at("quantization").at("quantized").size(), 50u);
+  // The family's named parts reach the build: the study's default groups (AIFI and the
+  // deformable attention's value/output projections) and nothing else.
+  std::ofstream(dir / "recipe.json") << R"({"format": 1, "precision": "fp8", "parts": ["aifi", "decoder_value"]})";
+  o.recipe = (dir / "recipe.json").string();
+  build_bundle(o, dir / "fp8_parts.bundle");
+  const nlohmann::json parts_prov = nlohmann::json::parse(Bundle::open(dir / "fp8_parts.bundle").section_text("provenance.json"));
+  const auto& picked = parts_prov.at("quantization").at("quantized");
+  EXPECT_GE(picked.size(), 8u);  // 6 AIFI linears + 2 per decoder layer
+  for (const auto& q : picked) {
+    const std::string name = q.is_string() ? q.get<std::string>() : q.at("node").get<std::string>();
+    const bool aifi = name.rfind("model.encoder.encoder.", 0) == 0;
+    const bool value = name.find(".encoder_attn.value_proj") != std::string::npos || name.find(".encoder_attn.output_proj") != std::string::npos;
+    EXPECT_TRUE(aifi || value) << name << " is in neither part";
+  }
   EXPECT_NE(error_of([&] { quant::image_calibration_data(files, runtime, "segmentation"); }).find("'segmentation'"),
             std::string::npos);
 }

@@ -130,6 +130,26 @@ int self_attention(Ctx& c, const std::string& p, int x, int qk_in, int64_t heads
   return c.b.linear(p + ".out_proj", o);
 }
 
+std::map<std::string, std::vector<std::string>> quant_parts() {
+  // The study's seven groups (its counts for r18vd with 3 decoder layers in
+  // brackets; kiln's graph has what the forward pass computes: the box head
+  // of every layer, the class head of the last, the query position head per
+  // layer). The convs are the built-in prefix parts (model.backbone,
+  // model.encoder, ...). The per-image constants (batch_constant: a linear of
+  // the [B, 1, 1] ones, 1 input feature) are in no part.
+  return {
+      {"aifi", {"model.encoder.encoder.*.layers.*"}},                           // 6: q, k, v, out, fc1, fc2
+      {"decoder_self", {"model.decoder.layers.*.self_attn.*_proj"}},            // 12
+      {"decoder_value", {"model.decoder.layers.*.encoder_attn.value_proj",      // 6
+                         "model.decoder.layers.*.encoder_attn.output_proj"}},
+      {"decoder_sampling", {"model.decoder.layers.*.encoder_attn.sampling_offsets",  // 6
+                            "model.decoder.layers.*.encoder_attn.attention_weights"}},
+      {"decoder_ffn", {"model.decoder.layers.*.fc1", "model.decoder.layers.*.fc2"}},  // 6
+      {"query_select", {"model.enc_output.*", "model.enc_score_head", "model.enc_bbox_head.*"}},  // 4 (kiln: 5)
+      {"refine", {"model.decoder.layers.*.query_pos.*", "model.decoder.bbox_embed.*", "model.decoder.class_embed.*"}},  // 10
+  };
+}
+
 int layer_norm(Ctx& c, const std::string& p, int x) {
   return c.node(Op::LayerNorm, p, {x, c.b.weight(p + ".weight"), c.b.weight(p + ".bias")}, {{"eps", c.cfg.layer_norm_eps}});
 }

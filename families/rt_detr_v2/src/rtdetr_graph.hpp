@@ -2,6 +2,7 @@
 // the config it reads, and builders for the backbone, hybrid encoder, query
 // selection and decoder, each naming tensors as transformers saves them.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct Ctx {
   // The constant c (no batch axis) repeated over the batch: [B, c.shape...].
   int batch_constant(const std::string& name, const HostTensor& c);
 };
+
+// The linear groups of the published RT-DETR v2 FP8 study (FIELD-NOTES §4) as
+// recipe parts (quant::PartTable: part -> node-name globs of this graph).
+std::map<std::string, std::vector<std::string>> quant_parts();
 
 // Multi-head self-attention (q_proj, k_proj from qk_in; v_proj from x [B, L, C]; out_proj).
 int self_attention(Ctx& c, const std::string& prefix, int x, int qk_in, int64_t heads);

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "../../../tests/unit/family_test_util.hpp"
@@ -20,6 +22,8 @@
 #include "families/family.hpp"
 #include "kiln/kiln.hpp"
 #include "passes/pass.hpp"
+#include "quant/recipe.hpp"
+#include "../src/rtdetr_graph.hpp"
 
 namespace kiln {
 namespace {
@@ -177,6 +181,57 @@ TEST(RtDetrStructure, NodeCountsAfterPasses) {
     ASSERT_NE(g.find_node("model.decoder.layers.0.encoder_attn.core"), nullptr) << w.name;
     EXPECT_EQ(g.find_node("model.decoder.layers.0.encoder_attn.core")->attr_str("method"),
               std::string(w.name) == "discrete_1l" ? "discrete" : "default");
+  }
+}
+
+
+// The published RT-DETR v2 FP8 study's seven linear groups (FIELD-NOTES §4)
+// are recipe parts: each names exactly its linears of the graph kiln builds,
+// no linear is in two parts, and together they are every linear. (The
+// study's counts are for 3 decoder layers; bottleneck_2l has 2.)
+TEST(RtDetrQuantParts, NameTheStudysLinearGroups) {
+  const Graph g = optimized("bottleneck_2l");
+  const quant::PartTable parts = rtdetr::quant_parts();
+  const size_t layers = 2;
+  const std::map<std::string, size_t> want = {
+      {"aifi", 6},                        // q, k, v, out, fc1, fc2 of the one AIFI layer
+      {"decoder_self", 4 * layers},       // q, k, v, out
+      {"decoder_value", 2 * layers},      // value_proj, output_proj
+      {"decoder_sampling", 2 * layers},   // sampling_offsets, attention_weights
+      {"decoder_ffn", 2 * layers},        // fc1, fc2
+      {"query_select", 5},                // enc_output.0, enc_score_head, enc_bbox_head (3 layers)
+      {"refine", 5 * layers + 1},         // query_pos (2) and bbox_embed (3) per layer, the last layer's class head
+  };
+  ASSERT_EQ(parts.size(), want.size());
+  quant::Recipe r;
+  r.defaults = {false, false, false, 0};  // membership only: no default exclusion
+  std::set<int> seen;
+  for (const auto& [part, n] : want) {
+    r.parts = {part};
+    const quant::Selection sel = quant::select_quantized(g, r, parts);
+    EXPECT_EQ(sel.quantized.size(), n) << part;
+    for (int i : sel.quantized) {
+      EXPECT_EQ(g.nodes[i].op, Op::Linear) << part << ": " << g.nodes[i].name;
+      EXPECT_TRUE(seen.insert(i).second) << g.nodes[i].name << " is in two parts";
+    }
+  }
+  size_t linears = 0, candidates = 0;
+  for (const Node& n : g.nodes) {
+    candidates += quant::is_quantization_candidate(g, n);
+    // Not the per-image constants (a linear of the [B, 1, 1] ones: one input feature).
+    linears += n.op == Op::Linear && quant::is_quantization_candidate(g, n) && g.values[n.inputs[1]].shape[1] > 1;
+  }
+  EXPECT_EQ(seen.size(), linears) << "a linear in no part";
+  r.parts = {"aifi", "decoder_value"};  // the study's default
+  EXPECT_EQ(quant::select_quantized(g, r, parts).quantized.size(), 6 + 2 * layers);
+  r.parts = {"all", "no-decoder_sampling"};  // what went non-finite on TensorRT, left out
+  EXPECT_EQ(quant::select_quantized(g, r, parts).quantized.size(), candidates - 2 * layers);
+  r.parts = {"decoder_values"};  // a typo names nothing: refused, listing the family's parts
+  try {
+    quant::select_quantized(g, r, parts);
+    ADD_FAILURE() << "a part that names nothing was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decoder_value"), std::string::npos) << e.what();
   }
 }
 
