@@ -153,8 +153,11 @@ struct ConvOp::Impl {
 
   // Builds the operation graph and its candidate list; false (with last_error)
   // when cuDNN rejects the pattern or offers no usable engine config.
+  // A recorded `prefer` in cuDNN's tag form is first replayed by engine id
+  // and knobs (make_graph_once with `tag`: no heuristics query); when that
+  // gives no plan that builds, the query decides, as without a record.
   bool make_graph(cudnnHandle_t h, bool fuse);
-  bool make_graph_once(cudnnHandle_t h, bool fuse);
+  bool make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* tag);
   // fp8_epi's pointwise chain after the conv's f32 sum (uploads epi_scalars).
   std::shared_ptr<fe::graph::Tensor_attributes> fp8_epilogue_chain(fe::graph::Graph& gr,
                                                                    std::shared_ptr<fe::graph::Tensor_attributes> cur);
@@ -163,24 +166,14 @@ struct ConvOp::Impl {
   bool select_first();
   bool build(int i);
   std::string prefer;  // the tactic to build first (ConvOp's constructor)
-  // Replay `prefer` by engine id and knobs instead of the heuristics query
-  // (a bundle's load); make_graph retries with the query when the replay
-  // does not give a plan that builds.
-  bool replay = false;
 };
 
 bool ConvOp::Impl::make_graph(cudnnHandle_t h, bool fuse) {
-  if (!replay) return make_graph_once(h, fuse);
-  if (make_graph_once(h, fuse)) return true;
-  // The recorded config did not replay on this graph (or did not build): the
-  // full heuristics query decides, as when no tactic is recorded.
-  replay = false;
-  const bool ok = make_graph_once(h, fuse);
-  replay = true;
-  return ok;
+  const std::optional<EngineTag> tag = parse_engine_tag(prefer);
+  return (tag && make_graph_once(h, fuse, &*tag)) || make_graph_once(h, fuse, nullptr);
 }
 
-bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse) {
+bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* tag) {
   namespace g = fe::graph;
   if (d.fp8_epi.on && (fuse || !fp8_one)) {
     // The bare-conv retry would write raw sums where the layer's outputs belong.
@@ -267,7 +260,6 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse) {
     const PhaseTimer timer(&phase_counters().cudnn_graph);
     if (!check(gr->validate(), "validate")) return false;
     if (!check(gr->build_operation_graph(h), "build_operation_graph")) return false;
-    const std::optional<EngineTag> tag = replay ? parse_engine_tag(prefer) : std::nullopt;
     if (tag) {
       // Loading: the bundle names the engine config, so build just that one
       // (the heuristics query costs ~10-20 ms per graph). Anything short of a
@@ -401,7 +393,6 @@ bool ConvOp::Impl::build(int i) {
 
 ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d, const std::string& prefer) : impl_(std::make_unique<Impl>()) {
   impl_->prefer = prefer;
-  impl_->replay = !prefer.empty();
   if (d.groups < 1 || d.c % d.groups != 0 || d.k % d.groups != 0)
     fail_runtime("cuda conv: channels ", d.c, "->", d.k, " not divisible by groups ", d.groups);
   if (d.out_h() < 1 || d.out_w() < 1) fail_runtime("cuda conv: empty output");

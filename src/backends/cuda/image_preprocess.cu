@@ -181,22 +181,22 @@ void GpuPreprocessor::run(const PreprocessPlan& plan, const uint8_t* rgb, float*
   const char* at = static_cast<const char*>(tables);
   for_each_table(plan, [&](const void*, size_t bytes) { table.push_back(at), at += align_table(bytes); });
   size_t ti = 0;
-  auto next_table = [&](auto* typed) { return reinterpret_cast<decltype(typed)>(table.at(ti++)); };
+  auto next_table = [&] { return table.at(ti++); };
   constexpr int kBlock = 128;
   const uint8_t* cur = rgb;
   cur_w = r.in_w, cur_h = r.in_h;
   if (r.nearest) {
-    const int* nx = next_table(static_cast<const int*>(nullptr));
-    const int* ny = next_table(static_cast<const int*>(nullptr));
+    const int* nx = reinterpret_cast<const int*>(next_table());
+    const int* ny = reinterpret_cast<const int*>(next_table());
     auto* out = static_cast<uint8_t*>(impl_->take());
     nearest_kernel<<<grid_for(r.out_w, r.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, out, r.out_w, r.out_h, nx, ny);
     KILN_CUDA_CHECK(cudaGetLastError());
     cur = out, cur_w = r.out_w, cur_h = r.out_h;
   }
   for (const ResamplePass& p : r.passes) {
-    const int* first = next_table(static_cast<const int*>(nullptr));
-    const int* count = next_table(static_cast<const int*>(nullptr));
-    const int32_t* w = next_table(static_cast<const int32_t*>(nullptr));
+    const int* first = reinterpret_cast<const int*>(next_table());
+    const int* count = reinterpret_cast<const int*>(next_table());
+    const int32_t* w = reinterpret_cast<const int32_t*>(next_table());
     auto* out = static_cast<uint8_t*>(impl_->take());
     if (p.horizontal)
       horizontal_kernel<<<grid_for(p.out_w, p.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, out, p.out_w, p.out_h,
@@ -207,7 +207,7 @@ void GpuPreprocessor::run(const PreprocessPlan& plan, const uint8_t* rgb, float*
     KILN_CUDA_CHECK(cudaGetLastError());
     cur = out, cur_w = p.out_w, cur_h = p.out_h;
   }
-  const float* lut_d = next_table(static_cast<const float*>(nullptr));
+  const float* lut_d = reinterpret_cast<const float*>(next_table());
   const uchar3 fill{plan.fill[0], plan.fill[1], plan.fill[2]};
   crop_lut_kernel<<<grid_for(plan.out_w, plan.out_h, kBlock), kBlock, 0, s>>>(cur, cur_w, cur_h, chw, plan.out_w, plan.out_h,
                                                                               plan.dx, plan.dy, fill, lut_d);
