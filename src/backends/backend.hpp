@@ -47,6 +47,17 @@ struct LayerTime {
   double ms = 0;
 };
 
+// Classification's post-processing where the logits are (run_images): per
+// image the k largest logits' class ids (best first, equal logits: lower id
+// first) and their softmax probabilities (exp in double, rounded once).
+struct DeviceTopK {
+  int output = 0;  // the logits' index among the engine's outputs
+  int k = 0;
+  bool done = false;          // set by the backend that computed them
+  std::vector<int> ids;       // batch * k
+  std::vector<float> probs;   // batch * k
+};
+
 // One context's state (activation memory, stream, captured graphs). Used by
 // one thread at a time.
 class BackendContext {
@@ -77,9 +88,14 @@ class BackendContext {
   // bit for bit run_preprocess_plan's; returns the device time (ms) of the
   // uploads and pre-processing kernels. CPU backends pre-process on the host
   // (false: run_images is never called).
+  // `top` (optional): classification's softmax and top-k of output
+  // top->output ([batch, classes]) on the device too (one small copy out
+  // with the logits); a backend that cannot leaves top->done false and the
+  // caller post-processes on the host.
   virtual bool preprocesses_on_device() const { return false; }
   virtual double run_images(const std::vector<RgbView>& images, const std::vector<const PreprocessPlan*>& plans,
-                            const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch);
+                            const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch,
+                            DeviceTopK* top = nullptr);
 };
 
 // What compile returns: immutable, shared by every context of an engine.

@@ -73,9 +73,12 @@ bool preprocesses_on_device(ExecutionContext& ctx);
 // engine's only input, then one engine call; outputs in host memory. Checks
 // that the engine has one input of [N, 3, H, W] with each plan's H x W and N
 // within its largest batch (Error(Input) naming the input); `device_pre_ms`
-// receives the device time of the uploads and pre-processing.
+// receives the device time of the uploads and pre-processing. `top`: softmax
+// and top-k on the device too where the backend can (BackendContext::run_images;
+// top->done says whether it did).
 std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>& images,
-                               const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms = nullptr);
+                               const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms = nullptr,
+                               DeviceTopK* top = nullptr);
 
 // Kernels (CPU: nodes) launched by one engine call.
 size_t kernels_per_call(ExecutionContext& ctx);

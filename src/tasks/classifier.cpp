@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -17,7 +18,7 @@ namespace kiln {
 struct PreparedImage {
   ImageU8 image;
   RgbView borrowed;
-  PreprocessPlan plan;
+  std::shared_ptr<const PreprocessPlan> plan;
   std::vector<float> pixels;
   RgbView view() const { return borrowed.rgb ? borrowed : view_of(image); }
 };
@@ -27,7 +28,32 @@ struct Classifier::Impl {
   TimmPreprocess pre;
   std::unique_ptr<ExecutionContext> ctx;
   bool on_device = false;  // the engine pre-processes on its GPU (run_images)
+  int logits_index = 0;    // rt.output among the engine's outputs
   TaskTimings timings;
+  // Plans of the last image sizes seen (most recent first): photos of one
+  // camera or data set share a few sizes, and a plan's resampling weights
+  // and tables take longer to compute than the GPU takes to apply them.
+  // prepare() runs on decode threads, hence the lock.
+  static constexpr size_t kPlanCache = 8;
+  mutable std::mutex plans_mu;
+  mutable std::vector<std::shared_ptr<const PreprocessPlan>> plans;
+
+  std::shared_ptr<const PreprocessPlan> plan_for(int width, int height) const {
+    {
+      const std::lock_guard<std::mutex> lock(plans_mu);
+      for (size_t i = 0; i < plans.size(); ++i)
+        if (plans[i]->resize.in_w == width && plans[i]->resize.in_h == height) {
+          auto hit = plans[i];
+          std::rotate(plans.begin(), plans.begin() + i, plans.begin() + i + 1);
+          return hit;
+        }
+    }
+    auto plan = std::make_shared<const PreprocessPlan>(plan_timm_preprocess(width, height, pre));
+    const std::lock_guard<std::mutex> lock(plans_mu);
+    plans.insert(plans.begin(), plan);
+    if (plans.size() > kPlanCache) plans.pop_back();
+    return plan;
+  }
 };
 
 Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)), impl_(std::make_unique<Impl>()) {
@@ -37,6 +63,9 @@ Classifier::Classifier(std::shared_ptr<const Engine> engine) : engine_(std::move
   impl_->pre = timm_preprocess_of(impl_->rt.preprocess);
   impl_->ctx = engine_->create_context();
   impl_->on_device = kiln::preprocesses_on_device(*impl_->ctx);
+  const auto outs = engine_->outputs();
+  for (size_t k = 0; k < outs.size(); ++k)
+    if (outs[k].name == impl_->rt.output) impl_->logits_index = static_cast<int>(k);
 }
 
 bool Classifier::preprocesses_on_device() const { return impl_->on_device; }
@@ -47,6 +76,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+std::string label_of(int id, const std::vector<std::string>& labels) {
+  return id < static_cast<int>(labels.size()) ? labels[id] : std::to_string(id);
+}
 
 Classification postprocess(const float* logits, int classes, int top_k, const std::vector<std::string>& labels) {
   Classification c;
@@ -64,8 +97,7 @@ Classification postprocess(const float* logits, int classes, int top_k, const st
   });
   for (int i = 0; i < k; ++i) {
     int id = order[i];
-    c.top_k.push_back({id, id < static_cast<int>(labels.size()) ? labels[id] : std::to_string(id),
-                       static_cast<float>(prob[id] / sum)});
+    c.top_k.push_back({id, label_of(id, labels), static_cast<float>(prob[id] / sum)});
   }
   return c;
 }
@@ -99,9 +131,9 @@ std::vector<Classification> Classifier::postprocess_all(const std::vector<Tensor
 std::shared_ptr<PreparedImage> Classifier::prepare(ImageU8&& img, TaskTimings& t) const {
   const auto t0 = Clock::now();
   auto out = std::make_shared<PreparedImage>();
-  out->plan = plan_timm_preprocess(img.width, img.height, impl_->pre);
+  out->plan = impl_->plan_for(img.width, img.height);
   if (impl_->on_device) out->image = std::move(img);
-  else out->pixels = run_preprocess_plan(img, out->plan);
+  else out->pixels = run_preprocess_plan(img, *out->plan);
   t.preprocess_ms += ms_since(t0);
   return out;
 }
@@ -126,14 +158,31 @@ std::vector<Classification> Classifier::run_prepared(const std::vector<const Pre
   for (const PreparedImage* im : images) {
     if (!im->view().rgb) fail_usage("classify_prepared: an image prepared by a classifier that pre-processes on the host");
     imgs.push_back(im->view());
-    plans.push_back(&im->plan);
+    plans.push_back(im->plan.get());
   }
   const auto t0 = Clock::now();
   double device_pre_ms = 0;
-  const auto outputs = run_images(*impl_->ctx, imgs, plans, &device_pre_ms);
+  DeviceTopK top;
+  top.output = impl_->logits_index;
+  top.k = top_k;
+  const auto outputs = run_images(*impl_->ctx, imgs, plans, &device_pre_ms, top_k > 0 ? &top : nullptr);
   impl_->timings.preprocess_ms += device_pre_ms;
   impl_->timings.engine_ms = std::max(0.0, ms_since(t0) - device_pre_ms);
-  return postprocess_all(outputs, n, top_k);
+  if (!top.done) return postprocess_all(outputs, n, top_k);
+  // Softmax and top-k came from the device: the logits and the picks only get their labels here.
+  const auto t1 = Clock::now();
+  const Tensor& logits = outputs.at(static_cast<size_t>(impl_->logits_index));
+  const int classes = static_cast<int>(logits.shape.back());
+  std::vector<Classification> r(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    r[i].logits.assign(logits.data.begin() + i * classes, logits.data.begin() + (i + 1) * classes);
+    for (int j = 0; j < top_k; ++j) {
+      const int id = top.ids[i * top_k + j];
+      r[i].top_k.push_back({id, label_of(id, engine_->labels()), top.probs[i * top_k + j]});
+    }
+  }
+  impl_->timings.postprocess_ms = ms_since(t1);
+  return r;
 }
 
 std::shared_ptr<PreparedImage> Classifier::prepare_file(const std::string& path) const {
@@ -235,7 +284,7 @@ Classification Classifier::classify_rgb(int width, int height, const uint8_t* rg
     // The GPU path reads the caller's pixels in place (into its pinned staging): no copy here.
     const auto t0 = Clock::now();
     PreparedImage prepared;
-    prepared.plan = plan_timm_preprocess(width, height, impl_->pre);
+    prepared.plan = impl_->plan_for(width, height);
     prepared.borrowed = {width, height, rgb};
     TaskTimings t;
     t.preprocess_ms = ms_since(t0);

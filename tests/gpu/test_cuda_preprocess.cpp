@@ -4,13 +4,17 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numeric>
 #include <filesystem>
 #include <random>
 #include <vector>
 
 #include <unistd.h>
 
+#include "backends/cuda/classify_post.hpp"
 #include "backends/cuda/device_buffer.hpp"
 #include "bundle/builder.hpp"
 #include "kiln/kiln.hpp"
@@ -74,6 +78,69 @@ TEST(CudaPreprocess, BitIdenticalToTheCpuPlan) {
 // (Classifier -> run_images -> GpuPreprocessor): its logits equal, bit for
 // bit, the same engine fed the CPU's pre-processing, one image per call and
 // several per call, and a batch mixing image sizes.
+// The host's post-processing (classifier.cpp) restated: ids ranked by logit,
+// equal logits by lower id; softmax in double, sequential sum.
+void host_top_k(const float* l, int classes, int k, int* ids, float* probs) {
+  const float mx = *std::max_element(l, l + classes);
+  double sum = 0;
+  for (int i = 0; i < classes; ++i) sum += std::exp(static_cast<double>(l[i]) - mx);
+  std::vector<int> order(classes);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int a, int b) { return l[a] != l[b] ? l[a] > l[b] : a < b; });
+  for (int j = 0; j < k; ++j) {
+    ids[j] = order[j];
+    probs[j] = static_cast<float>(std::exp(static_cast<double>(l[order[j]]) - mx) / sum);
+  }
+}
+
+// Probabilities from the device's tree-ordered double sum: the host's within
+// one f32 rounding (the sums differ far below f32's precision).
+void expect_same_picks(const std::vector<Prediction>& got, const std::vector<Prediction>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t j = 0; j < want.size(); ++j) {
+    EXPECT_EQ(got[j].class_id, want[j].class_id) << "pick " << j;
+    EXPECT_NEAR(got[j].score, want[j].score, 2e-7 * want[j].score + 1e-30) << "pick " << j;
+    EXPECT_EQ(got[j].label, want[j].label) << "pick " << j;
+  }
+}
+
+// The classification post-processing kernel against the host's ranking:
+// rows with many equal logits (values on a coarse grid), class counts below,
+// at and above the block size, every k it takes.
+TEST(CudaPost, SoftmaxTopKRanksAsTheHost) {
+  KILN_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  for (int classes : {1, 7, 256, 1000, 1001}) {
+    for (int k : {1, 5, 32}) {
+      if (k > classes) continue;
+      const int rows = 3;
+      std::vector<float> logits(size_t(rows) * classes);
+      std::uniform_int_distribution<int> grid(-12, 12);
+      for (auto& v : logits) v = 0.5f * grid(rng);  // ties everywhere
+      logits[classes - 1] = 40.f;                   // a sharp softmax in row 0
+      cuda::DeviceBuffer d(logits.size() * sizeof(float)), ids_d(size_t(rows) * k * 4), probs_d(size_t(rows) * k * 4);
+      ASSERT_EQ(cudaMemcpy(d.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      cuda::softmax_top_k(static_cast<const float*>(d.get()), rows, classes, k, static_cast<int*>(ids_d.get()),
+                          static_cast<float*>(probs_d.get()), nullptr);
+      std::vector<int> ids(size_t(rows) * k);
+      std::vector<float> probs(size_t(rows) * k);
+      ASSERT_EQ(cudaMemcpy(ids.data(), ids_d.get(), ids.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(probs.data(), probs_d.get(), probs.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int r = 0; r < rows; ++r) {
+        std::vector<int> want_ids(k);
+        std::vector<float> want_probs(k);
+        host_top_k(logits.data() + size_t(r) * classes, classes, k, want_ids.data(), want_probs.data());
+        for (int j = 0; j < k; ++j) {
+          EXPECT_EQ(ids[r * k + j], want_ids[j]) << classes << " classes, k " << k << ", row " << r << ", pick " << j;
+          EXPECT_NEAR(probs[r * k + j], want_probs[j], 2e-7 * want_probs[j] + 1e-30) << classes << " classes, pick " << j;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(cuda::softmax_top_k(nullptr, 1, 10, cuda::kMaxDeviceTopK + 1, nullptr, nullptr, nullptr), Error);
+}
+
 TEST(CudaPreprocess, ClassifierOnTheGpuEqualsTheHostPath) {
   KILN_REQUIRE_GPU();
   const fs::path dir = fs::temp_directory_path() / ("kiln_gpu_pre_" + std::to_string(::getpid()));
@@ -104,7 +171,15 @@ TEST(CudaPreprocess, ClassifierOnTheGpuEqualsTheHostPath) {
   for (size_t k = 0; k < photos.size(); ++k) {
     SCOPED_TRACE(photos[k]);
     EXPECT_EQ(batched[k].logits, want[k].logits);
-    EXPECT_EQ(clf.classify_file(photos[k], 5).logits, want[k].logits);  // batch 1
+    expect_same_picks(batched[k].top_k, want[k].top_k);  // softmax and top-k on the GPU
+    const Classification one = clf.classify_file(photos[k], 5);  // batch 1
+    EXPECT_EQ(one.logits, want[k].logits);
+    expect_same_picks(one.top_k, want[k].top_k);
+    // More picks than the GPU kernel takes: the host post-processes, the same way.
+    const auto many_want = clf.classify_preprocessed(std::vector<float>(host_pixels.begin() + k * host_pixels.size() / 4,
+                                                                        host_pixels.begin() + (k + 1) * host_pixels.size() / 4),
+                                                     1, cuda::kMaxDeviceTopK + 3);
+    expect_same_picks(clf.classify_file(photos[k], cuda::kMaxDeviceTopK + 3).top_k, many_want[0].top_k);
   }
   std::vector<std::shared_ptr<PreparedImage>> prepared;
   for (const auto& p : photos) prepared.push_back(clf.prepare_file(p));
@@ -113,7 +188,9 @@ TEST(CudaPreprocess, ClassifierOnTheGpuEqualsTheHostPath) {
   // From a caller's decoded pixels (read in place, no copy): the same logits.
   for (size_t k = 0; k < photos.size(); ++k) {
     const ImageU8 img = decode_image(photos[k]);
-    EXPECT_EQ(clf.classify_rgb(img.width, img.height, img.rgb.data(), 5).logits, want[k].logits) << photos[k];
+    const Classification c = clf.classify_rgb(img.width, img.height, img.rgb.data(), 5);
+    EXPECT_EQ(c.logits, want[k].logits) << photos[k];
+    expect_same_picks(c.top_k, want[k].top_k);
   }
   fs::remove_all(dir);
 }

@@ -22,12 +22,16 @@ void lower_Attention(Lowering& L, size_t ni) {
                d.lk, " keys, head width ", d.d, "); build with --backend cpu");
   const RowMajorIo io(L, {n.inputs[0], n.inputs[1], n.inputs[2]}, {n.outputs[0]});
   L.reserve_workspace(io.scratch_bytes());
-  L.step(io.kernel(attention_kv_in_shared(s) ? "kiln attention (k, v in shared memory)" : "kiln attention (k, v from L2)"),
-         [=](const Exec& x) {
-           io.load(x);
-           attention(io.in(x, 0), io.in(x, 1), io.in(x, 2), io.out(x, 0), dt, s, x.stream);
-           io.store(x);
-         });
+  // Tensor cores unless a pointer turns out misaligned at run time; the
+  // exact kernel then runs instead (its limits are checked above).
+  const char* kernel = attention_uses_mma(s, dt)   ? "kiln attention (tensor cores)"
+                       : attention_kv_in_shared(s) ? "kiln attention (k, v in shared memory)"
+                                                   : "kiln attention (k, v from L2)";
+  L.step(io.kernel(kernel), [=](const Exec& x) {
+    io.load(x);
+    attention(io.in(x, 0), io.in(x, 1), io.in(x, 2), io.out(x, 0), dt, s, x.stream);
+    io.store(x);
+  });
 }
 
 }  // namespace kiln::cuda

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cuda/classify_post.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_engine.hpp"
 #include "backends/cuda/device_buffer.hpp"
@@ -17,6 +18,15 @@
 
 namespace kiln::cuda {
 namespace {
+
+// Whether softmax_top_k can post-process output top.output: a [batch, classes]
+// host view and a k it takes.
+bool device_top_k_fits(const DeviceTopK& top, const std::vector<MutableTensorView>& outputs, int64_t batch) {
+  if (top.output < 0 || static_cast<size_t>(top.output) >= outputs.size()) return false;
+  const MutableTensorView& v = outputs[top.output];
+  return v.where == MemoryKind::Host && v.shape.size() == 2 && v.shape[0] == batch && v.shape[1] >= top.k &&
+         v.shape[1] <= (int64_t{1} << 30) && top.k >= 1 && top.k <= kMaxDeviceTopK;
+}
 
 class CudaBackendContext : public BackendContext {
  public:
@@ -30,14 +40,15 @@ class CudaBackendContext : public BackendContext {
   // pinned buffer, copied up in a few large async copies, each queued as soon
   // as its bytes are there (so the copy of one part overlaps the host's
   // memcpy of the next); the plan's kernels (GpuPreprocessor) write each
-  // image's slot of one device input buffer, and the engine runs from that
-  // buffer on the same stream. No wait between images, and no upload per
-  // table (each was a host API call).
+  // image's slot of the engine's own staged input, and the graph replays from
+  // it on the same stream. No wait between images, no upload per table (each
+  // was a host API call) and no copy of the pre-processed tensor. With `top`,
+  // softmax and top-k run after the graph and the logits come back with their
+  // result in one copy.
   double run_images(const std::vector<RgbView>& images, const std::vector<const PreprocessPlan*>& plans,
-                    const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch) override {
+                    const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch,
+                    DeviceTopK* top) override {
     const size_t per_image = static_cast<size_t>(shape_numel(input.shape) / batch);
-    const size_t need = per_image * static_cast<size_t>(batch) * sizeof(float);
-    if (chw_.size() < need) chw_ = DeviceBuffer(need);
     cudaStream_t s = stream_.s;
     auto align = [](size_t n) { return (n + 255) / 256 * 256; };
     std::vector<size_t> at(images.size()), tables_at(images.size());
@@ -48,6 +59,7 @@ class CudaBackendContext : public BackendContext {
       total = tables_at[k] + align(GpuPreprocessor::table_bytes(*plans[k]));
     }
     KILN_CUDA_CHECK(cudaStreamSynchronize(s));  // nothing queued still reads the staging buffers
+    float* chw = ctx_.staged_input(batch, 0, s);
     if (pinned_.size() < total) pinned_ = PinnedBuffer(total);
     if (rgb_.size() < total) rgb_ = DeviceBuffer(total);
     char* host = pinned_.get();
@@ -69,16 +81,35 @@ class CudaBackendContext : public BackendContext {
       }
       GpuPreprocessor::write_tables(*plans[k], host + tables_at[k]);
       send(k + 1 < images.size() ? at[k + 1] : total);
-      pre_.run(*plans[k], reinterpret_cast<const uint8_t*>(dev + at[k]), static_cast<float*>(chw_.get()) + k * per_image, s,
-               dev + tables_at[k]);
+      pre_.run(*plans[k], reinterpret_cast<const uint8_t*>(dev + at[k]), chw + k * per_image, s, dev + tables_at[k]);
     }
     KILN_CUDA_CHECK(cudaEventRecord(after_.e, s));
-    TensorView on_device = input;
-    on_device.data = chw_.get();
-    on_device.where = MemoryKind::Device;
-    on_device.bytes = need;
-    ctx_.run({on_device}, outputs, batch, s);
-    KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+    const bool post = top && device_top_k_fits(*top, outputs, batch);
+    if (!post) {
+      ctx_.run_staged(outputs, batch, s);
+    } else {
+      // The logits land in device memory, softmax_top_k writes after them, one copy brings all back.
+      const MutableTensorView& lv = outputs[top->output];
+      const size_t logits = static_cast<size_t>(shape_numel(lv.shape)), picks = static_cast<size_t>(batch) * top->k;
+      const size_t bytes = (logits + 2 * picks) * sizeof(float);
+      if (post_dev_.size() < bytes) post_dev_ = DeviceBuffer(bytes);
+      if (post_host_.size() < bytes) post_host_ = PinnedBuffer(bytes);
+      float* d = static_cast<float*>(post_dev_.get());
+      std::vector<MutableTensorView> outs = outputs;
+      outs[top->output].data = d;
+      outs[top->output].where = MemoryKind::Device;
+      ctx_.run_staged(outs, batch, s);
+      const int classes = static_cast<int>(lv.shape.back());
+      softmax_top_k(d, static_cast<int>(batch), classes, top->k, reinterpret_cast<int*>(d + logits + picks), d + logits, s);
+      KILN_CUDA_CHECK(cudaMemcpyAsync(post_host_.get(), d, bytes, cudaMemcpyDeviceToHost, s));
+      KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+      const float* h = reinterpret_cast<const float*>(post_host_.get());
+      std::memcpy(lv.data, h, logits * sizeof(float));
+      top->probs.assign(h + logits, h + logits + picks);
+      const int* ids = reinterpret_cast<const int*>(h + logits + picks);
+      top->ids.assign(ids, ids + picks);
+      top->done = true;
+    }
     float ms = 0.f;
     KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, before_.e, after_.e));
     return ms;
@@ -100,8 +131,8 @@ class CudaBackendContext : public BackendContext {
   // Declared first, destroyed last: ctx_ may still run on stream_.
   Stream stream_;
   Event before_, after_;
-  PinnedBuffer pinned_;
-  DeviceBuffer rgb_, chw_;
+  PinnedBuffer pinned_, post_host_;
+  DeviceBuffer rgb_, post_dev_;
   GpuPreprocessor pre_;
   CudaContext ctx_;
 };

@@ -147,6 +147,47 @@ struct CudaContext::Impl {
       }
   }
 
+  // Capture with defined (zero) staging inputs, on the context's own stream,
+  // before a caller's stream gets anything of this batch size.
+  void capture_zeroed(BatchState& st, const Exec& x) {
+    KILN_CUDA_CHECK(cudaMemsetAsync(st.staging_in.get(), 0, st.staging_in.size(), stream.s));
+    capture(st, x);
+  }
+
+  // After the graph: each output converted to f32 NCHW (device views written
+  // in place, host ones through staging and a copy), the run-time check flags
+  // copied back, then the host waits when `wait` (own stream, or host memory).
+  void outputs_and_finish(BatchState& st, const Exec& x, const std::vector<MutableTensorView>& outputs, cudaStream_t s,
+                          bool wait) {
+    const auto& p = *st.prog;
+    for (size_t k = 0; k < p.shaped.outputs.size(); ++k) {
+      const int v = p.shaped.outputs[k];
+      const Value& val = p.shaped.values[v];
+      const bool to_host = outputs[k].where == MemoryKind::Host;
+      float* dst = to_host ? reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k])
+                           : static_cast<float*>(outputs[k].data);
+      const void* src = p.value_ptr(x, v);
+      if (val.shape.size() == 4 && dtype_is_float(val.dtype))  // stored NHWC (lower.hpp's stored_nhwc)
+        nhwc_to_nchw_f32(src, val.dtype, dst, static_cast<int>(val.shape[0]), static_cast<int>(val.shape[1]),
+                         static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), s);
+      else
+        cast(src, val.dtype, dst, DType::F32, shape_numel(val.shape), s);
+      if (to_host)
+        KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[k].data, dst, static_cast<size_t>(shape_numel(val.shape)) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, s));
+    }
+    if (!p.checks.empty())
+      KILN_CUDA_CHECK(cudaMemcpyAsync(st.check_flags.get(), st.checks.get(), st.checks.size(), cudaMemcpyDeviceToHost, s));
+    finish(s);
+    if (wait) {
+      KILN_CUDA_CHECK(cudaEventSynchronize(done.e));
+      if (!p.checks.empty()) check_flags(st);
+      raise_host_errors(st);
+    } else {
+      st.checks_pending = !p.checks.empty();
+    }
+  }
+
   // Eager run (first call: warms up lazily loaded kernels), then capture.
   void capture(BatchState& st, const Exec& x) {
     const PhaseCounters before = phase_counters();
@@ -224,7 +265,6 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
   Impl& m = *impl_;
   m.check_pending();
   BatchState& st = m.state(batch);
-  const auto& p = *st.prog;
   Impl::raise_host_errors(st);
   const Exec x = m.exec_for(st);
   const PdlDefault pdl(m.pdl_at(batch));
@@ -235,10 +275,7 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
   // anything (the warm-up run reads whatever staging holds, and this batch
   // size's buffers are idle), so the caller's stream only ever gets copies,
   // a graph replay and the output conversions, and is never waited for.
-  if (!st.exec && !own) {
-    KILN_CUDA_CHECK(cudaMemsetAsync(st.staging_in.get(), 0, st.staging_in.size(), m.stream.s));  // defined warm-up input
-    m.capture(st, x);
-  }
+  if (!st.exec && !own) m.capture_zeroed(st, x);
   m.follow(s);
   bool host = false;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -249,34 +286,37 @@ void CudaContext::run(const std::vector<TensorView>& inputs, const std::vector<M
   }
   if (!st.exec) m.capture(st, x);  // own stream: the eager warm-up run already computed this call's outputs
   else KILN_CUDA_CHECK(cudaGraphLaunch(st.exec, s));
-  for (size_t k = 0; k < p.shaped.outputs.size(); ++k) {
-    const int v = p.shaped.outputs[k];
-    const Value& val = p.shaped.values[v];
-    const bool to_host = outputs[k].where == MemoryKind::Host;
-    host |= to_host;
-    // Device outputs are written in place by the layout/cast kernel; host ones go through staging.
-    float* dst = to_host ? reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k])
-                         : static_cast<float*>(outputs[k].data);
-    const void* src = p.value_ptr(x, v);
-    if (val.shape.size() == 4 && dtype_is_float(val.dtype))  // stored NHWC (lower.hpp's stored_nhwc)
-      nhwc_to_nchw_f32(src, val.dtype, dst, static_cast<int>(val.shape[0]), static_cast<int>(val.shape[1]),
-                       static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), s);
-    else
-      cast(src, val.dtype, dst, DType::F32, shape_numel(val.shape), s);
-    if (to_host)
-      KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[k].data, dst, static_cast<size_t>(shape_numel(val.shape)) * sizeof(float),
-                                      cudaMemcpyDeviceToHost, s));
+  m.outputs_and_finish(st, x, outputs, s, own || host);
+}
+
+float* CudaContext::staged_input(int64_t batch, size_t k, void* stream) {
+  Impl& m = *impl_;
+  m.check_pending();
+  BatchState& st = m.state(batch);
+  if (k >= st.prog->staging_in_offsets.size())
+    fail_usage("staged_input: input ", k, " of an engine with ", st.prog->staging_in_offsets.size(), " inputs");
+  if (!st.exec) {
+    const PdlDefault pdl(m.pdl_at(batch));
+    m.capture_zeroed(st, m.exec_for(st));
   }
-  if (!p.checks.empty())
-    KILN_CUDA_CHECK(cudaMemcpyAsync(st.check_flags.get(), st.checks.get(), st.checks.size(), cudaMemcpyDeviceToHost, s));
-  m.finish(s);
-  if (own || host) {
-    KILN_CUDA_CHECK(cudaEventSynchronize(m.done.e));
-    if (!p.checks.empty()) m.check_flags(st);
-    Impl::raise_host_errors(st);
-  } else {
-    st.checks_pending = !p.checks.empty();
-  }
+  m.follow(stream ? static_cast<cudaStream_t>(stream) : m.stream.s);
+  return reinterpret_cast<float*>(static_cast<char*>(st.staging_in.get()) + st.prog->staging_in_offsets[k]);
+}
+
+void CudaContext::run_staged(const std::vector<MutableTensorView>& outputs, int64_t batch, void* stream) {
+  int device = 0;
+  KILN_CUDA_CHECK(cudaGetDevice(&device));
+  check_memory_kinds({}, outputs, [device](const void* p, MemoryKind where) { return memory_problem(p, where, device); });
+  Impl& m = *impl_;
+  BatchState& st = m.state(batch);
+  if (!st.exec) fail_usage("run_staged: no staged input at batch ", batch, " (staged_input first)");
+  Impl::raise_host_errors(st);
+  const Exec x = m.exec_for(st);
+  cudaStream_t s = stream ? static_cast<cudaStream_t>(stream) : m.stream.s;
+  bool host = s == m.stream.s;
+  for (const auto& o : outputs) host |= o.where == MemoryKind::Host;
+  KILN_CUDA_CHECK(cudaGraphLaunch(st.exec, s));
+  m.outputs_and_finish(st, x, outputs, s, host);
 }
 
 double CudaContext::timed_replay_ms(int64_t batch) {

@@ -107,6 +107,14 @@ class CudaContext {
   // is host memory. ExecutionContext::run (kiln.hpp) states the rules.
   void run(const std::vector<TensorView>& inputs, const std::vector<MutableTensorView>& outputs, int64_t batch,
            void* stream);
+  // Writing the input in place (the GPU pre-processing does): staged_input
+  // returns input k's staging buffer at `batch` (f32 NCHW, device memory),
+  // capturing the batch size's graph first if needed and ordering `stream`
+  // after this context's previous call; the caller fills it on `stream`,
+  // then run_staged replays the graph on it and converts the outputs as run()
+  // does (waited for when a view is host memory or stream is null).
+  float* staged_input(int64_t batch, size_t k, void* stream);
+  void run_staged(const std::vector<MutableTensorView>& outputs, int64_t batch, void* stream);
   // One CUDA-graph replay between two events (inputs already on the device).
   double timed_replay_ms(int64_t batch);
   size_t graph_nodes(int64_t batch);

@@ -267,10 +267,17 @@ void ms_deform_attn(const void* value, const void* ref, const void* offsets, con
 // attention (attention.cu): q [n, lq, heads * d], k [n, lk, heads * d], v
 // [n, lk, heads * dv] -> y [n, lq, heads * dv], row-major in dt; per head
 // softmax(scale * q_h k_h^T) v_h with f32 scores, softmax and sums, one
-// rounding of y. One block per (image, head, 16 queries); k and v of the
-// head in shared memory when they fit (attention_kv_in_shared), else read
-// from global memory; beyond attention_fits (a warp's scores of one query
-// row in shared memory) the lowering refuses the node.
+// rounding of y. Two kernels. Tensor cores (attention_uses_mma: f16/bf16, d
+// and dv multiples of 16 up to kMaxAttentionMmaWidth, and at launch 16-byte
+// aligned q, k, v, y): flash-attention style on mma.sync, k and v streamed
+// through shared memory in 64-key tiles, any lk; the one extra rounding is
+// the softmax weights to dt before they multiply v (the normaliser stays the
+// f32 sum). Otherwise the exact f32 kernel: one block per (image, head, 16
+// queries); k and v of the head in shared memory when they fit
+// (attention_kv_in_shared), else read from global memory; beyond
+// attention_fits (a warp's scores of one query row in shared memory) the
+// lowering refuses the node (also on the tensor-core path, whose misaligned
+// fallback is that kernel).
 struct AttentionShape {
   int64_t n = 1;
   int lq = 1, lk = 1, heads = 1, d = 1, dv = 1;
@@ -278,6 +285,8 @@ struct AttentionShape {
   bool vec = false;  // set by attention(): k and v rows load as 16-byte vectors
 };
 inline constexpr size_t kMaxAttentionSmem = 200 * 1024;
+inline constexpr int kMaxAttentionMmaWidth = 128;
+bool attention_uses_mma(const AttentionShape& s, DType dt);
 bool attention_kv_in_shared(const AttentionShape& s);
 bool attention_fits(const AttentionShape& s);
 void attention(const void* q, const void* k, const void* v, void* y, DType dt, const AttentionShape& s, cudaStream_t stream);
