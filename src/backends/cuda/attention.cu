@@ -188,19 +188,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// c += a b: a 16x16 row-major (T), b 16x8 column-major (T), c 16x8 f32.
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
 
 // Two f32 rounded to T (RNE), the lower column in the low half as mma wants it.
 template <typename T>
@@ -318,8 +305,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* 
         if (c >= nd) break;
         uint32_t b[4];
         ldsm_x4(b, base + 32 * c);  // channels 16c.. (32 bytes on)
-        mma16816<T>(sc[2 * kk], qa[c], b[0], b[1]);
-        mma16816<T>(sc[2 * kk + 1], qa[c], b[2], b[3]);
+        dev::mma16816<T>(sc[2 * kk], qa[c], b[0], b[1]);
+        dev::mma16816<T>(sc[2 * kk + 1], qa[c], b[2], b[3]);
       }
     }
     // Online softmax: the row max over the 4 lanes of a quad (they share
@@ -372,8 +359,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* 
         if (c >= nv) break;
         uint32_t b[4];
         ldsm_x4_trans(b, base + 32 * c);
-        mma16816<T>(o[2 * c], pa, b[0], b[1]);
-        mma16816<T>(o[2 * c + 1], pa, b[2], b[3]);
+        dev::mma16816<T>(o[2 * c], pa, b[0], b[1]);
+        dev::mma16816<T>(o[2 * c + 1], pa, b[2], b[3]);
       }
     }
   }

@@ -38,18 +38,6 @@ __device__ __forceinline__ uint32_t add_pair(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(r);
 }
 
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
 
 // One output row (pixel) of the tile as the im2col loader sees it.
 struct RowOrigin {
@@ -179,7 +167,7 @@ __global__ void window_conv_kernel(const T* __restrict__ x, const T* __restrict_
     for (int j = 0; j < NT; ++j) {
       const uint32_t b0 = wok[j] ? ld2(wrow[j] + kofs) : 0u;
       const uint32_t b1 = wok[j] && hi_ok ? ld2(wrow[j] + kofs + 8) : 0u;
-      mma16816<T>(acc[j], a, b0, b1);
+      dev::mma16816<T>(acc[j], a, b0, b1);
     }
     // Next chunk of this warp.
     c0 += c_step;
