@@ -188,10 +188,15 @@ struct ClassificationOutcome {
 // images (kiln bench's task breakdown). decode_ms is 0 for classify_rgb and
 // classify_preprocessed; preprocess_ms covers resize, crop and normalize
 // (on engines that pre-process on the GPU: planning on the host plus the
-// device time of the upload and the pre-processing kernels, which engine_ms
-// then leaves out).
+// device time of the pre-processing kernels). copy_ms, on engines that
+// pre-process on the GPU: the device time of the upload of the decoded
+// images (from the first byte queued to the last byte up, the host's copy
+// into pinned memory included; the kernels of earlier images of a batch
+// overlap it) and of the copy out of logits and picks when softmax and top-k
+// ran on the GPU; 0 otherwise (engine_ms then holds the copies). engine_ms
+// leaves both out.
 struct TaskTimings {
-  double decode_ms = 0, preprocess_ms = 0, engine_ms = 0, postprocess_ms = 0;
+  double decode_ms = 0, preprocess_ms = 0, copy_ms = 0, engine_ms = 0, postprocess_ms = 0;
 };
 
 // A decoded image and its pre-processing plan (Classifier::prepare_file).

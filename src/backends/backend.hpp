@@ -50,6 +50,13 @@ struct LayerTime {
 // Classification's post-processing where the logits are (run_images): per
 // image the k largest logits' class ids (best first, equal logits: lower id
 // first) and their softmax probabilities (exp in double, rounded once).
+// Device times (ms, events) of run_images' stages: the upload of the images
+// and tables, the pre-processing kernels after it, and the copy out of the
+// post-processed results (0 when the outputs went through run()'s own copies).
+struct ImageRunTimes {
+  double upload_ms = 0, preprocess_ms = 0, download_ms = 0;
+};
+
 struct DeviceTopK {
   int output = 0;  // the logits' index among the engine's outputs
   int k = 0;
@@ -85,17 +92,16 @@ class BackendContext {
   // (image/image.hpp) into batch slot k of `input`, the engine's only input
   // (already checked by the runtime: [batch, 3, H, W], each plan's output
   // H x W), then the engine runs into `outputs` as run() does. The result is
-  // bit for bit run_preprocess_plan's; returns the device time (ms) of the
-  // uploads and pre-processing kernels. CPU backends pre-process on the host
+  // bit for bit run_preprocess_plan's; returns the device times of its stages. CPU backends pre-process on the host
   // (false: run_images is never called).
   // `top` (optional): classification's softmax and top-k of output
   // top->output ([batch, classes]) on the device too (one small copy out
   // with the logits); a backend that cannot leaves top->done false and the
   // caller post-processes on the host.
   virtual bool preprocesses_on_device() const { return false; }
-  virtual double run_images(const std::vector<RgbView>& images, const std::vector<const PreprocessPlan*>& plans,
-                            const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch,
-                            DeviceTopK* top = nullptr);
+  virtual ImageRunTimes run_images(const std::vector<RgbView>& images, const std::vector<const PreprocessPlan*>& plans,
+                                   const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch,
+                                   DeviceTopK* top = nullptr);
 };
 
 // What compile returns: immutable, shared by every context of an engine.

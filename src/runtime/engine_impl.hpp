@@ -72,12 +72,13 @@ bool preprocesses_on_device(ExecutionContext& ctx);
 // Image k (decoded 8-bit RGB) through plans[k] into batch slot k of the
 // engine's only input, then one engine call; outputs in host memory. Checks
 // that the engine has one input of [N, 3, H, W] with each plan's H x W and N
-// within its largest batch (Error(Input) naming the input); `device_pre_ms`
-// receives the device time of the uploads and pre-processing. `top`: softmax
+// within its largest batch (Error(Input) naming the input); `times`
+// receives the device times of the uploads, pre-processing and copy out
+// (zeros on the host path). `top`: softmax
 // and top-k on the device too where the backend can (BackendContext::run_images;
 // top->done says whether it did).
 std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>& images,
-                               const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms = nullptr,
+                               const std::vector<const PreprocessPlan*>& plans, ImageRunTimes* times = nullptr,
                                DeviceTopK* top = nullptr);
 
 // Kernels (CPU: nodes) launched by one engine call.

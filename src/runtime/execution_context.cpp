@@ -166,7 +166,7 @@ std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<T
 bool preprocesses_on_device(ExecutionContext& ctx) { return ctx.impl().backend->preprocesses_on_device(); }
 
 std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>& images,
-                               const std::vector<const PreprocessPlan*>& plans, double* device_pre_ms, DeviceTopK* top) {
+                               const std::vector<const PreprocessPlan*>& plans, ImageRunTimes* times, DeviceTopK* top) {
   ExecutionContext::Impl& c = ctx.impl();
   const Engine::Impl& e = c.engine->impl();
   if (images.empty() || images.size() != plans.size()) fail_usage("run_images: ", images.size(), " images, ", plans.size(), " plans");
@@ -193,8 +193,8 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>
   std::vector<MutableTensorView> out;
   std::vector<Tensor> result = host_outputs(e, batch, &out);
   if (c.backend->preprocesses_on_device()) {
-    const double ms = c.backend->run_images(images, plans, ordered[0], out, batch, top);
-    if (device_pre_ms) *device_pre_ms = ms;
+    const ImageRunTimes t = c.backend->run_images(images, plans, ordered[0], out, batch, top);
+    if (times) *times = t;
   } else {
     // The host executor of the same plans (what the device path must equal).
     std::vector<float> pixels;
@@ -206,7 +206,7 @@ std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>
     }
     c.backend->run({{in.name, DType::F32, shape, pixels.data(), MemoryKind::Host, pixels.size() * sizeof(float)}}, out, batch,
                    nullptr);
-    if (device_pre_ms) *device_pre_ms = 0;
+    if (times) *times = {};
   }
   c.last_batch = batch;
   return result;

@@ -161,13 +161,14 @@ std::vector<Classification> Classifier::run_prepared(const std::vector<const Pre
     plans.push_back(im->plan.get());
   }
   const auto t0 = Clock::now();
-  double device_pre_ms = 0;
+  ImageRunTimes dev;
   DeviceTopK top;
   top.output = impl_->logits_index;
   top.k = top_k;
-  const auto outputs = run_images(*impl_->ctx, imgs, plans, &device_pre_ms, top_k > 0 ? &top : nullptr);
-  impl_->timings.preprocess_ms += device_pre_ms;
-  impl_->timings.engine_ms = std::max(0.0, ms_since(t0) - device_pre_ms);
+  const auto outputs = run_images(*impl_->ctx, imgs, plans, &dev, top_k > 0 ? &top : nullptr);
+  impl_->timings.preprocess_ms += dev.preprocess_ms;
+  impl_->timings.copy_ms = dev.upload_ms + dev.download_ms;
+  impl_->timings.engine_ms = std::max(0.0, ms_since(t0) - dev.preprocess_ms - impl_->timings.copy_ms);
   if (!top.done) return postprocess_all(outputs, n, top_k);
   // Softmax and top-k came from the device: the logits and the picks only get their labels here.
   const auto t1 = Clock::now();

@@ -167,6 +167,8 @@ TEST(CudaPreprocess, ClassifierOnTheGpuEqualsTheHostPath) {
   const auto want = clf.classify_preprocessed(host_pixels, 4, 5);
   const auto batched = clf.classify_files(photos, 5);
   EXPECT_GT(clf.last_timings().preprocess_ms, 0.0);
+  EXPECT_GT(clf.last_timings().copy_ms, 0.0);  // the upload and the copy out, timed apart
+  EXPECT_GT(clf.last_timings().engine_ms, 0.0);
   ASSERT_EQ(batched.size(), 4u);
   for (size_t k = 0; k < photos.size(); ++k) {
     SCOPED_TRACE(photos[k]);

@@ -58,6 +58,7 @@ TEST(ClassifierOutcomes, BadImagesInABatchKeepTheOthers) {
   EXPECT_GT(clf.last_timings().decode_ms, 0.0);
   EXPECT_GT(clf.last_timings().preprocess_ms, 0.0);
   EXPECT_GT(clf.last_timings().engine_ms, 0.0);
+  EXPECT_EQ(clf.last_timings().copy_ms, 0.0);  // host pre-processing: the engine call holds its copies
   clf.try_classify_files({junk}, 3);
   EXPECT_EQ(clf.last_timings().engine_ms, 0.0);  // nothing decoded, no engine call
   // The throwing batch API still stops at the first bad file.

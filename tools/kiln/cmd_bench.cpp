@@ -157,6 +157,7 @@ void add_bench(CLI::App& app) {
         };
         stages = {{"decode", median_of(&TaskTimings::decode_ms)},
                   {"preprocess", median_of(&TaskTimings::preprocess_ms)},
+                  {"copies", median_of(&TaskTimings::copy_ms)},
                   {"engine", median_of(&TaskTimings::engine_ms)},
                   {"postprocess", median_of(&TaskTimings::postprocess_ms)},
                   {"input", o->image.empty() ? "synthetic 640x480 RGB (no decode)" : o->image}};
@@ -201,7 +202,8 @@ void add_bench(CLI::App& app) {
       if (!r["task_ms"].is_null())
         std::cout << "; task p50 " << r["task_ms"]["p50"].get<double>() << " ms, p95 " << r["task_ms"]["p95"].get<double>()
                   << " (decode " << r["task_breakdown_ms"]["decode"].get<double>() << ", pre-process "
-                  << r["task_breakdown_ms"]["preprocess"].get<double>() << ", engine "
+                  << r["task_breakdown_ms"]["preprocess"].get<double>() << ", copies "
+                  << r["task_breakdown_ms"]["copies"].get<double>() << ", engine "
                   << r["task_breakdown_ms"]["engine"].get<double>() << ", post-process "
                   << r["task_breakdown_ms"]["postprocess"].get<double>() << ")";
       if (!r["task_decode_excluded_ms"].is_null())

@@ -28,6 +28,12 @@ bool device_top_k_fits(const DeviceTopK& top, const std::vector<MutableTensorVie
          v.shape[1] <= (int64_t{1} << 30) && top.k >= 1 && top.k <= kMaxDeviceTopK;
 }
 
+double elapsed_ms(const Event& a, const Event& b) {
+  float ms = 0.f;
+  KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, a.e, b.e));
+  return ms;
+}
+
 class CudaBackendContext : public BackendContext {
  public:
   explicit CudaBackendContext(std::shared_ptr<CudaEngine> engine) : ctx_(std::move(engine)) {}
@@ -45,9 +51,9 @@ class CudaBackendContext : public BackendContext {
   // was a host API call) and no copy of the pre-processed tensor. With `top`,
   // softmax and top-k run after the graph and the logits come back with their
   // result in one copy.
-  double run_images(const std::vector<RgbView>& images, const std::vector<const PreprocessPlan*>& plans,
-                    const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch,
-                    DeviceTopK* top) override {
+  ImageRunTimes run_images(const std::vector<RgbView>& images, const std::vector<const PreprocessPlan*>& plans,
+                           const TensorView& input, const std::vector<MutableTensorView>& outputs, int64_t batch,
+                           DeviceTopK* top) override {
     const size_t per_image = static_cast<size_t>(shape_numel(input.shape) / batch);
     cudaStream_t s = stream_.s;
     auto align = [](size_t n) { return (n + 255) / 256 * 256; };
@@ -81,9 +87,11 @@ class CudaBackendContext : public BackendContext {
       }
       GpuPreprocessor::write_tables(*plans[k], host + tables_at[k]);
       send(k + 1 < images.size() ? at[k + 1] : total);
+      if (k + 1 == images.size()) KILN_CUDA_CHECK(cudaEventRecord(uploaded_.e, s));
       pre_.run(*plans[k], reinterpret_cast<const uint8_t*>(dev + at[k]), chw + k * per_image, s, dev + tables_at[k]);
     }
     KILN_CUDA_CHECK(cudaEventRecord(after_.e, s));
+    ImageRunTimes times;
     const bool post = top && device_top_k_fits(*top, outputs, batch);
     if (!post) {
       ctx_.run_staged(outputs, batch, s);
@@ -101,8 +109,11 @@ class CudaBackendContext : public BackendContext {
       ctx_.run_staged(outs, batch, s);
       const int classes = static_cast<int>(lv.shape.back());
       softmax_top_k(d, static_cast<int>(batch), classes, top->k, reinterpret_cast<int*>(d + logits + picks), d + logits, s);
+      KILN_CUDA_CHECK(cudaEventRecord(down0_.e, s));
       KILN_CUDA_CHECK(cudaMemcpyAsync(post_host_.get(), d, bytes, cudaMemcpyDeviceToHost, s));
+      KILN_CUDA_CHECK(cudaEventRecord(down1_.e, s));
       KILN_CUDA_CHECK(cudaStreamSynchronize(s));
+      times.download_ms = elapsed_ms(down0_, down1_);
       const float* h = reinterpret_cast<const float*>(post_host_.get());
       std::memcpy(lv.data, h, logits * sizeof(float));
       top->probs.assign(h + logits, h + logits + picks);
@@ -110,9 +121,9 @@ class CudaBackendContext : public BackendContext {
       top->ids.assign(ids, ids + picks);
       top->done = true;
     }
-    float ms = 0.f;
-    KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, before_.e, after_.e));
-    return ms;
+    times.upload_ms = elapsed_ms(before_, uploaded_);
+    times.preprocess_ms = elapsed_ms(uploaded_, after_);
+    return times;
   }
   double timed_call_ms(int64_t batch) override { return ctx_.timed_replay_ms(batch); }
   std::vector<LayerTime> profile(int64_t batch, int rounds) override {
@@ -130,7 +141,7 @@ class CudaBackendContext : public BackendContext {
  private:
   // Declared first, destroyed last: ctx_ may still run on stream_.
   Stream stream_;
-  Event before_, after_;
+  Event before_, uploaded_, after_, down0_, down1_;
   PinnedBuffer pinned_, post_host_;
   DeviceBuffer rgb_, post_dev_;
   GpuPreprocessor pre_;
