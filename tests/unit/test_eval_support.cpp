@@ -85,6 +85,33 @@ TEST(ClassifierOutcomes, BadImagesInABatchKeepTheOthers) {
 // host executor of the plans): the same logits as the engine fed
 // run_preprocess_plan's floats, and every mismatch between images, plans and
 // the engine's input refused naming what is wrong, before anything runs.
+// The classifier caches pre-processing plans per image size (the last 8):
+// twelve sizes, each seen twice in an order that evicts and revisits, give
+// the logits of the uncached pre-processing (timm_preprocess) every time.
+TEST(ClassifierPlans, CachedPlansGiveTheUncachedNumbersAcrossEvictions) {
+  testing::TempDir tmp;
+  BuildOptions b;
+  b.model = kDigits.string();
+  build_bundle(b, tmp.path() / "d.bundle");
+  auto engine = Engine::load((tmp.path() / "d.bundle").string());
+  Classifier clf(engine);
+  const ClassificationRuntime rt = parse_classification_runtime(nlohmann::json::parse(engine->runtime_json()), "runtime.json");
+  const TimmPreprocess pre = timm_preprocess_of(rt.preprocess);
+  const ImageU8 src = decode_image(kDigits / "heldout" / "7" / "0094.png");
+  std::vector<ImageU8> sized;
+  for (int i = 0; i < 12; ++i) sized.push_back(resize_pil(src, 20 + 7 * i, 45 - 2 * i, Interpolation::Bilinear));
+  for (int round = 0; round < 2; ++round)
+    for (int j = 0; j < 12; ++j) {
+      const ImageU8& img = sized[(j * 5 + round) % 12];
+      SCOPED_TRACE(std::to_string(img.width) + "x" + std::to_string(img.height));
+      const auto want = clf.classify_preprocessed(timm_preprocess(img, pre), 1, 3)[0];
+      const auto got = clf.classify_rgb(img.width, img.height, img.rgb.data(), 3);
+      EXPECT_EQ(got.logits, want.logits);
+      ASSERT_EQ(got.top_k.size(), want.top_k.size());
+      for (size_t k = 0; k < want.top_k.size(); ++k) EXPECT_EQ(got.top_k[k].class_id, want.top_k[k].class_id);
+    }
+}
+
 TEST(RunImages, HostPathEqualsTheEngineOnThePlansFloatsAndChecksItsInputs) {
   testing::TempDir tmp;
   BuildOptions b;
