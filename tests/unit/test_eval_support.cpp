@@ -26,6 +26,14 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kDigits = fs::path(KILN_FIXTURES_DIR).parent_path().parent_path() / "models" / "digits_resnet";
 
+// The digits demo model built into a CPU bundle in `tmp`, loaded.
+std::shared_ptr<const Engine> load_digits(const testing::TempDir& tmp) {
+  BuildOptions b;
+  b.model = kDigits.string();
+  build_bundle(b, tmp.path() / "d.bundle");
+  return Engine::load((tmp.path() / "d.bundle").string());
+}
+
 // ------------------------------------------------------------ outcomes --
 
 TEST(ClassifierOutcomes, BadImagesInABatchKeepTheOthers) {
@@ -90,10 +98,7 @@ TEST(ClassifierOutcomes, BadImagesInABatchKeepTheOthers) {
 // the logits of the uncached pre-processing (timm_preprocess) every time.
 TEST(ClassifierPlans, CachedPlansGiveTheUncachedNumbersAcrossEvictions) {
   testing::TempDir tmp;
-  BuildOptions b;
-  b.model = kDigits.string();
-  build_bundle(b, tmp.path() / "d.bundle");
-  auto engine = Engine::load((tmp.path() / "d.bundle").string());
+  auto engine = load_digits(tmp);
   Classifier clf(engine);
   const ClassificationRuntime rt = parse_classification_runtime(nlohmann::json::parse(engine->runtime_json()), "runtime.json");
   const TimmPreprocess pre = timm_preprocess_of(rt.preprocess);
@@ -114,10 +119,7 @@ TEST(ClassifierPlans, CachedPlansGiveTheUncachedNumbersAcrossEvictions) {
 
 TEST(RunImages, HostPathEqualsTheEngineOnThePlansFloatsAndChecksItsInputs) {
   testing::TempDir tmp;
-  BuildOptions b;
-  b.model = kDigits.string();
-  build_bundle(b, tmp.path() / "d.bundle");
-  auto engine = Engine::load((tmp.path() / "d.bundle").string());
+  auto engine = load_digits(tmp);
   auto ctx = engine->create_context();
   EXPECT_FALSE(preprocesses_on_device(*ctx));
   const ClassificationRuntime rt = parse_classification_runtime(nlohmann::json::parse(engine->runtime_json()), "runtime.json");
