@@ -42,6 +42,32 @@ PY
     fi
     rm -rf "$tmp"
   fi
+  # CUTLASS (header-only, used by the sm90 FP8 GEMM fp8_gemm_sm90*.cu): the
+  # headers of its PyPI wheel (nvidia-cutlass, cutlass_library/source/include).
+  # Without them that GEMM reports no configurations and the rest builds as before.
+  ct=third_party/cutlass/include
+  if [ ! -f "$ct/cutlass/cutlass.h" ]; then
+    echo "setup: fetching CUTLASS headers (nvidia-cutlass==4.2.0.0 from PyPI)" >&2
+    tmp=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --only-binary=:all: nvidia-cutlass==4.2.0.0 -d "$tmp" 2>/dev/null ||
+       python3 -m pip download -q --no-deps nvidia-cutlass==4.2.0.0 -d "$tmp"; then
+      python3 - "$tmp" <<'PY'
+import glob, os, sys, zipfile
+whl = glob.glob(sys.argv[1] + "/*.whl")[0]
+pre = "cutlass_library/source/include/"
+with zipfile.ZipFile(whl) as z:
+    for n in z.namelist():
+        if n.startswith(pre) and not n.endswith("/"):
+            out = os.path.join("third_party/cutlass/include", n[len(pre):])
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(n) as src, open(out, "wb") as dst:
+                dst.write(src.read())
+PY
+    else
+      echo "setup: could not fetch CUTLASS; the sm90 FP8 GEMM is left out" >&2
+    fi
+    rm -rf "$tmp"
+  fi
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 

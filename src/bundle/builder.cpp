@@ -201,7 +201,7 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
                       {"excluded", excluded},
                       {"activation_scales", scales_json},
                       {"all_scales_section", "quant_scales.json"}};
-      const int rewrites = quantize_layers(g, sel.quantized, scales);
+      const int rewrites = quantize_layers(g, sel.quantized, scales, recipe.residuals_8bit);
       json weights = json::object();
       for (const Value& v : g.values)
         if (v.constant && v.quant) weights[v.name] = {{"axis", v.quant->axis}, {"scales", v.quant->scales}, {"dtype", dtype_name(v.quant->dtype)}};

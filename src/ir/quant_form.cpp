@@ -40,8 +40,14 @@ std::string quant_node_problem(const Graph& g, const Node& n) {
       const Value& w = val(n.inputs.at(1));
       if (!w.constant) return cat(n.name, ": the weight '", w.name, "' of a quantized layer must be a constant");
       if (std::string why = scales_problem(n, w, Scales::TensorOrAxis0); !why.empty()) return why;
-      if (n.inputs.size() > 3 && is_8bit(val(n.inputs[3]).dtype))
-        return cat(n.name, ": residual '", val(n.inputs[3]).name, "' is 8-bit (quantized layers read residuals wide)");
+      if (n.inputs.size() > 3 && is_8bit(val(n.inputs[3]).dtype)) {
+        // An 8-bit residual holds codes of x's type with one scale (the epilogue adds code * scale).
+        const Value& r = val(n.inputs[3]);
+        if (r.dtype != val(n.inputs[0]).dtype)
+          return cat(n.name, ": residual '", r.name, "' is ", dtype_name(r.dtype), " but the layer reads ",
+                     dtype_name(val(n.inputs[0]).dtype), " codes (an 8-bit residual has the input's code type)");
+        if (std::string why = scales_problem(n, r, Scales::Tensor); !why.empty()) return why;
+      }
       const Value& y = val(n.outputs.at(0));
       if (is_8bit(y.dtype)) return scales_problem(n, y, Scales::Tensor);
       return "";

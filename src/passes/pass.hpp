@@ -55,7 +55,10 @@ int set_precision(Graph& g, DType dtype);
 // its precision): 8-bit weights per output channel, quantize nodes or folded
 // output quantizes on their inputs (passes/quantize.cpp says how). Runs on the
 // float graph before set_precision; returns the number of rewrites.
-int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::ActivationScales& scales);
+// residuals_8bit (the recipe's "residuals"): a selected layer whose readers
+// are all selected layers, reading it as their input or as their residual,
+// writes codes (the residual then read in 8 bits); false: only as their input.
+int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::ActivationScales& scales, bool residuals_8bit = true);
 
 // Fusion marks (ir/fusion_marks.hpp): attributes only, the graph computes the
 // same. Each returns the number of nodes it marked.

@@ -13,8 +13,13 @@
 //     all its quantized readers);
 //   - its output is wide (out_dtype = x's old type: the dequantize folded
 //     into the epilogue, alpha = s_x * s_w) unless it is folded as above.
-// Residual inputs stay wide. Node names are kept; a quantize node is named
-// "<value>.quantize".
+// With residuals_8bit (the recipe's default) a producer also writes codes when
+// some of its selected readers take the value as their residual (the skip of
+// a ResNet block: the next block's conv1 reads it as x, its conv3 as the
+// residual its epilogue adds, code * scale): one 8-bit tensor, no quantize
+// kernel, half the bytes of the skip. A residual whose producer does not write
+// codes stays wide (no quantize node is made for a residual alone).
+// Node names are kept; a quantize node is named "<value>.quantize".
 #include <algorithm>
 #include <map>
 #include <set>
@@ -28,7 +33,7 @@
 
 namespace kiln {
 
-int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::ActivationScales& scales) {
+int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::ActivationScales& scales, bool residuals_8bit) {
   const DType code = scales.precision;
   if (!is_8bit(code)) fail_usage("quantize: precision ", dtype_name(code), " is not fp8 (f8e4m3) or int8");
   const std::set<int> selected(nodes.begin(), nodes.end());
@@ -42,7 +47,8 @@ int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::Activa
     if (shape_numel(ws) / std::max<int64_t>(1, ws[0]) >= quant::kMaxExactReduction)
       fail_usage("quantize: ", n.name, " reduces over more than ", quant::kMaxExactReduction, " products; exclude it from the recipe");
   }
-  // Which selected layers write codes: every reader selected, reading the value as its input only.
+  // Which selected layers write codes: every reader selected, reading the
+  // value once, as its input (or, with residuals_8bit, as its residual: conv2d input 3).
   std::set<int> folded;
   for (int i : nodes) {
     const int y = g.nodes[i].outputs[0];
@@ -50,7 +56,9 @@ int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::Activa
     bool ok = !readers.empty() && !g.is_graph_output(y);
     for (int r : readers) {
       const Node& c = g.nodes[r];
-      ok = ok && selected.count(r) && c.inputs[0] == y && std::count(c.inputs.begin(), c.inputs.end(), y) == 1;
+      const bool as_x = c.inputs[0] == y;
+      const bool as_residual = residuals_8bit && c.op == Op::Conv2d && c.inputs.size() > 3 && c.inputs[3] == y;
+      ok = ok && selected.count(r) && (as_x || as_residual) && std::count(c.inputs.begin(), c.inputs.end(), y) == 1;
     }
     if (ok) folded.insert(i);
   }

@@ -11,7 +11,7 @@ namespace kiln::quant {
 float LayerEpilogue::apply(int64_t oc, double acc, const float* residual) const {
   const size_t c = static_cast<size_t>(oc);
   float y = std::fma(static_cast<float>(acc), alpha[c], bias[c]);
-  if (residual) y += *residual * residual_mul;
+  if (residual) y += (*residual * residual_scale) * residual_mul;
   y = apply_activation(act, y);
   if (!is_8bit(out)) return y;
   if (!folded) y *= inv_out_scale;
@@ -39,6 +39,7 @@ LayerEpilogue layer_epilogue(const Graph& g, const Node& n, const float* bias) {
     e.alpha[static_cast<size_t>(c)] = s_x * s_w;
     if (bias) e.bias[static_cast<size_t>(c)] = bias[c];
   }
+  if (n.inputs.size() > 3 && is_8bit(g.values.at(n.inputs[3]).dtype)) e.residual_scale = g.values.at(n.inputs[3]).quant->scales[0];
   if (is_8bit(y.dtype)) {
     e.inv_out_scale = 1.f / y.quant->scales[0];
     e.folded = e.act == Activation::None || e.act == Activation::Relu;

@@ -9,6 +9,7 @@
 // is the exact real number whatever the order, rounded once to f32. Then,
 // per output channel oc:
 //   wide output:  y = act(fma(f32(acc), alpha[oc], bias[oc]) + residual)
+//   (an 8-bit residual counts as f32(code * s_r), its real value)
 //   8-bit output, act none/relu (the output scale folded, ReLU commutes with
 //   a positive scale): y = encode(act(fma(f32(acc), alpha'[oc], bias'[oc]) +
 //   residual * inv_s_y))
@@ -37,8 +38,10 @@ struct LayerEpilogue {
   std::vector<float> alpha, bias;  // per output channel (bias 0 where the node has none)
   float inv_out_scale = 1.f;       // 8-bit output: f32(1 / s_y)
   float residual_mul = 1.f;        // inv_out_scale when folded, else 1
+  float residual_scale = 1.f;      // an 8-bit residual's scale (its buffer holds codes), else 1
   // The stored value of output channel oc given the exact sum `acc` and the
-  // residual's real value (null without one): the code's value in code units for
+  // residual as stored (null without one: the real value, or for an 8-bit
+  // residual its code's value, times residual_scale in f32): the code's value in code units for
   // an 8-bit output, else the real value (the caller rounds to f16/bf16).
   float apply(int64_t oc, double acc, const float* residual) const;
 };

@@ -75,7 +75,7 @@ void check_globs(const StrictObject& o, const std::string& key, const std::vecto
 Recipe parse_recipe(const std::string& text, const std::string& source) {
   const json j = parse_json_text(text, source);
   const StrictObject o(j, source, "", {"format", "precision"},
-                       {"weights", "activations", "calibration", "parts", "include", "exclude", "defaults"});
+                       {"weights", "activations", "calibration", "parts", "include", "exclude", "defaults", "residuals"});
   if (o.integer("format") != 1) o.fail("format", "must be 1 (the only recipe format so far)");
   Recipe r;
   const std::string precision = o.string("precision");
@@ -85,6 +85,11 @@ Recipe parse_recipe(const std::string& text, const std::string& source) {
     o.fail("weights", "must be \"per_channel_amax\" (the only weight scale rule so far)");
   if (o.has("activations") && (r.activation_scales = o.string("activations")) != "static_per_tensor")
     o.fail("activations", "must be \"static_per_tensor\" (the only activation scale rule so far)");
+  if (o.has("residuals")) {
+    const std::string res = o.string("residuals");
+    if (res != "8bit" && res != "wide") o.fail("residuals", "must be \"8bit\" or \"wide\", not \"" + res + "\"");
+    r.residuals_8bit = res == "8bit";
+  }
   if (o.has("calibration")) r.calibration = calib_settings_from_json(o.at("calibration"), source, "calibration");
   if (o.has("parts")) {
     r.parts = o.strings("parts");
@@ -139,6 +144,7 @@ std::string recipe_to_json(const Recipe& r) {
                   {"parts", r.parts},
                   {"include", r.include},
                   {"exclude", r.exclude},
+                  {"residuals", r.residuals_8bit ? "8bit" : "wide"},
                   {"defaults",
                    {{"stem", r.defaults.stem},
                     {"classifier", r.defaults.classifier},

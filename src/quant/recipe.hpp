@@ -51,6 +51,11 @@ struct Recipe {
   std::vector<std::string> include;         // node-name / op globs added after the parts
   std::vector<std::string> exclude;         // node-name / op globs removed after include
   DefaultExclusions defaults;
+  // "residuals": "8bit" (default) lets a quantized layer whose output is read
+  // only by quantized layers — as their input or as the residual their
+  // epilogue adds — write codes, the residual read in 8 bits (TensorRT's
+  // "quantize the skip input"); "wide" keeps residual inputs 16/32-bit.
+  bool residuals_8bit = true;
   bool operator==(const Recipe&) const = default;
 };
 

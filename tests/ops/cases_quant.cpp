@@ -100,6 +100,7 @@ struct LayerSpec {
   bool bias, residual;
   Activation act;
   bool out_8bit;
+  bool residual_8bit = false;  // the residual as codes of the layer's type with one scale (a ResNet skip)
 };
 
 void add_layers(std::vector<OpCase>& out) {
@@ -125,6 +126,17 @@ void add_layers(std::vector<OpCase>& out) {
       // A 1x1 with residual into a wide output, k a multiple of 16: the fused cuDNN candidate's
       // residual path (the GEMM competes with it; OpCudaFp8Fusion forces each).
       {"conv1x1_k32_residual_relu_wide", Op::Conv2d, {2, 32, 4, 4}, {32, 32, 1, 1}, plain, true, true, Activation::Relu, false},
+      // 8-bit residuals (recipe "residuals": "8bit"): a ResNet conv3 (1x1, relu, codes in and out:
+      // GEMM, cuDNN and the fused graph compete), one with k padded, a 3x3 into a wide output.
+      {"conv1x1_k32_residual8_relu_8bit", Op::Conv2d, {2, 32, 4, 4}, {32, 32, 1, 1}, plain, true, true, Activation::Relu, true,
+       true},
+      {"conv1x1_residual8_8bit", Op::Conv2d, {1, 16, 4, 4}, {24, 16, 1, 1}, plain, true, true, Activation::None, true, true},
+      // A ResNet layer2 conv3 in small: rows over several 128-row tiles, 256 output channels
+      // (every CUTLASS tile shape), an 8-bit skip.
+      {"conv1x1_k256_residual8_relu_8bit", Op::Conv2d, {2, 64, 10, 10}, {256, 64, 1, 1}, plain, true, true, Activation::Relu,
+       true, true},
+      {"conv3x3_residual8_relu_wide", Op::Conv2d, {1, 16, 5, 5}, {16, 16, 3, 3}, {{"pads", std::vector<int64_t>{1, 1, 1, 1}}},
+       true, true, Activation::Relu, false, true},
   };
   for (DType dt : kCaseTypes)
     for (DType code : {DType::F8E4M3, DType::I8})
@@ -153,7 +165,9 @@ void add_layers(std::vector<OpCase>& out) {
           // The residual's shape is the layer's output shape: infer it on a copy without one.
           Graph probe = g;
           const Shape ys = probe.values[probe.add_node(s.op, "probe", ins, attrs)].shape;
-          ins.push_back(g.add_input("residual", dt, ys));
+          const int r = g.add_input("residual", s.residual_8bit ? code : dt, ys);
+          if (s.residual_8bit) g.values[r].quant = QuantParams{{code == DType::I8 ? 0.03f : 0.008f}, -1, code};
+          ins.push_back(r);
         }
         const int y = g.add_node(s.op, "layer", ins, attrs);
         if (s.out_8bit) g.values[y].quant = QuantParams{{code == DType::I8 ? 0.05f : 0.004f}, -1, code};
@@ -161,7 +175,8 @@ void add_layers(std::vector<OpCase>& out) {
         if (const std::string why = quant_node_problem(g, g.nodes.back()); !why.empty()) fail_runtime("op harness: ", why);
         c.graph = std::move(g);
         c.input_range["x"] = code == DType::I8 ? std::make_pair(-128.f, 128.f) : std::make_pair(-448.f, 448.f);
-        c.input_range["residual"] = {-3.f, 3.f};
+        c.input_range["residual"] = !s.residual_8bit ? std::make_pair(-3.f, 3.f)
+                                    : code == DType::I8 ? std::make_pair(-128.f, 128.f) : std::make_pair(-448.f, 448.f);
         const bool grouped = s.attrs.count("groups") != 0;
         if (code == DType::I8) c.cuda = cuda_refuses_int8();
         else if (grouped)

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backends/cuda/cuda_engine.hpp"
+#include "backends/cuda/fp8_gemm_sm90.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
 
@@ -16,6 +17,11 @@ namespace kiln::ops {
 bool cuda_available() {
   std::string why;
   return cuda::device_available(&why);
+}
+
+bool cutlass_fp8_available() {
+  return cuda_available() && cuda::fp8_gemm_sm90_configs() > 0 &&
+         cuda::fp8_gemm_sm90_unsupported(0, 16, 16, 16, false, DType::F16, DType::F16, Activation::None).empty();
 }
 
 std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int opt_level,
@@ -31,7 +37,10 @@ std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref:
   cuda::CudaOptions o;
   o.opt_level = opt_level;
   o.tune = true;
-  o.fp8_fusion = fp8_fusion > 0 ? cuda::Fp8Fusion::Fused : fp8_fusion < 0 ? cuda::Fp8Fusion::Unfused : cuda::Fp8Fusion::Auto;
+  o.fp8_fusion = fp8_fusion == 2  ? cuda::Fp8Fusion::Cutlass
+                 : fp8_fusion > 0 ? cuda::Fp8Fusion::Fused
+                 : fp8_fusion < 0 ? cuda::Fp8Fusion::Unfused
+                                  : cuda::Fp8Fusion::Auto;
   auto engine = std::make_shared<cuda::CudaEngine>(g, o);
   if (tactics) {
     const nlohmann::json t = engine->tactics_json();
@@ -64,6 +73,7 @@ std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref:
 
 namespace kiln::ops {
 bool cuda_available() { return false; }
+bool cutlass_fp8_available() { return false; }
 }  // namespace kiln::ops
 
 #endif

@@ -74,11 +74,11 @@ int main(int argc, char** argv) {
     else if (a.rfind("--cuda-opt-level=", 0) == 0) options().cuda_opt_level = std::atoi(a.c_str() + 17);
     else if (a.rfind("--fp8-fusion=", 0) == 0) {
       const std::string v = a.substr(13);
-      if (v != "auto" && v != "on" && v != "off") {
-        std::fprintf(stderr, "--fp8-fusion takes auto, on or off, not '%s'\n", v.c_str());
+      if (v != "auto" && v != "on" && v != "off" && v != "cutlass") {
+        std::fprintf(stderr, "--fp8-fusion takes auto, on, off or cutlass, not '%s'\n", v.c_str());
         return 2;
       }
-      options().fp8_fusion = v == "on" ? 1 : v == "off" ? -1 : 0;
+      options().fp8_fusion = v == "on" ? 1 : v == "off" ? -1 : v == "cutlass" ? 2 : 0;
     } else if (a == "--list-cases") list = true;
     else if (a == "--errors") errors = true;
     else argv[kept++] = argv[i];

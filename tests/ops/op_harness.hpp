@@ -167,20 +167,22 @@ double case_error(Measure m, const std::vector<ref::Buffer>& got, const std::vec
 std::vector<ref::Buffer> run_cpu_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int perf_runs = 0,
                                          double* median_ms = nullptr);
 // Runs through CudaEngine + CudaContext (Engine::load's path) at `opt_level`.
-// fp8_fusion: CudaOptions::fp8_fusion (0 auto, 1 fused, -1 unfused), the test
+// fp8_fusion: CudaOptions::fp8_fusion (0 auto, 1 fused, -1 unfused, 2 CUTLASS only), the test
 // hook forcing the fused FP8 conv candidates on or off. With `tactics` the
 // chosen tactic per node is stored there ("node: tactic; ...").
 std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int opt_level,
                                           int perf_runs = 0, double* median_ms = nullptr, int fp8_fusion = 0,
                                           std::string* tactics = nullptr);
 bool cuda_available();
+// Whether kiln's CUTLASS FP8 GEMM runs here (built with CUTLASS, an sm_90 device).
+bool cutlass_fp8_available();
 
 // Command-line options of kiln_ops_tests (main.cpp).
 struct HarnessOptions {
   bool perf = false;
   int perf_runs = 20;
   int cuda_opt_level = 3;
-  int fp8_fusion = 0;  // --fp8-fusion=auto|on|off: CudaOptions::fp8_fusion for every CUDA case
+  int fp8_fusion = 0;  // --fp8-fusion=auto|on|off|cutlass: CudaOptions::fp8_fusion for every CUDA case
 };
 HarnessOptions& options();
 

@@ -20,6 +20,7 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "ir/attrs.hpp"
 #include "op_harness.hpp"
 
 namespace kiln::ops {
@@ -142,6 +143,49 @@ TEST_P(OpCudaFp8Fusion, FusedMatchesUnfused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, OpCudaFp8Fusion, ::testing::Range(size_t(0), all_cases().size()), case_label);
+
+// kiln's CUTLASS FP8 GEMM (fp8_gemm_sm90.hpp, the epilogue writing y) forced
+// by the test hook on every FP8 quantized_layer case the CUDA backend runs:
+// within cuda_fp8_layer of the reference and of the two-kernel path. A 1x1
+// unit-stride conv or a linear with output channels a multiple of 16, f16 or
+// e4m3 in and out and no activation or ReLU must take a CUTLASS tactic on an
+// sm_90 device built with CUTLASS; any other case must not.
+class OpCudaFp8Cutlass : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(OpCudaFp8Cutlass, CutlassMatchesUnfused) {
+  const OpCase& c = all_cases()[GetParam()];
+  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit) GTEST_SKIP() << "not a CUDA FP8 layer case";
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto in = case_inputs(c);
+  std::vector<ref::Buffer> want, forced, unfused;
+  std::string forced_tactics, unfused_tactics;
+  ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
+  ASSERT_NO_THROW(forced = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, 2, &forced_tactics));
+  ASSERT_NO_THROW(unfused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, -1, &unfused_tactics));
+  const Limit lim = *c.cuda.limit;
+  EXPECT_LE(case_error(lim.measure, forced, want), lim.limit) << c.name << " CUTLASS: " << forced_tactics;
+  EXPECT_LE(case_error(lim.measure, forced, unfused), lim.limit) << c.name << " CUTLASS vs unfused";
+  EXPECT_EQ(unfused_tactics.find("cutlass"), std::string::npos) << "forced off yet CUTLASS: " << unfused_tactics;
+  const Node& layer = c.graph.nodes.back();
+  const Value& w = c.graph.values[layer.inputs[1]];
+  const Value& y = c.graph.values[layer.outputs[0]];
+  bool takes = w.shape[0] % 16 == 0 && (y.dtype == DType::F16 || y.dtype == DType::F8E4M3);
+  if (layer.op == Op::Conv2d) {
+    const ConvAttrs a = conv_attrs(layer);
+    takes = takes && w.shape[2] == 1 && w.shape[3] == 1 && a.stride_h == 1 && a.stride_w == 1;
+  }
+  takes = takes && (layer.activation() == Activation::None || layer.activation() == Activation::Relu);
+  if (layer.inputs.size() > 3) {
+    const DType r = c.graph.values[layer.inputs[3]].dtype;
+    takes = takes && (r == DType::F16 || r == DType::F8E4M3);
+  }
+  if (!cutlass_fp8_available()) GTEST_SKIP() << "no CUTLASS FP8 GEMM here (built without CUTLASS, or not sm_90): " << forced_tactics;
+  if (takes) EXPECT_NE(forced_tactics.find("cutlass"), std::string::npos) << c.name << ": forced, no CUTLASS tactic: " << forced_tactics;
+  else EXPECT_EQ(forced_tactics.find("cutlass"), std::string::npos) << c.name << ": " << forced_tactics;
+  std::printf("[fp8 cutlass] %-48s %s\n", c.name.c_str(), forced_tactics.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OpCudaFp8Cutlass, ::testing::Range(size_t(0), all_cases().size()), case_label);
 
 // Each op of kNotLoweredOnCuda, through the path `kiln build --backend cuda`
 // takes (CudaEngine with tuning): it must be refused with the CUDA program

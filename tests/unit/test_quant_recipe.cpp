@@ -28,6 +28,7 @@ const char* kFullRecipe = R"({
   "parts": ["all", "no-stem", "no-layer1"],
   "include": ["layer1.0.conv2"],
   "exclude": ["*.downsample.*"],
+  "residuals": "wide",
   "defaults": {"stem": false, "classifier": true, "depthwise": false, "max_small_channels": 8}
 })";
 
@@ -43,6 +44,7 @@ TEST(QuantRecipe, ReadsEveryKeyAndRoundTrips) {
   EXPECT_TRUE(r.defaults.classifier);
   EXPECT_FALSE(r.defaults.depthwise);
   EXPECT_EQ(r.defaults.max_small_channels, 8);
+  EXPECT_FALSE(r.residuals_8bit);
   EXPECT_EQ(quant::parse_recipe(quant::recipe_to_json(r), "again.json"), r);
 }
 
@@ -54,6 +56,7 @@ TEST(QuantRecipe, OptionalKeysTakeTheDocumentedDefaults) {
   EXPECT_EQ(r.calibration.method, quant::CalibMethod::Max);
   EXPECT_TRUE(r.defaults.stem && r.defaults.classifier && r.defaults.depthwise);
   EXPECT_EQ(r.defaults.max_small_channels, 16);
+  EXPECT_TRUE(r.residuals_8bit);
   EXPECT_EQ(quant::parse_recipe(quant::recipe_to_json(Recipe{}), "d.json"), Recipe{});
 }
 
@@ -87,6 +90,8 @@ TEST(QuantRecipe, ErrorsNameTheFileAndTheKey) {
       {R"({"format": 1, "precision": "fp8", "calibration": {"method": "percentile", "percentile": "99"}})",
        "r.json: key 'calibration.percentile' must be a number"},
       {R"({"format": 1, "precision": "fp8", "calibration": "max"})", "r.json: key 'calibration' must be a JSON object"},
+      {R"({"format": 1, "precision": "fp8", "residuals": "int8"})", "r.json: key 'residuals' must be \"8bit\" or \"wide\", not \"int8\""},
+      {R"({"format": 1, "precision": "fp8", "residuals": true})", "r.json: key 'residuals' must be a string"},
       {R"({"format": 1, "precision": "fp8", "parts": "all"})", "r.json: key 'parts' must be a list of strings"},
       {R"({"format": 1, "precision": "fp8", "parts": ["all", 3]})", "r.json: key 'parts' must be a list of strings"},
       {R"({"format": 1, "precision": "fp8", "parts": ["layer*"]})", "r.json: key 'parts' holds 'layer*', not a part name"},

@@ -42,6 +42,25 @@ study_one() {  # MODEL FIXTURE_SCRIPT
   [ -f "$work/full/$m/config.json" ] || return
   bounded "$(left)" "study_$m" $kiln study quant "$work/full/$m" --backend cuda --calib "$calib" --batch 1,32 \
     --opt-level 1,3 --precisions fp8 --rounds 30 -o "$r/study_$m"
+  plans "$r/study_$m"
+  # KILN_STUDY_RECIPES: extra recipe variants, "MODEL=RECIPE_FILE ..." (a study each, after the default).
+  local v rf
+  for v in ${KILN_STUDY_RECIPES:-}; do
+    [ "${v%%=*}" = "$m" ] || continue
+    rf=${v#*=}
+    bounded "$(left)" "study_${m}_$(basename "$rf" .json)" $kiln study quant "$work/full/$m" --backend cuda \
+      --calib "$calib" --batch 1,32 --opt-level 1,3 --precisions fp8 --rounds 30 --recipe "$rf" \
+      -o "$r/study_${m}_$(basename "$rf" .json)"
+    plans "$r/study_${m}_$(basename "$rf" .json)"
+  done
+}
+# plans DIR: every step and its tactic of each bundle a study built (`kiln inspect --plan`),
+# kept beside its REPORT.md (the bundles themselves do not come back).
+plans() {
+  local b
+  for b in "$1"/bundles/*.bundle; do
+    [ -f "$b" ] && $kiln inspect "$b" --plan > "$1/plan_$(basename "$b" .bundle).txt" 2>&1
+  done
 }
 # KILN_STUDY_MODELS narrows stream A (space-separated: resnet50 res2net50_26w_4s efficientnet_b0 digits).
 models=" ${KILN_STUDY_MODELS:-resnet50 res2net50_26w_4s efficientnet_b0 digits} "
@@ -49,7 +68,7 @@ want() { [[ "$models" == *" $1 "* ]]; }
 stream_a() {
   want digits && bounded 120 study_digits_resnet $kiln study quant models/digits_resnet --backend cuda \
     --calib models/digits_resnet/samples --accuracy models/digits_resnet/heldout --batch 1,32 --opt-level 1,3 \
-    --precisions fp8 --rounds 30 -o "$r/study_digits_resnet" &
+    --precisions fp8 --rounds 30 -o "$r/study_digits_resnet" && plans "$r/study_digits_resnet" &
   want resnet50 && study_one resnet50 make_fixtures.py &
   want res2net50_26w_4s && study_one res2net50_26w_4s make_fixtures_res2net.py &
   want efficientnet_b0 && study_one efficientnet_b0 make_fixtures_efficientnet.py &
@@ -66,7 +85,16 @@ stream_c() {
   bounded 520 gpu_tests env KILN_GPU_WORK=$work/tests KILN_GPU_TEST_FILTER="$tests" tools/gpu/on_device.sh "$r/tests" --quick
   echo "gpu tests: $(grep -cE '^\[       OK' "$r/tests/gpu_tests.log") OK, $(grep -cE '^\[  FAILED  \] [A-Z]' "$r/tests/gpu_tests.log") FAILED" >> "$r/summary.txt"
 }
-stream_a & stream_b & stream_c & wait
+# Stream D: op-harness cases (KILN_STUDY_OPS, a --gtest_filter pattern for kiln_ops_tests; unset:
+# none), e.g. the FP8 layer cases forced onto each path.
+stream_d() {
+  [ -n "${KILN_STUDY_OPS:-}" ] || return
+  bounded 400 ops_tests $work/bin/kiln_ops_tests --gtest_brief=1 --errors --gtest_filter="$KILN_STUDY_OPS"
+  echo "ops tests: $(grep -E 'PASSED|FAILED  \]' "$r/ops_tests.log" | tail -2 | tr '\n' ' ')" >> "$r/summary.txt"
+}
+# KILN_STUDY_RTDETR=0 leaves stream B out.
+[ "${KILN_STUDY_RTDETR:-1}" = 0 ] && stream_b() { :; }
+stream_a & stream_b & stream_c & stream_d & wait
 . tools/gpu/strip_heavy.sh; strip_heavy "$r"
 cat "$r/summary.txt"
 for f in "$r"/study_*/REPORT.md; do [ -f "$f" ] && { echo "== $f"; sed -n '1,25p' "$f"; }; done

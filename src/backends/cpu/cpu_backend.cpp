@@ -25,10 +25,11 @@ namespace {
 // its axis (at most 2^24 long) before it uses one.
 constexpr int64_t kExactFloatInts = int64_t{1} << 24;
 bool reads_as_index(const Node& n, size_t input) { return n.op == Op::Gather && input == 1; }
-// i8 codes are read by dequantize and by quantized layers (x and weight); they
-// are exact small integers in the f32 arena.
+// i8 codes are read by dequantize and by quantized layers (x, weight, and a
+// conv's 8-bit residual); they are exact small integers in the f32 arena.
 bool reads_codes(const Node& n, size_t input) {
-  return (n.op == Op::Dequantize && input == 0) || ((n.op == Op::Conv2d || n.op == Op::Linear) && input < 2);
+  return (n.op == Op::Dequantize && input == 0) || ((n.op == Op::Conv2d || n.op == Op::Linear) && input < 2) ||
+         (n.op == Op::Conv2d && input == 3);
 }
 
 QuantScales quant_scales(const Value& v) {

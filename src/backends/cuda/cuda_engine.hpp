@@ -40,10 +40,12 @@ GpuKey current_gpu_key();
 std::string gpu_slug(const std::string& gpu);
 
 // Test hook (CudaOptions::fp8_fusion): which candidates a quantized FP8
-// conv may take. Auto: the tactic selector times the fused ones (epilogue
-// inside the cuDNN graph) against the raw sum + quant_epilogue ones. Fused:
-// only fused candidates where the layer has any. Unfused: none are built.
-enum class Fp8Fusion { Auto, Fused, Unfused };
+// layer may take. Auto: the tactic selector times the fused ones (epilogue
+// inside the cuDNN graph, or kiln's CUTLASS GEMM writing y) against the raw
+// sum + quant_epilogue ones. Fused: only cuDNN's fused candidates where the
+// layer has any. Unfused: neither kind is built. Cutlass: only the CUTLASS
+// GEMM where it takes the layer (quant.cpp).
+enum class Fp8Fusion { Auto, Fused, Unfused, Cutlass };
 
 struct CudaOptions {
   Fp8Fusion fp8_fusion = Fp8Fusion::Auto;  // a test hook (op harness); builds leave it Auto

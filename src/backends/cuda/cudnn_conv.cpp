@@ -356,7 +356,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> ConvOp::Impl::fp8_epilogue_chain(
   if (e.bias) cur = f32(gr.pointwise(cur, per_channel("bias", kUidBias), op("bias_add", fe::PointwiseMode_t::ADD)));
   if (e.residual) {
     auto r = gr.tensor(g::Tensor_attributes().set_name("residual").set_uid(kUidResidual)
-                           .set_data_type(to_fe(e.residual_dtype)).set_dim({d.n, d.k, oh, ow})
+                           .set_data_type(to_fe_fp8_out(e.residual_dtype)).set_dim({d.n, d.k, oh, ow})
                            .set_stride(nhwc_strides(d.n, d.k, oh, ow)));
     if (e.residual_mul != 1.f) r = f32(gr.pointwise(r, scalar("residual_mul", kUidResMul), op("residual_mul", fe::PointwiseMode_t::MUL)));
     cur = f32(gr.pointwise(cur, r, op("residual_add", fe::PointwiseMode_t::ADD)));

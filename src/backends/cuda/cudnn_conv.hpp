@@ -61,7 +61,7 @@ struct ConvDesc {
     bool on = false;
     DType out = DType::F16;  // f32, f16, bf16 or f8e4m3
     bool bias = false, residual = false;
-    DType residual_dtype = DType::F16;
+    DType residual_dtype = DType::F16;  // or f8e4m3 codes (residual_mul then holds the residual's scale too)
     float residual_mul = 1.f;
     Activation act = Activation::None;
     bool scale_after = false;  // multiply by inv_out_scale after the activation

@@ -236,12 +236,14 @@ struct QuantEpilogue {
   const float* alpha = nullptr;  // device, [k]
   const float* bias = nullptr;   // device, [k] (zeros without a bias)
   float residual_mul = 1.f;
+  float residual_scale = 1.f;  // an e4m3 residual: its scale (added as f32(code * scale) * residual_mul)
   float inv_out_scale = 1.f;
   bool scale_after = false;
   Activation act = Activation::None;
 };
 // acc: [rows, acc_ld] f32 (the raw sums, acc_ld >= k: padded channels are
-// skipped); residual [rows, k] in rdt or null; y [rows, k] in ydt.
+// skipped); residual [rows, k] in rdt (f32/f16/bf16, or e4m3 codes with
+// e.residual_scale) or null; y [rows, k] in ydt.
 void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt, void* y,
                     DType ydt, int64_t rows, int k, cudaStream_t stream);
 

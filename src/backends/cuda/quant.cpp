@@ -14,12 +14,19 @@
 //      output rounding (wide float or e4m3) with the constants of the CPU
 //      emulation (quant::layer_epilogue), so only the engine's accumulation
 //      differs from the CPU backend.
+// Steps 2 and 3 are one kernel in two further kinds of candidate: cuDNN's FP8
+// graph with the epilogue inside (ConvDesc::fp8_epi) and, for 1x1 convs and
+// linears on sm_90, kiln's CUTLASS GEMM (fp8_gemm_sm90.hpp) whose epilogue
+// writes y directly. The tactic selector times them all, layer against layer.
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/fp8_gemm_sm90.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
 #include "ir/quant_form.hpp"
 #include "quant/layer.hpp"
+
+#include <limits>
 
 namespace kiln::cuda {
 
@@ -80,6 +87,7 @@ QuantEpilogue epilogue_of(Lowering& L, const Node& n) {
   q.alpha = device_f32(L, n.name + "#q_alpha", e.alpha);
   q.bias = device_f32(L, n.name + "#q_bias", e.bias);
   q.residual_mul = e.residual_mul;
+  q.residual_scale = e.residual_scale;
   q.inv_out_scale = e.inv_out_scale;
   q.scale_after = is_8bit(e.out) && !e.folded;
   q.act = e.act;
@@ -106,7 +114,18 @@ struct RawSum {
   Fp8GemmOp* gemm = nullptr;
   ConvOp* fused = nullptr;  // the FP8 conv with its epilogue in the graph (ConvDesc::fp8_epi), or none
   bool use_gemm = false, use_fused = false;
+  // The CUTLASS GEMM's configurations that take this layer (fp8_gemm_sm90.hpp),
+  // their workspaces, and the chosen one (-1: another engine).
+  std::vector<int> cutlass;
+  std::vector<size_t> cutlass_ws;
+  int use_cutlass = -1;
+  int m = 0, n = 0, k = 0;  // the GEMM's shape for CUTLASS: rows, output channels, padded input channels
+  bool direct() const { return use_fused || use_cutlass >= 0; }  // y written by the engine itself
   size_t workspace() const {
+    if (use_cutlass >= 0) {
+      for (size_t i = 0; i < cutlass.size(); ++i)
+        if (cutlass[i] == use_cutlass) return cutlass_ws[i];
+    }
     return use_fused ? fused->workspace_bytes() : use_gemm ? gemm->workspace_bytes() : conv->workspace_bytes();
   }
   void operator()(cudnnHandle_t h, const void* x, const void* w, float* acc, void* ws, size_t cap, cudaStream_t s) const {
@@ -133,18 +152,31 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
                            size_t x_bytes, size_t acc_bytes, bool gemm_first, const EpilogueTiming& et = {}) {
   TimingScratch xb{x_bytes, {}}, ab{acc_bytes, {}};
   const size_t yr = size_t(et.rows) * size_t(et.k);
-  TimingScratch yb{rs.fused ? yr * dtype_size(et.ydt) : 0, {}}, rb{rs.fused && et.residual ? yr * dtype_size(et.rdt) : 0, {}};
+  const bool any_direct = rs.fused || !rs.cutlass.empty();
+  TimingScratch yb{any_direct ? yr * dtype_size(et.ydt) : 0, {}}, rb{any_direct && et.residual ? yr * dtype_size(et.rdt) : 0, {}};
   const auto epilogue = [&](cudaStream_t s) {
-    if (rs.fused)
+    if (any_direct)
       quant_epilogue(static_cast<float*>(ab.get(s)), et.kp, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt, yb.get(s),
                      et.ydt, et.rows, et.k, s);
   };
   cudnnHandle_t h = L.m.cudnn.h;
-  std::vector<Candidate> convs, gemms, fused;
+  std::vector<Candidate> convs, gemms, fused, cutlass;
+  for (size_t i = 0; i < rs.cutlass.size(); ++i) {
+    const int cfg = rs.cutlass[i];
+    const size_t need = rs.cutlass_ws[i];
+    cutlass.push_back({fp8_gemm_sm90_config_name(cfg),
+                       [&rs, cfg] { return rs.use_fused = false, rs.use_gemm = false, rs.use_cutlass = cfg, true; },
+                       [&, cfg, need](cudaStream_t s, void* ws, size_t cap) {
+                         if (need > cap) return false;
+                         fp8_gemm_sm90(cfg, xb.get(s), w, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt, yb.get(s), et.ydt,
+                                       rs.m, rs.n, rs.k, ws, cap, s);
+                         return true;
+                       }});
+  }
   if (rs.fused)
     for (int t = 0; t < rs.fused->tactic_count(); ++t)
       fused.push_back({"fused " + rs.fused->tactic_name(t),
-                       [&rs, t] { return rs.use_fused = true, rs.use_gemm = false, rs.fused->try_select(t); },
+                       [&rs, t] { return rs.use_fused = true, rs.use_gemm = false, rs.use_cutlass = -1, rs.fused->try_select(t); },
                        [&](cudaStream_t s, void* ws, size_t cap) {
                          if (rs.fused->workspace_bytes() > cap) return false;
                          rs.fused->run_fp8_fused(h, xb.get(s), w, et.e->alpha, et.e->bias, et.residual ? rb.get(s) : nullptr,
@@ -158,7 +190,7 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
       if (t != order[0]) order.push_back(t);
     for (int t : order)
       convs.push_back({rs.conv->tactic_name(t),
-                       [&rs, t] { return rs.use_fused = false, rs.use_gemm = false, rs.conv->try_select(t); },
+                       [&rs, t] { return rs.use_fused = false, rs.use_gemm = false, rs.use_cutlass = -1, rs.conv->try_select(t); },
                        [&](cudaStream_t s, void* ws, size_t cap) {
                          if (rs.conv->workspace_bytes() > cap) return false;
                          rs.conv->run(h, xb.get(s), w, nullptr, nullptr, ab.get(s), ws, s);
@@ -169,7 +201,7 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
   if (rs.gemm)
     for (int t = 0; t < rs.gemm->tactic_count(); ++t)
       gemms.push_back({rs.gemm->tactic_name(t),
-                       [&rs, t] { return rs.use_fused = false, rs.use_gemm = true, rs.gemm->select(t), true; },
+                       [&rs, t] { return rs.use_fused = false, rs.use_gemm = true, rs.use_cutlass = -1, rs.gemm->select(t), true; },
                        [&](cudaStream_t s, void* ws, size_t cap) {
                          if (rs.gemm->workspace_bytes() > cap) return false;
                          rs.gemm->run(xb.get(s), w, static_cast<float*>(ab.get(s)), ws, cap, s);
@@ -188,6 +220,12 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
     fused.front().always_time = true;
     if (L.m.opts.fp8_fusion == Fp8Fusion::Fused) cands.clear();
     for (Candidate& c : fused) cands.push_back(std::move(c));
+  }
+  if (!cutlass.empty()) {
+    // Every configuration is timed (a handful); Fp8Fusion::Cutlass leaves only them.
+    for (Candidate& c : cutlass) c.always_time = true;
+    if (L.m.opts.fp8_fusion == Fp8Fusion::Cutlass) cands.clear();
+    for (Candidate& c : cutlass) cands.push_back(std::move(c));
   }
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, 0);
   L.tactics.finish();  // the timing scratch dies with this function
@@ -209,6 +247,11 @@ struct QuantLayerRun {
     char* ws = static_cast<char*>(x.workspace);
     const void* xin = in;
     if (c != cp) pad_rows_u8(in, x_rows, c, ws + pad_at, cp, x.stream), xin = ws + pad_at;
+    if (rs.use_cutlass >= 0) {
+      fp8_gemm_sm90(rs.use_cutlass, xin, w, e, residual, rdt, out, ydt, rs.m, rs.n, rs.k, ws + lib_at,
+                    x.workspace_bytes - lib_at, x.stream);
+      return;
+    }
     if (rs.use_fused) {
       rs.fused->run_fp8_fused(x.cudnn, xin, w, e.alpha, e.bias, residual, out, ws + lib_at, x.stream);
       return;
@@ -219,10 +262,32 @@ struct QuantLayerRun {
   }
 };
 
+// The CUTLASS GEMM's configurations that take the layer as [rows, cp] x
+// [k, cp]^T -> y [rows, k] directly: output channels a multiple of 16 (no
+// padding of y), f16 or e4m3 in and out, none or ReLU (fp8_gemm_sm90_unsupported).
+// Left out under the test hooks that force cuDNN's fused or the two-kernel path.
+void add_cutlass_candidates(Lowering& L, QuantLayerRun& run, bool residual) {
+  if (L.m.opts.fp8_fusion == Fp8Fusion::Fused || L.m.opts.fp8_fusion == Fp8Fusion::Unfused) return;
+  if (run.k != run.kp || run.rows > std::numeric_limits<int>::max()) return;
+  RawSum& rs = run.rs;
+  rs.m = as_int(run.rows), rs.n = run.k, rs.k = run.cp;
+  for (int cfg = 0; cfg < fp8_gemm_sm90_configs(); ++cfg)
+    if (fp8_gemm_sm90_unsupported(cfg, rs.m, rs.n, rs.k, residual, run.rdt, run.ydt, run.e.act).empty()) {
+      rs.cutlass.push_back(cfg);
+      rs.cutlass_ws.push_back(fp8_gemm_sm90_workspace(cfg, rs.m, rs.n, rs.k));
+    }
+}
+
+// The step's kernel label: [pad +] the engine [+ quant_epilogue].
+std::string layer_label(const QuantLayerRun& run, const std::string& tactic, bool cudnn_prefix) {
+  return cat(run.c != run.cp ? "pad + " : "", cudnn_prefix && !run.rs.use_gemm && run.rs.use_cutlass < 0 ? "cudnn " : "",
+             tactic, run.rs.direct() ? "" : " + quant_epilogue");
+}
+
 void plan_workspace(Lowering& L, QuantLayerRun& run, size_t lead) {
   run.pad_at = align256(lead);
   run.acc_at = align256(run.pad_at + (run.c != run.cp ? size_t(run.x_rows) * size_t(run.cp) : 0));
-  run.lib_at = align256(run.acc_at + (run.rs.use_fused ? 0 : size_t(run.rows) * size_t(run.kp) * sizeof(float)));
+  run.lib_at = align256(run.acc_at + (run.rs.direct() ? 0 : size_t(run.rows) * size_t(run.kp) * sizeof(float)));
   L.reserve_workspace(run.lib_at + run.rs.workspace());
 }
 
@@ -321,12 +386,16 @@ void lower_quantized_linear(Lowering& L, size_t ni) {
     fail_runtime(n.name, ": no CUDA FP8 engine for this linear (x ", shape_str(xs), ", w ", shape_str(ws), "): ", e.what());
   }
   run.rs.gemm = L.p.fp8_gemms.back().get();
+  add_cutlass_candidates(L, run, false);
   LayerSignature sig{"fp8 gemm", DType::F8E4M3, {{run.rows, run.cp}, {run.kp, run.cp}}, {}};
+  if (!run.rs.cutlass.empty())  // timed against the direct-writing CUTLASS GEMM: layer against layer
+    sig.attr("cutlass", int64_t(run.rs.cutlass.size())).attr("out", int64_t(run.ydt)).attr("act", int64_t(run.e.act));
+  const EpilogueTiming et{&run.e, run.kp, run.k, run.rows, run.rdt, run.ydt, false};
   const std::string tactic = choose_raw_sum(L, n, sig, run.rs, run.w, size_t(run.x_rows) * size_t(run.cp),
-                                            size_t(run.rows) * size_t(run.kp) * sizeof(float), true);
+                                            size_t(run.rows) * size_t(run.kp) * sizeof(float), true, et);
   const RowMajorIo io(L, {in0}, {out});  // x[..., c] as rows (a 4-D x, stored NHWC, through the workspace)
   plan_workspace(L, run, io.scratch_bytes());
-  L.step(io.kernel(cat(run.c != run.cp ? "pad + " : "", tactic, " + quant_epilogue")), [run, io](const Exec& x) {
+  L.step(io.kernel(layer_label(run, tactic, false)), [run, io](const Exec& x) {
     io.load(x);
     run(x, io.in(x, 0), nullptr, io.out(x, 0));
     io.store(x);
@@ -391,7 +460,9 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
     ConvDesc fd = raw;
     ConvDesc::Fp8Epilogue& fe = fd.fp8_epi;
     fe.on = true, fe.out = run.ydt, fe.bias = true, fe.residual = res >= 0, fe.residual_dtype = run.rdt;
-    fe.residual_mul = run.e.residual_mul, fe.act = run.e.act, fe.scale_after = run.e.scale_after;
+    // An e4m3 residual: code x (scale x residual_mul) in one multiply (the CPU rounds code x scale first: <= 1 ulp).
+    fe.residual_mul = run.rdt == DType::F8E4M3 ? run.e.residual_scale * run.e.residual_mul : run.e.residual_mul;
+    fe.act = run.e.act, fe.scale_after = run.e.scale_after;
     fe.inv_out_scale = run.e.inv_out_scale;
     try {
       auto owned = std::make_unique<ConvOp>(L.m.cudnn.h, fd);
@@ -403,9 +474,10 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   } else if (run.k != run.kp) {
     fused_error = cat("output channels ", run.k, " not a multiple of 16");
   }
+  if (pointwise) add_cutlass_candidates(L, run, res >= 0);
   if (!fused_error.empty() && L.m.opts.log && L.m.opts.fp8_fusion == Fp8Fusion::Fused)
     *L.m.opts.log << n.name << ": no fused FP8 candidate: " << fused_error << "\n";
-  if (!run.rs.conv && !run.rs.gemm && !run.rs.fused)
+  if (!run.rs.conv && !run.rs.gemm && !run.rs.fused && run.rs.cutlass.empty())
     fail_runtime(n.name, ": no CUDA FP8 engine for this conv (x ", shape_str(g.values[in0].shape), ", w [", d.k, ",", d.c, ",",
                  d.r, ",", d.s, "], stride ", d.stride_h, "x", d.stride_w, ", channels padded to ", run.cp, "->", run.kp,
                  "): ", cudnn_error, gemm_error.empty() ? "" : "; ", gemm_error);
@@ -413,7 +485,8 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   sig.attr("stride_h", d.stride_h).attr("stride_w", d.stride_w).attr("pad_t", d.pad_t).attr("pad_l", d.pad_l);
   sig.attr("pad_b", d.pad_b).attr("pad_r", d.pad_r).attr("dil_h", d.dil_h).attr("dil_w", d.dil_w);
   sig.attr("cudnn", run.rs.conv != nullptr).attr("gemm", run.rs.gemm != nullptr);
-  if (run.rs.fused) {
+  sig.attr("cutlass", int64_t(run.rs.cutlass.size()));
+  if (run.rs.fused || !run.rs.cutlass.empty()) {
     // What the fused graph computes (the unfused candidates are timed with their epilogue then).
     sig.attr("fused", 1).attr("out", int64_t(run.ydt)).attr("residual", int64_t(res >= 0 ? int(run.rdt) : -1));
     sig.attr("act", int64_t(run.e.act)).attr("scale_after", run.e.scale_after);
@@ -424,8 +497,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
                                             size_t(run.rows) * size_t(run.kp) * sizeof(float), pointwise, et);
   plan_workspace(L, run, 0);
   const ValuePtr ptr = L.ptr;
-  L.step(cat(run.c != run.cp ? "pad + " : "", run.rs.use_gemm ? "" : "cudnn ", tactic,
-             run.rs.use_fused ? "" : " + quant_epilogue"),
+  L.step(layer_label(run, tactic, true),
          [run, ptr, in0, res, out](const Exec& x) { run(x, ptr(x, in0), res >= 0 ? ptr(x, res) : nullptr, ptr(x, out)); });
 }
 

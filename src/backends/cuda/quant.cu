@@ -44,10 +44,13 @@ __global__ void pad_rows_kernel(const uint8_t* __restrict__ x, int64_t rows, int
   for (int64_t r = w.row; r < rows; r += w.step) y[r * y_cols + c] = c < cols ? x[r * cols + c] : uint8_t(0);
 }
 
-__device__ __forceinline__ float load_wide(const void* p, int64_t i, DType dt) {
+// A residual element's real value: wide as stored, e4m3 as f32(code * scale)
+// (quant::LayerEpilogue::apply's residual_scale; 1 for wide residuals).
+__device__ __forceinline__ float load_residual(const void* p, int64_t i, DType dt, float scale) {
   switch (dt) {
     case DType::F16: return to_f32(static_cast<const __half*>(p)[i]);
     case DType::BF16: return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::F8E4M3: return __fmul_rn(to_f32(static_cast<const __nv_fp8_e4m3*>(p)[i]), scale);
     default: return static_cast<const float*>(p)[i];
   }
 }
@@ -64,7 +67,7 @@ __global__ void quant_epilogue_kernel(const float* __restrict__ acc, int acc_ld,
   for (int64_t r = w.row; r < rows; r += w.step) {
     const int64_t i = r * k + c;
     float v = fmaf(acc[r * acc_ld + c], alpha, bias);
-    if (residual) v = __fadd_rn(v, __fmul_rn(load_wide(residual, i, rdt), e.residual_mul));
+    if (residual) v = __fadd_rn(v, __fmul_rn(load_residual(residual, i, rdt, e.residual_scale), e.residual_mul));
     v = dev::act<A>(v);
     if (e.scale_after) v = __fmul_rn(v, e.inv_out_scale);
     y[i] = from_f32<Out>(v);
@@ -104,8 +107,8 @@ void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const 
                     DType ydt, int64_t rows, int k, cudaStream_t stream) {
   if (rows <= 0 || k <= 0) return;
   if (acc_ld < k) fail_runtime("cuda quant_epilogue: leading dimension ", acc_ld, " below ", k, " channels");
-  if (residual && !(rdt == DType::F32 || rdt == DType::F16 || rdt == DType::BF16))
-    fail_runtime("cuda quant_epilogue: residual of ", dtype_name(rdt), " (a quantized layer reads its residual wide)");
+  if (residual && !(rdt == DType::F32 || rdt == DType::F16 || rdt == DType::BF16 || rdt == DType::F8E4M3))
+    fail_runtime("cuda quant_epilogue: residual of ", dtype_name(rdt), " (f32, f16, bf16 or e4m3 codes)");
   detail::dispatch_storage(ydt, "quant_epilogue", [&](auto t) {
     using Out = decltype(t);
     detail::dispatch_act(e.act, [&](auto a) {
