@@ -1,5 +1,6 @@
 #include "core/tensor.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -123,6 +124,14 @@ HostTensor HostTensor::from_f32_as(DType dtype, const Shape& shape, const std::v
       break;
     case DType::F8E5M2:
       for (size_t i = 0; i < n; ++i) bytes[i] = f32_to_e5m2(values[i]);
+      break;
+    case DType::I8:  // int8 codes: every value must already be an integer in [-128, 127]
+      for (size_t i = 0; i < n; ++i) {
+        const float v = values[i];
+        if (!(v >= -128.f && v <= 127.f) || v != std::nearbyint(v))
+          fail_runtime("from_f32_as: ", v, " at ", i, " is no int8 value");
+        bytes[i] = static_cast<uint8_t>(static_cast<int8_t>(v));
+      }
       break;
     default:
       fail_runtime("from_f32_as: unsupported dtype ", dtype_name(dtype));

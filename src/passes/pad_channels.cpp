@@ -14,8 +14,18 @@
 // products with zero. A component (everything reachable from the root conv
 // before a conv with an aligned output) is padded only if every op in it is
 // one of the above; otherwise it is left alone.
+//
+// Quantized (8-bit) convs pad the same way: their weights are codes, and a
+// zero code is an exact zero at any scale, so the padded output channels get
+// zero codes, weight scale 1 and bias 0 (acc 0 -> fma(0, alpha, 0) = 0 ->
+// act(0) = 0 -> code 0), and padded input columns are zero codes; activation
+// scales are per tensor, so a per-tensor `quantize` carries the zeros as code
+// 0. Without this an 8-bit Res2Net keeps its 26-channel chunks: no aligned
+// channel views, a pad kernel before every 8-bit conv reading one, and conv1's
+// 104 outputs too narrow for the tiled FP8 GEMMs (multiples of 16).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "ir/quant_form.hpp"
@@ -44,12 +54,26 @@ bool is_channel_op(const Graph& g, const Node& n) {
   return n.attr_int("axis", -1) == 1 && g.values[n.outputs[0]].shape.size() == 4;
 }
 
+// A quantize the padded zeros pass through as code 0: one scale for the tensor.
+bool per_tensor_quantize(const Graph& g, const Node& n) {
+  const auto& q = g.values[n.outputs[0]].quant;
+  return n.op == Op::Quantize && q && q->axis < 0 && q->scales.size() == 1;
+}
+
+// A quantized conv's weight scales that padding can extend: one per output
+// channel (axis 0) or one for the tensor.
+bool paddable_weight_scales(const Graph& g, const Node& n) {
+  if (!is_quantized_layer(g, n)) return true;
+  const auto& q = g.values[n.inputs[1]].quant;
+  return q && (q->axis == 0 || (q->axis < 0 && q->scales.size() == 1));
+}
+
 // A conv whose output channels may be padded: ungrouped, no residual input
-// (the residual would need padding too), activation keeps 0 at 0, not
-// quantized (its per-channel weight and output scales would need padding too).
+// (the residual would need padding too), activation keeps 0 at 0, and (8-bit
+// layers) weight scales per output channel or per tensor.
 bool paddable_conv(const Graph& g, const Node& n) {
   return n.op == Op::Conv2d && n.attr_int("groups", 1) == 1 && n.inputs.size() <= 3 && zero_preserving(n.activation()) &&
-         !is_quantized_layer(g, n);
+         paddable_weight_scales(g, n);
 }
 
 struct Component {
@@ -96,6 +120,9 @@ bool grow(const Graph& g, int root_node, const ChunkMap& root_map, Component& co
         case Op::MaxPool2d:
           if (!set_map(out, m)) return false;
           break;
+        case Op::Quantize:
+          if (!per_tensor_quantize(g, n) || !set_map(out, m)) return false;
+          break;
         case Op::Add: {
           if (!zero_preserving(n.activation())) return false;
           for (int in : n.inputs) {
@@ -124,7 +151,7 @@ bool grow(const Graph& g, int root_node, const ChunkMap& root_map, Component& co
           break;
         }
         case Op::Conv2d: {
-          if (n.inputs[0] != v || n.attr_int("groups", 1) != 1 || is_quantized_layer(g, n)) return false;
+          if (n.inputs[0] != v || n.attr_int("groups", 1) != 1 || !paddable_weight_scales(g, n)) return false;
           for (size_t k = 1; k < n.inputs.size(); ++k)
             if (n.inputs[k] == v) return false;
           comp.convs_in.insert(ni);
@@ -153,7 +180,9 @@ bool grow(const Graph& g, int root_node, const ChunkMap& root_map, Component& co
 }
 
 // New weight [K', C', r, s] and bias [K'] with the real values at their padded
-// positions and zeros elsewhere.
+// positions and zeros elsewhere. An 8-bit weight keeps its codes (to_f32 gives
+// each code's value, which re-encodes to the same code) and its scales, per
+// output channel moved with their channel, 1 for padded channels.
 void repack_conv(Graph& g, int ni, const ChunkMap* in_map, const ChunkMap* out_map) {
   Node& n = g.nodes[ni];
   const Value& wv = g.values[n.inputs[1]];
@@ -171,8 +200,15 @@ void repack_conv(Graph& g, int ni, const ChunkMap* in_map, const ChunkMap* out_m
   }
   const DType wdt = wv.dtype;
   const std::string wname = wv.name;
+  std::optional<QuantParams> wq = wv.quant;
+  if (wq && wq->axis == 0 && out_map) {
+    std::vector<float> scales(static_cast<size_t>(kp), 1.f);
+    for (int64_t o = 0; o < k; ++o) scales[static_cast<size_t>(out_map->at(o))] = wq->scales[static_cast<size_t>(o)];
+    wq->scales = std::move(scales);
+  }
   std::vector<int> new_in = n.inputs;
   new_in[1] = g.add_constant(wname, HostTensor::from_f32_as(wdt, {kp, cp, ws[2], ws[3]}, nw));
+  g.values[new_in[1]].quant = wq;
   g.set_node_inputs(ni, new_in);
   if (out_map && g.nodes[ni].inputs.size() > 2) {
     const Value& bv = g.values[g.nodes[ni].inputs[2]];

@@ -98,10 +98,11 @@ Recipe parse_recipe(const std::string& text, const std::string& source) {
   if (o.has("include")) check_globs(o, "include", r.include = o.strings("include"));
   if (o.has("exclude")) check_globs(o, "exclude", r.exclude = o.strings("exclude"));
   if (o.has("defaults")) {
-    const StrictObject d = o.object("defaults", {}, {"stem", "classifier", "depthwise", "max_small_channels"});
+    const StrictObject d = o.object("defaults", {}, {"stem", "classifier", "depthwise", "max_small_channels", "pooled"});
     if (d.has("stem")) r.defaults.stem = d.boolean("stem");
     if (d.has("classifier")) r.defaults.classifier = d.boolean("classifier");
     if (d.has("depthwise")) r.defaults.depthwise = d.boolean("depthwise");
+    if (d.has("pooled")) r.defaults.pooled = d.boolean("pooled");
     if (d.has("max_small_channels")) {
       r.defaults.max_small_channels = d.integer("max_small_channels");
       if (r.defaults.max_small_channels < 0 || r.defaults.max_small_channels > kMaxSmallChannels)
@@ -149,7 +150,8 @@ std::string recipe_to_json(const Recipe& r) {
                    {{"stem", r.defaults.stem},
                     {"classifier", r.defaults.classifier},
                     {"depthwise", r.defaults.depthwise},
-                    {"max_small_channels", r.defaults.max_small_channels}}}};
+                    {"max_small_channels", r.defaults.max_small_channels},
+                    {"pooled", r.defaults.pooled}}}};
   return j.dump(2) + "\n";
 }
 
@@ -189,6 +191,13 @@ bool is_depthwise(const Graph& g, const Node& n) {
   if (n.op != Op::Conv2d) return false;
   const int64_t groups = groups_of(n);
   return groups > 1 && groups == g.values[n.inputs[0]].shape.at(1);
+}
+
+// A conv on a 1x1 map: squeeze-excitation's reduce and expand after a global pool.
+bool is_pooled(const Graph& g, const Node& n) {
+  if (n.op != Op::Conv2d) return false;
+  const Shape& x = g.values[n.inputs[0]].shape;
+  return x.size() == 4 && x[2] == 1 && x[3] == 1;
 }
 
 // Input and output channels: conv weight [O, C/g, kh, kw], linear weight [M, K].
@@ -256,6 +265,7 @@ std::vector<std::string> default_reasons(const Graph& g, const Node& n, const De
   if (d.stem && is_stem(g, n)) why.push_back("default exclusion: stem (defaults.stem)");
   if (d.classifier && is_classifier(g, n)) why.push_back("default exclusion: classifier (defaults.classifier)");
   if (d.depthwise && is_depthwise(g, n)) why.push_back("default exclusion: depthwise conv (defaults.depthwise)");
+  if (d.pooled && is_pooled(g, n)) why.push_back("default exclusion: conv on a 1x1 map, e.g. squeeze-excitation (defaults.pooled)");
   if (d.max_small_channels > 0) {
     const auto [in, out] = channels_of(g, n);
     if (in <= d.max_small_channels)

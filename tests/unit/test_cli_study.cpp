@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -105,6 +106,50 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
   EXPECT_NE(rr.all().find("other.json: not a study.json of kiln study quant"), std::string::npos) << rr.all();
   EXPECT_FALSE(fs::exists(out / "bad" / "REPORT.md"));
   fs::remove_all(out);
+}
+
+// Recipe variants in one run: `--recipe default,wide.json` builds one 8-bit
+// variant per recipe, labelled precision:stem, timed interleaved with fp16 and
+// compared like the others; a missing recipe file or two recipes with one stem
+// are refused before anything is written.
+TEST(CliStudy, QuantStudyComparesRecipesInOneRun) {
+  const fs::path out = fs::temp_directory_path() / ("kiln_study_recipes_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  const fs::path recipes = fs::temp_directory_path() / ("kiln_study_recipe_files_" + std::to_string(::getpid()));
+  fs::create_directories(recipes / "again");
+  std::ofstream(recipes / "wide.json") << R"({"format": 1, "precision": "fp8", "residuals": "wide"})";
+  std::ofstream(recipes / "again" / "wide.json") << R"({"format": 1, "precision": "fp8"})";
+  const std::string model = (kFixtures / "resnet" / "bottleneck").string();
+  const std::string photos = (kFixtures / "images" / "images").string();
+  const std::string wide = (recipes / "wide.json").string();
+  const auto r = testing::run_kiln("study quant " + model + " --calib " + photos + " --recipe default," + wide +
+                                   " --precisions fp8 --batch 1 --opt-level 1 --rounds 3 --quiet --json -o " + out.string());
+  ASSERT_EQ(r.code, 0) << r.all();
+  const auto j = nlohmann::json::parse(r.out);
+  std::set<std::string> speed, quality;
+  for (const auto& x : j["speed"]) speed.insert(x["precision"].get<std::string>());
+  for (const auto& x : j["quality"]) quality.insert(x["precision"].get<std::string>());
+  EXPECT_EQ(speed, (std::set<std::string>{"fp16", "fp8:default", "fp8:wide"}));
+  EXPECT_EQ(quality, speed);
+  EXPECT_EQ(j["profiles"].size(), 3u);
+  for (const char* b : {"fp8_default_o1.bundle", "fp8_wide_o1.bundle"}) EXPECT_TRUE(fs::exists(out / "bundles" / b)) << b;
+  const std::string md = slurp(out / "REPORT.md");
+  EXPECT_NE(md.find("| fp8:wide | 1 | 1 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("fp8:wide = " + wide), std::string::npos) << md;
+  EXPECT_NE(md.find("--recipe default," + wide), std::string::npos) << "the regenerating command lacks the recipes";
+  // Refused before anything is built or written.
+  const fs::path bad = out / "refused";
+  auto rr = testing::run_kiln("study quant " + model + " --calib " + photos + " --recipe " + (recipes / "none.json").string() +
+                              " --quiet -o " + bad.string());
+  EXPECT_EQ(rr.code, 2) << rr.all();
+  EXPECT_NE(rr.all().find("none.json: no such recipe file"), std::string::npos) << rr.all();
+  rr = testing::run_kiln("study quant " + model + " --calib " + photos + " --recipe " + wide + "," +
+                         (recipes / "again" / "wide.json").string() + " --quiet -o " + bad.string());
+  EXPECT_EQ(rr.code, 1) << rr.all();
+  EXPECT_NE(rr.all().find("share the label 'fp8:wide'"), std::string::npos) << rr.all();
+  EXPECT_FALSE(fs::exists(bad));
+  fs::remove_all(out);
+  fs::remove_all(recipes);
 }
 
 // The demo model with its labelled held-out split: each variant's top-1

@@ -253,22 +253,38 @@ TEST(Passes, PadChannelsLeavesUnsafeOrAlignedGraphsAlone) {
 // A quantized conv (8-bit input, 8-bit weights with per-output-channel
 // scales) is neither padded nor read through padded channels: its weight and
 // output scales are per real channel. The block around it stays as it is.
-TEST(Passes, PadChannelsLeavesQuantizedConvsAlone) {
+// An 8-bit conv anywhere in the block (the root conv1, a chunk conv behind
+// its per-tensor quantize, conv3 behind the concat's quantize) pads like a
+// wide one: zero codes in the padded rows and columns, weight scale 1 for a
+// padded output channel. The CPU backend gives the same outputs before and
+// after (within the f32 layers' summation order).
+TEST(Passes, PadChannelsPadsQuantizedConvs) {
+  for (DType code : {DType::F8E4M3, DType::I8})
   for (const char* layer : {"conv1", "convs.1", "conv3"}) {
-    SCOPED_TRACE(layer);
+    SCOPED_TRACE(std::string(layer) + " " + dtype_name(code));
     std::mt19937 rng(26);
     Graph g = res2net_like_block(rng, false);
     quant::ActivationScales scales;
+    scales.precision = code;
     const int x = g.find_node(layer)->inputs[0];
     scales.amax[g.values[x].name] = 4.f;
     const int ni = static_cast<int>(g.find_node(layer) - g.nodes.data());
     ASSERT_GT(quantize_layers(g, {ni}, scales), 0);
     ASSERT_TRUE(is_quantized_layer(g, *g.find_node(layer)));
-    const Shape w_before = g.values[g.find_node(layer)->inputs[1]].shape;
-    pad_channels(g, 8);
+    const auto in = input_for(g, rng);
+    const auto before = run_cpu(g, {in})[0];
+    const Value w_before = g.values[g.find_node(layer)->inputs[1]];
+    EXPECT_EQ(pad_channels(g, 8), 1);
     verify_graph(g, "pad_channels");
-    EXPECT_EQ(g.values[g.find_node(layer)->inputs[1]].shape, w_before);
-    EXPECT_EQ(g.find_node("split.2")->attr_int("start"), 12) << "the chunks around a quantized conv were padded";
+    EXPECT_EQ(g.find_node("split.2")->attr_int("start"), 16) << "the chunks (6 -> 8 channels) were not padded";
+    const Value& w = g.values[g.find_node(layer)->inputs[1]];
+    EXPECT_EQ(w.dtype, w_before.dtype);
+    ASSERT_TRUE(w.quant);
+    EXPECT_EQ(w.quant->axis, 0);
+    EXPECT_EQ(static_cast<int64_t>(w.quant->scales.size()), w.shape[0]);
+    EXPECT_NE(w.shape, w_before.shape);
+    // The 8-bit layer's sum is exact either way; the f32 convs around it sum in another order.
+    EXPECT_LE(max_abs_diff(before, run_cpu(g, {in})[0]), 1e-5f * std::max(1.f, max_abs(before)));
   }
 }
 

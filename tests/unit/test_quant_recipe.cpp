@@ -29,7 +29,7 @@ const char* kFullRecipe = R"({
   "include": ["layer1.0.conv2"],
   "exclude": ["*.downsample.*"],
   "residuals": "wide",
-  "defaults": {"stem": false, "classifier": true, "depthwise": false, "max_small_channels": 8}
+  "defaults": {"stem": false, "classifier": true, "depthwise": false, "max_small_channels": 8, "pooled": false}
 })";
 
 TEST(QuantRecipe, ReadsEveryKeyAndRoundTrips) {
@@ -44,6 +44,7 @@ TEST(QuantRecipe, ReadsEveryKeyAndRoundTrips) {
   EXPECT_TRUE(r.defaults.classifier);
   EXPECT_FALSE(r.defaults.depthwise);
   EXPECT_EQ(r.defaults.max_small_channels, 8);
+  EXPECT_FALSE(r.defaults.pooled);
   EXPECT_FALSE(r.residuals_8bit);
   EXPECT_EQ(quant::parse_recipe(quant::recipe_to_json(r), "again.json"), r);
 }
@@ -54,7 +55,7 @@ TEST(QuantRecipe, OptionalKeysTakeTheDocumentedDefaults) {
   EXPECT_EQ(r.precision, DType::F8E4M3);
   EXPECT_EQ(r.parts, std::vector<std::string>{"all"});
   EXPECT_EQ(r.calibration.method, quant::CalibMethod::Max);
-  EXPECT_TRUE(r.defaults.stem && r.defaults.classifier && r.defaults.depthwise);
+  EXPECT_TRUE(r.defaults.stem && r.defaults.classifier && r.defaults.depthwise && r.defaults.pooled);
   EXPECT_EQ(r.defaults.max_small_channels, 16);
   EXPECT_TRUE(r.residuals_8bit);
   EXPECT_EQ(quant::parse_recipe(quant::recipe_to_json(Recipe{}), "d.json"), Recipe{});
@@ -329,6 +330,18 @@ TEST(QuantSelect, EfficientNetStemHeadDepthwiseAndStages) {
   for (const Node& n : g.nodes) conv_dw += n.name.find(".conv_dw") != std::string::npos;
   EXPECT_EQ(depthwise, conv_dw);
   EXPECT_GT(depthwise, 0);
+  // Squeeze-excitation's convs read a 1x1 map: excluded by defaults.pooled, selected without it.
+  int se = 0;
+  for (const Node& n : g.nodes)
+    if (n.name.find(".se.conv_") != std::string::npos) {
+      ++se;
+      EXPECT_EQ(reason_of(g, s, n.name), "default exclusion: conv on a 1x1 map, e.g. squeeze-excitation (defaults.pooled)");
+    }
+  EXPECT_GT(se, 0);
+  r.defaults.pooled = false;
+  const auto with_se = quant::select_quantized(g, r);
+  EXPECT_EQ(with_se.quantized.size(), s.quantized.size() + size_t(se));
+  r.defaults.pooled = true;
 
   r.parts = {"head"};
   EXPECT_EQ(names(g, quant::select_quantized(g, r).quantized), std::vector<std::string>{"conv_head"});

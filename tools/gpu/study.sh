@@ -37,22 +37,23 @@ cp tests/fixtures/images/images/*.jpg tests/fixtures/images/images/*.png "$calib
 # round by round, in one process, so its ratios compare like with like (the report's method says
 # how to rerun one alone).
 study_one() {  # MODEL FIXTURE_SCRIPT
-  local m=$1 script=$2
+  local m=$1 script=$2 v recipe=()
+  # KILN_STUDY_RECIPES: recipe variants, "MODEL=RECIPE_FILE ..." (that model's study then compares
+  # the default recipe with each file in one run: --recipe default,FILE...).
+  for v in ${KILN_STUDY_RECIPES:-}; do
+    [ "${v%%=*}" = "$m" ] && recipe+=("${v#*=}")
+  done
+  local rflag=()
+  [ ${#recipe[@]} -gt 0 ] && rflag=(--recipe "default,$(IFS=,; echo "${recipe[*]}")")
   bounded 150 "fixture_$m" python3 "tools/reference/$script" --full-size "$work/full" --models "$m" || return
   [ -f "$work/full/$m/config.json" ] || return
   bounded "$(left)" "study_$m" $kiln study quant "$work/full/$m" --backend cuda --calib "$calib" --batch 1,32 \
-    --opt-level 1,3 --precisions fp8 --rounds 30 -o "$r/study_$m"
+    --opt-level 1,3 --precisions fp8 --rounds 30 "${rflag[@]}" -o "$r/study_$m"
   plans "$r/study_$m"
-  # KILN_STUDY_RECIPES: extra recipe variants, "MODEL=RECIPE_FILE ..." (a study each, after the default).
-  local v rf
-  for v in ${KILN_STUDY_RECIPES:-}; do
-    [ "${v%%=*}" = "$m" ] || continue
-    rf=${v#*=}
-    bounded "$(left)" "study_${m}_$(basename "$rf" .json)" $kiln study quant "$work/full/$m" --backend cuda \
-      --calib "$calib" --batch 1,32 --opt-level 1,3 --precisions fp8 --rounds 30 --recipe "$rf" \
-      -o "$r/study_${m}_$(basename "$rf" .json)"
-    plans "$r/study_${m}_$(basename "$rf" .json)"
-  done
+  # The study profiles its last batch; batch 1's per-layer times come from kiln bench on its bundles.
+  local b1=("$r/study_$m"/bundles/*_o3.bundle)
+  [ -f "${b1[0]}" ] && bounded 60 "profile_b1_$m" $kiln bench "${b1[@]}" --batch 1 --iterations 100 --profile 20 \
+    --no-task --json && cp "$r/profile_b1_$m.log" "$r/study_$m/profile_b1.json"
 }
 # plans DIR: every step and its tactic of each bundle a study built (`kiln inspect --plan`),
 # kept beside its REPORT.md (the bundles themselves do not come back).

@@ -14,6 +14,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -35,7 +36,11 @@ namespace {
 namespace fs = std::filesystem;
 
 struct StudyOptions {
-  std::string model, calib, images, backend = "cpu", out, recipe, calib_method;
+  std::string model, calib, images, backend = "cpu", out, calib_method;
+  // Recipe files, one 8-bit variant per precision each ("default": no file,
+  // the default recipe). With two or more, a variant is labelled
+  // "<precision>:<recipe file stem>" everywhere (speed, quality, profiles).
+  std::vector<std::string> recipes;
   std::string accuracy;  // an ImageFolder with the bundle's labels as class folders: top-1 accuracy per variant
   std::vector<int> batches{1, 32}, opt_levels{1, 3};
   std::vector<std::string> precisions{"fp8", "int8"};
@@ -66,17 +71,34 @@ std::vector<std::string> image_files(const fs::path& dir, size_t limit) {
   return out;
 }
 
-// One variant: a precision ("fp32", "fp16", "fp8", "int8") at one opt level.
+// One variant: a precision ("fp32", "fp16", "fp8", "int8") at one opt level;
+// `precision` is the variant's label (with the recipe's stem when a study
+// compares recipes), `recipe` the recipe file of an 8-bit one ("" default).
 struct Variant {
   std::string precision;
+  std::string recipe;
   int opt_level = 1;
   fs::path bundle;
   uint64_t bytes = 0;
   double build_s = 0;
 };
 
-Variant build_variant(const StudyOptions& o, const std::string& precision, int opt_level, const fs::path& dir) {
-  Variant v{precision, opt_level, dir / (precision + "_o" + std::to_string(opt_level) + ".bundle")};
+bool is_default_recipe(const std::string& r) { return r.empty() || r == "default"; }
+
+// The label of precision p built with recipe r: p alone when the study has one recipe.
+std::string variant_label(const StudyOptions& o, const std::string& p, const std::string& r) {
+  if (o.recipes.size() <= 1) return p;
+  return p + ":" + (is_default_recipe(r) ? std::string("default") : fs::path(r).stem().string());
+}
+
+Variant build_variant(const StudyOptions& o, const std::string& precision, int opt_level, const fs::path& dir,
+                      const std::string& recipe = "") {
+  const std::string label = variant_label(o, precision, recipe);
+  std::string file = label;
+  for (char& c : file)
+    if (c == ':' || c == '/') c = '_';
+  Variant v{precision == "fp32" || precision == o.base ? precision : label, is_default_recipe(recipe) ? "" : recipe, opt_level,
+            dir / (file + "_o" + std::to_string(opt_level) + ".bundle")};
   BuildOptions b;
   b.model = o.model;
   b.backend = o.backend;
@@ -92,7 +114,7 @@ Variant build_variant(const StudyOptions& o, const std::string& precision, int o
     b.quantize = precision;
     b.calib = o.calib;
     b.calib_images = o.calib_images;
-    b.recipe = o.recipe;
+    b.recipe = v.recipe;
     b.calib_method = o.calib_method;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -362,16 +384,21 @@ std::string render_report(const nlohmann::json& r) {
     }
     md << "\n";
   }
-  md << "\n## Recipe variants\n\nThis run built one recipe (above) per 8-bit precision. Another recipe is another run: "
-        "`--recipe FILE` with named parts (`all`, `no-stem`, `no-layer1`, per stage) or node-name globs "
-        "(docs/quantization.md), the rest of the command unchanged; its report sits beside this one.\n"
+  md << "\n## Recipe variants\n\n"
+     << (r.at("recipe").get<std::string>().find(" = ") != std::string::npos
+             ? "This run compared the recipes above (one variant each, labelled `<precision>:<recipe file stem>`, timed "
+               "interleaved with the rest). "
+             : "This run built one recipe (above) per 8-bit precision. ")
+     << "More recipes: `--recipe A.json,B.json` (or `--recipe default,B.json`) with named parts (`all`, `no-stem`, "
+        "`no-layer1`, per stage) or node-name globs (docs/quantization.md), in one run.\n"
      << "\n## What was not tried\n\n"
-        "- Quantize fused into every producer: only cuDNN FP8 convs whose input channels are a multiple of 16 can carry "
-        "the next layer's quantize in their epilogue (a timed candidate); linears (cuBLASLt) and the other layers write "
-        "16 bits and a separate quantize kernel follows.\n"
-        "- 8-bit activations between 8-bit consumers: channel slices, chain adds, concat (Res2Net's chunks) and residual "
-        "adds stay 16-bit, so every quantized layer reads a 16-bit input through its own quantize kernel — what sank "
-        "the published TensorRT study too.\n"
+        "- Quantize fused into every producer: 8-bit layers write the next 8-bit layer's codes from their epilogue "
+        "(cuDNN's fused FP8 graph, kiln's CUTLASS GEMM for 1x1 convs and linears), and residual adds read the skip as "
+        "codes (recipe `residuals`), but a 16-bit producer (the stem's pool, depthwise convs, squeeze-excitation, a "
+        "concat) still writes 16 bits and a quantize kernel follows.\n"
+        "- 8-bit activations through channel slices, chain adds and concat (Res2Net's chunks): they stay 16-bit, so "
+        "each 8-bit chunk conv reads its input through its own quantize kernel — what sank the published TensorRT "
+        "study too.\n"
         "- INT8 on the CUDA backend (no INT8 kernels yet; the CPU backend emulates INT8 bit-exactly, so recipes and "
         "scales are tested there).\n"
         "- Calibration methods other than the one named above (`--calib-method percentile|entropy|mse`).\n"
@@ -407,11 +434,30 @@ void report_from(const std::string& path, const std::string& out_dir) {
   std::cout << "wrote " << (dir / "REPORT.md").string() << "\n";
 }
 
+// The report's recipe line: the one recipe, or each variant label's file.
+std::string recipe_text(const StudyOptions& o) {
+  const std::string def = "default (every conv/linear minus the default exclusions)";
+  if (o.recipes.size() <= 1) return o.recipes.empty() || is_default_recipe(o.recipes[0]) ? def : o.recipes[0];
+  std::string s;
+  for (const std::string& p : o.precisions) {
+    if (p == "int8" && o.backend == "cuda") continue;  // not built (run_study says why)
+    for (const std::string& r : o.recipes)
+      s += (s.empty() ? "" : "; ") + variant_label(o, p, r) + " = " + (is_default_recipe(r) ? def : r);
+  }
+  return s;
+}
+
 void run_study(const StudyOptions& o) {
   if (o.calib.empty()) fail_usage("study quant needs --calib DIR (calibration images)");
   if (o.batches.empty() || o.opt_levels.empty()) fail_usage("--batch and --opt-level need at least one value");
   for (const auto& p : o.precisions)
     if (p != "fp8" && p != "int8") fail_usage("--precisions: '", p, "' is not fp8 or int8");
+  std::set<std::string> labels;
+  for (const std::string& r : o.recipes) {
+    if (!is_default_recipe(r) && !fs::is_regular_file(r)) fail_input(r, ": no such recipe file");
+    if (!labels.insert(variant_label(o, "fp8", r)).second)
+      fail_usage("--recipe: two recipes share the label '", variant_label(o, "fp8", r), "' (give the files different names)");
+  }
   for (const std::string& d : {o.calib, o.images, o.accuracy})  // before anything is built or written
     if (!d.empty() && !fs::is_directory(d)) fail_input(d, ": not a folder of images");
   const fs::path dir = o.out.empty() ? fs::path("study_quant_" + fs::path(o.model).filename().string()) : fs::path(o.out);
@@ -432,14 +478,17 @@ void run_study(const StudyOptions& o) {
       say("building " + p + " at opt level " + std::to_string(opt));
       variants.push_back(build_variant(o, p, opt, work));
     }
+  const std::vector<std::string> recipes = o.recipes.empty() ? std::vector<std::string>{""} : o.recipes;
   for (int opt : o.opt_levels)
     for (const std::string& p : o.precisions) {
       if (p == "int8" && o.backend == "cuda") {
         say("int8 skipped: the cuda backend has no INT8 kernels yet");
         continue;
       }
-      say("building " + p + " at opt level " + std::to_string(opt));
-      variants.push_back(build_variant(o, p, opt, work));
+      for (const std::string& rf : recipes) {
+        say("building " + variant_label(o, p, rf) + " at opt level " + std::to_string(opt));
+        variants.push_back(build_variant(o, p, opt, work, rf));
+      }
     }
 
   // 2. Speed: per opt level and batch, every variant interleaved round by round.
@@ -555,7 +604,7 @@ void run_study(const StudyOptions& o) {
                            {"rounds", o.rounds},
                            {"calib", o.calib},
                            {"calib_images", o.calib_images},
-                           {"recipe", o.recipe.empty() ? "default (every conv/linear minus the default exclusions)" : o.recipe},
+                           {"recipe", recipe_text(o)},
                            {"quality_images", files.size()},
                            {"accuracy_set", o.accuracy.empty() ? nlohmann::json() : nlohmann::json{{"folder", o.accuracy},
                                                                                                {"images", labelled.items.size()},
@@ -599,7 +648,10 @@ void add_study(CLI::App& app) {
   sub->add_option("--opt-level", o->opt_levels, "Opt levels to build and time (default 1,3)")->delimiter(',');
   sub->add_option("--precisions", o->precisions, "8-bit precisions (default fp8,int8; int8 is skipped on cuda)")->delimiter(',');
   sub->add_option("--base", o->base, "The 16-bit precision compared against")->check(CLI::IsMember({"fp16", "bf16"}));
-  sub->add_option("--recipe", o->recipe, "Recipe file (default: every conv/linear minus the default exclusions)");
+  sub->add_option("--recipe", o->recipes,
+                  "Recipe file (default: every conv/linear minus the default exclusions); repeat or comma-separate to compare "
+                  "recipes in one run (\"default\" names the default recipe)")
+      ->delimiter(',');
   sub->add_option("--calib-method", o->calib_method, "max | percentile | entropy | mse (default: the recipe's)");
   sub->add_option("--calib-images", o->calib_images, "Calibration images used (default 32)");
   sub->add_option("--quality-images", o->quality_images, "Images for the quality check (default 32)");
@@ -623,7 +675,7 @@ void add_study(CLI::App& app) {
     o->command = "kiln study quant " + o->model + " --calib " + o->calib + (o->images.empty() ? "" : " --images " + o->images) +
                  (o->accuracy.empty() ? "" : " --accuracy " + o->accuracy) + " --backend " + o->backend + " --batch " + join(o->batches) + " --opt-level " + join(o->opt_levels) +
                  " --precisions " + join(o->precisions) + " --base " + o->base + " --rounds " + std::to_string(o->rounds) +
-                 (o->recipe.empty() ? "" : " --recipe " + o->recipe) +
+                 (o->recipes.empty() ? "" : " --recipe " + join(o->recipes)) +
                  (o->calib_method.empty() ? "" : " --calib-method " + o->calib_method) +
                  " --calib-images " + std::to_string(o->calib_images) + " --quality-images " + std::to_string(o->quality_images);
     run_study(*o);

@@ -35,8 +35,12 @@ int sm_count_of_current_device() {
 namespace {
 
 #if defined(KILN_HAVE_CUTLASS)
-const fp8sm90::Config* const kConfigs[] = {&fp8sm90::kConfig128x128, &fp8sm90::kConfig128x64, &fp8sm90::kConfig128x256};
-constexpr int kConfigCount = 3;
+// Appended in order: a configuration's index is part of no record (bundles
+// record the name), but keeping the old ones first keeps heuristic order.
+const fp8sm90::Config* const kConfigs[] = {&fp8sm90::kConfig128x128,    &fp8sm90::kConfig128x64,
+                                           &fp8sm90::kConfig128x256,    &fp8sm90::kConfig128x128k64,
+                                           &fp8sm90::kConfig128x64k64,  &fp8sm90::kConfig128x256k64};
+constexpr int kConfigCount = 6;
 #else
 const fp8sm90::Config* const kConfigs[] = {nullptr};
 constexpr int kConfigCount = 0;

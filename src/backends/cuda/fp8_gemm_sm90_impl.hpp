@@ -41,6 +41,9 @@ struct Config {
 extern const Config kConfig128x128;
 extern const Config kConfig128x64;
 extern const Config kConfig128x256;
+extern const Config kConfig128x128k64;
+extern const Config kConfig128x64k64;
+extern const Config kConfig128x256k64;
 #endif
 
 }  // namespace kiln::cuda::fp8sm90
