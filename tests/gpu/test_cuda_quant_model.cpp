@@ -1,9 +1,9 @@
-// Whole FP8 engines on the GPU (issue 13) against the CPU backend's exact
-// emulation of the same quantized graph: each seeded fixture is built once for
+// Whole FP8 and INT8 engines on the GPU (issue 13) against the CPU backend's
+// exact emulation of the same quantized graph: each seeded fixture is built once for
 // the CPU (calibrated on the fixture photos, scales written) and once for CUDA
 // from those scales, so both engines hold the same codes and scales and differ
 // only where the GPU may: the FP8 sums' accumulation order (cuDNN, cuBLASLt,
-// kiln's CUTLASS GEMM) and the fp16 layers' own rounding. A wrong epilogue,
+// kiln's CUTLASS GEMM; INT8 sums are exact) and the fp16 layers' own rounding. A wrong epilogue,
 // scale, residual code or layout shows as a collapse of the cosine, not as the
 // small spread the floors below leave room for.
 #include <gtest/gtest.h>
@@ -49,30 +49,31 @@ struct ModelCase {
   double min_cosine;  // floor under the measured value (printed), per fixture
 };
 
-TEST(CudaQuantModel, Fp8FixtureEnginesMatchTheCpuEmulation) {
+TEST(CudaQuantModel, FixtureEnginesMatchTheCpuEmulation) {
   KILN_REQUIRE_GPU();
   const fs::path root = scratch("fixtures");
   const fs::path photos = photo_dir(root);
   const ModelCase cases[] = {{"resnet/bottleneck", 0.995}, {"res2net/s4_26w", 0.995}, {"efficientnet/b0_narrow", 0.995}};
+  for (const char* precision : {"fp8", "int8"})
   for (const ModelCase& c : cases) {
-    std::string tag = c.fixture;
+    std::string tag = std::string(c.fixture) + "_" + precision;
     std::replace(tag.begin(), tag.end(), '/', '_');
     const fs::path scales = root / (tag + "_scales.json"), cpu = root / (tag + "_cpu.bundle"), gpu = root / (tag + "_cuda.bundle");
     BuildOptions o;
     o.model = (kQuantFixtures / c.fixture).string();
     o.precision = DType::F16;
-    o.quantize = "fp8";
+    o.quantize = precision;
     o.verify = true;
     o.backend = "cpu";
     o.calib = photos.string();
     o.write_scales = scales.string();
-    ASSERT_NO_THROW(build_bundle(o, cpu)) << c.fixture;
+    ASSERT_NO_THROW(build_bundle(o, cpu)) << c.fixture << " " << precision;
     o.backend = "cuda";
     o.calib.clear();
     o.write_scales.clear();
     o.scales = scales.string();
     o.opt_level = 3;
-    ASSERT_NO_THROW(build_bundle(o, gpu)) << c.fixture;
+    ASSERT_NO_THROW(build_bundle(o, gpu)) << c.fixture << " " << precision;
     Classifier a(Engine::load(cpu.string())), b(Engine::load(gpu.string()));
     double min_cos = 1;
     int same = 0, n = 0;
@@ -81,16 +82,17 @@ TEST(CudaQuantModel, Fp8FixtureEnginesMatchTheCpuEmulation) {
       ASSERT_EQ(x.logits.size(), y.logits.size());
       double dot = 0, na = 0, nb = 0;
       for (size_t i = 0; i < x.logits.size(); ++i) {
-        ASSERT_TRUE(std::isfinite(y.logits[i])) << c.fixture << " " << f << " logit " << i;
+        ASSERT_TRUE(std::isfinite(y.logits[i])) << c.fixture << " " << precision << " " << f << " logit " << i;
         dot += double(x.logits[i]) * y.logits[i], na += double(x.logits[i]) * x.logits[i], nb += double(y.logits[i]) * y.logits[i];
       }
       min_cos = std::min(min_cos, dot / std::sqrt(na * nb));
       same += x.top_k[0].class_id == y.top_k[0].class_id;
       ++n;
     }
-    std::printf("[cuda fp8 vs cpu emulation] %s: min logits cosine %.6f, top-1 agreement %d/%d\n", c.fixture, min_cos, same, n);
-    EXPECT_GE(min_cos, c.min_cosine) << c.fixture;
-    EXPECT_GE(same, n - 1) << c.fixture;  // one near-tie of a seeded 10-class net may flip
+    std::printf("[cuda %s vs cpu emulation] %s: min logits cosine %.6f, top-1 agreement %d/%d\n", precision, c.fixture, min_cos,
+                same, n);
+    EXPECT_GE(min_cos, c.min_cosine) << c.fixture << " " << precision;
+    EXPECT_GE(same, n - 1) << c.fixture << " " << precision;  // one near-tie of a seeded 10-class net may flip
   }
   std::error_code ec;
   fs::remove_all(root, ec);

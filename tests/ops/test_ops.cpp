@@ -122,7 +122,9 @@ class OpCudaFp8Fusion : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpCudaFp8Fusion, FusedMatchesUnfused) {
   const OpCase& c = all_cases()[GetParam()];
-  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit) GTEST_SKIP() << "not a CUDA FP8 layer case";
+  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit ||
+      c.graph.values[c.graph.nodes.back().inputs[0]].dtype != DType::F8E4M3)
+    GTEST_SKIP() << "not a CUDA FP8 layer case";
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const auto in = case_inputs(c);
   std::vector<ref::Buffer> want, fused, unfused;
@@ -154,7 +156,9 @@ class OpCudaFp8Cutlass : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpCudaFp8Cutlass, CutlassMatchesUnfused) {
   const OpCase& c = all_cases()[GetParam()];
-  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit) GTEST_SKIP() << "not a CUDA FP8 layer case";
+  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit ||
+      c.graph.values[c.graph.nodes.back().inputs[0]].dtype != DType::F8E4M3)
+    GTEST_SKIP() << "not a CUDA FP8 layer case";
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const auto in = case_inputs(c);
   std::vector<ref::Buffer> want, forced, unfused;

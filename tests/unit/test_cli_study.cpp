@@ -109,9 +109,10 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
 }
 
 // Recipe variants in one run: `--recipe default,wide.json` builds one 8-bit
-// variant per recipe, labelled precision:stem, timed interleaved with fp16 and
-// compared like the others; a missing recipe file or two recipes with one stem
-// are refused before anything is written.
+// variant per precision and recipe of that precision, labelled
+// precision:stem, timed interleaved with fp16 and compared like the others; a
+// missing recipe file or two recipes with one stem are refused before
+// anything is written.
 TEST(CliStudy, QuantStudyComparesRecipesInOneRun) {
   const fs::path out = fs::temp_directory_path() / ("kiln_study_recipes_" + std::to_string(::getpid()));
   fs::remove_all(out);
@@ -123,16 +124,19 @@ TEST(CliStudy, QuantStudyComparesRecipesInOneRun) {
   const std::string photos = (kFixtures / "images" / "images").string();
   const std::string wide = (recipes / "wide.json").string();
   const auto r = testing::run_kiln("study quant " + model + " --calib " + photos + " --recipe default," + wide +
-                                   " --precisions fp8 --batch 1 --opt-level 1 --rounds 3 --quiet --json -o " + out.string());
+                                   " --precisions fp8,int8 --batch 1 --opt-level 1 --rounds 3 --quiet --json -o " + out.string());
   ASSERT_EQ(r.code, 0) << r.all();
   const auto j = nlohmann::json::parse(r.out);
   std::set<std::string> speed, quality;
   for (const auto& x : j["speed"]) speed.insert(x["precision"].get<std::string>());
   for (const auto& x : j["quality"]) quality.insert(x["precision"].get<std::string>());
-  EXPECT_EQ(speed, (std::set<std::string>{"fp16", "fp8:default", "fp8:wide"}));
+  // wide.json is an fp8 recipe: it builds no int8 variant.
+  EXPECT_EQ(speed, (std::set<std::string>{"fp16", "fp8:default", "fp8:wide", "int8:default"}));
   EXPECT_EQ(quality, speed);
-  EXPECT_EQ(j["profiles"].size(), 3u);
-  for (const char* b : {"fp8_default_o1.bundle", "fp8_wide_o1.bundle"}) EXPECT_TRUE(fs::exists(out / "bundles" / b)) << b;
+  EXPECT_EQ(j["profiles"].size(), 4u);
+  for (const char* b : {"fp8_default_o1.bundle", "fp8_wide_o1.bundle", "int8_default_o1.bundle"})
+    EXPECT_TRUE(fs::exists(out / "bundles" / b)) << b;
+  EXPECT_FALSE(fs::exists(out / "bundles" / "int8_wide_o1.bundle"));
   const std::string md = slurp(out / "REPORT.md");
   EXPECT_NE(md.find("| fp8:wide | 1 | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("fp8:wide = " + wide), std::string::npos) << md;

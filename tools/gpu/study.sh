@@ -48,7 +48,7 @@ study_one() {  # MODEL FIXTURE_SCRIPT
   bounded 150 "fixture_$m" python3 "tools/reference/$script" --full-size "$work/full" --models "$m" || return
   [ -f "$work/full/$m/config.json" ] || return
   bounded "$(left)" "study_$m" $kiln study quant "$work/full/$m" --backend cuda --calib "$calib" --batch 1,32 \
-    --opt-level 1,3 --precisions fp8 --rounds 30 "${rflag[@]}" -o "$r/study_$m"
+    --opt-level 1,3 --precisions ${KILN_STUDY_PRECISIONS:-fp8,int8} --rounds 30 "${rflag[@]}" -o "$r/study_$m"
   plans "$r/study_$m"
   # The study profiles its last batch; batch 1's per-layer times come from kiln bench on its bundles.
   local b1=("$r/study_$m"/bundles/*_o3.bundle)
@@ -69,7 +69,7 @@ want() { [[ "$models" == *" $1 "* ]]; }
 stream_a() {
   want digits && bounded 120 study_digits_resnet $kiln study quant models/digits_resnet --backend cuda \
     --calib models/digits_resnet/samples --accuracy models/digits_resnet/heldout --batch 1,32 --opt-level 1,3 \
-    --precisions fp8 --rounds 30 -o "$r/study_digits_resnet" && plans "$r/study_digits_resnet" &
+    --precisions ${KILN_STUDY_PRECISIONS:-fp8,int8} --rounds 30 -o "$r/study_digits_resnet" && plans "$r/study_digits_resnet" &
   want resnet50 && study_one resnet50 make_fixtures.py &
   want res2net50_26w_4s && study_one res2net50_26w_4s make_fixtures_res2net.py &
   want efficientnet_b0 && study_one efficientnet_b0 make_fixtures_efficientnet.py &

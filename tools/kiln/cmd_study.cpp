@@ -25,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "kiln/kiln.hpp"
+#include "quant/recipe.hpp"
 #include "runtime/engine_impl.hpp"
 #include "tasks/detection_post.hpp"
 #include "tasks/eval_set.hpp"
@@ -399,8 +400,9 @@ std::string render_report(const nlohmann::json& r) {
         "- 8-bit activations through channel slices, chain adds and concat (Res2Net's chunks): they stay 16-bit, so "
         "each 8-bit chunk conv reads its input through its own quantize kernel — what sank the published TensorRT "
         "study too.\n"
-        "- INT8 on the CUDA backend (no INT8 kernels yet; the CPU backend emulates INT8 bit-exactly, so recipes and "
-        "scales are tested there).\n"
+        "- INT8 in one kernel per layer: INT8 layers run the raw int32 sum (cuBLASLt's or cuDNN's i8 engines) and "
+        "kiln's epilogue as two kernels; FP8 layers also have the one-kernel candidates (cuDNN's fused graph, kiln's "
+        "CUTLASS GEMM).\n"
         "- Calibration methods other than the one named above (`--calib-method percentile|entropy|mse`).\n"
      << "\n## When to revisit\n\n"
         "When the 8-bit engine's kernels per call come down to the 16-bit engine's (quantize in the producers' "
@@ -434,15 +436,19 @@ void report_from(const std::string& path, const std::string& out_dir) {
   std::cout << "wrote " << (dir / "REPORT.md").string() << "\n";
 }
 
+// Whether recipe r (a file names its precision) builds precision p's variant.
+bool recipe_fits(const std::string& p, const std::string& r) {
+  return is_default_recipe(r) || quant::precision_name(quant::read_recipe(r).precision) == p;
+}
+
 // The report's recipe line: the one recipe, or each variant label's file.
 std::string recipe_text(const StudyOptions& o) {
   const std::string def = "default (every conv/linear minus the default exclusions)";
   if (o.recipes.size() <= 1) return o.recipes.empty() || is_default_recipe(o.recipes[0]) ? def : o.recipes[0];
   std::string s;
   for (const std::string& p : o.precisions) {
-    if (p == "int8" && o.backend == "cuda") continue;  // not built (run_study says why)
     for (const std::string& r : o.recipes)
-      s += (s.empty() ? "" : "; ") + variant_label(o, p, r) + " = " + (is_default_recipe(r) ? def : r);
+      if (recipe_fits(p, r)) s += (s.empty() ? "" : "; ") + variant_label(o, p, r) + " = " + (is_default_recipe(r) ? def : r);
   }
   return s;
 }
@@ -481,11 +487,12 @@ void run_study(const StudyOptions& o) {
   const std::vector<std::string> recipes = o.recipes.empty() ? std::vector<std::string>{""} : o.recipes;
   for (int opt : o.opt_levels)
     for (const std::string& p : o.precisions) {
-      if (p == "int8" && o.backend == "cuda") {
-        say("int8 skipped: the cuda backend has no INT8 kernels yet");
-        continue;
-      }
       for (const std::string& rf : recipes) {
+        // A recipe names its precision: an fp8 recipe builds no int8 variant (and the reverse).
+        if (!recipe_fits(p, rf)) {
+          if (opt == o.opt_levels.front()) say(variant_label(o, p, rf) + " skipped: " + rf + " is a recipe of another precision");
+          continue;
+        }
         say("building " + variant_label(o, p, rf) + " at opt level " + std::to_string(opt));
         variants.push_back(build_variant(o, p, opt, work, rf));
       }
@@ -646,7 +653,7 @@ void add_study(CLI::App& app) {
   sub->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--batch", o->batches, "Batch sizes to time (comma-separated, default 1,32)")->delimiter(',');
   sub->add_option("--opt-level", o->opt_levels, "Opt levels to build and time (default 1,3)")->delimiter(',');
-  sub->add_option("--precisions", o->precisions, "8-bit precisions (default fp8,int8; int8 is skipped on cuda)")->delimiter(',');
+  sub->add_option("--precisions", o->precisions, "8-bit precisions (default fp8,int8)")->delimiter(',');
   sub->add_option("--base", o->base, "The 16-bit precision compared against")->check(CLI::IsMember({"fp16", "bf16"}));
   sub->add_option("--recipe", o->recipes,
                   "Recipe file (default: every conv/linear minus the default exclusions); repeat or comma-separate to compare "

@@ -219,7 +219,9 @@ void LtGemm::enqueue(const void* a, const void* b, void* d, void* workspace, siz
   if (workspace_size < h.workspaceSize)
     fail_runtime("cuda ", what_, ": tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
   const float alpha = 1.f, beta = 0.f;
-  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, a, a_, b, b_, &beta, d, d_, d, d_, &h.algo,
+  const int32_t ialpha = 1, ibeta = 0;
+  KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, int_scalars_ ? static_cast<const void*>(&ialpha) : &alpha, a, a_, b, b_,
+                                   int_scalars_ ? static_cast<const void*>(&ibeta) : &beta, d, d_, d, d_, &h.algo,
                                    h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
 }
 
@@ -228,10 +230,29 @@ void MatMulOp::run(const void* a, const void* b, void* y, void* workspace, size_
   enqueue(b, a, y, workspace, workspace_size, s);  // column-major: the IR's b is cuBLASLt's A
 }
 
-Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n) : LtGemm(handle, "fp8 gemm") {
-  if (m < 1 || k < 1 || n < 1) fail_runtime("cuda fp8 gemm: invalid shape m=", m, " k=", k, " n=", n);
-  if (k % 16 || n % 16) fail_runtime("cuda fp8 gemm: k=", k, " and n=", n, " must be multiples of 16 (pad them)");
+Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n, DType code)
+    : LtGemm(handle, code == DType::I8 ? "int8 gemm" : "fp8 gemm") {
+  if (code != DType::F8E4M3 && code != DType::I8) fail_runtime("cuda 8-bit gemm: codes of ", dtype_name(code));
+  const bool i8 = code == DType::I8;
+  if (m < 1 || k < 1 || n < 1) fail_runtime("cuda ", what_, ": invalid shape m=", m, " k=", k, " n=", n);
+  if (k % 16 || n % 16) fail_runtime("cuda ", what_, ": k=", k, " and n=", n, " must be multiples of 16 (pad them)");
+  int_scalars_ = i8;
   // (the LtGemm destructor frees what was made when this throws)
+  if (i8) {
+    // Exact int32 sums: products of two i8 codes are at most 2^14, and a
+    // quantized layer's reduction is below 2^17 (quant::kMaxExactReduction).
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8I, k, n, k));  // W
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8I, k, m, k));  // x
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32I, n, m, n));
+    algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
+    if (algos_.empty())
+      fail_runtime("cuda int8 gemm: cuBLASLt offers no i8 x i8 -> i32 algorithm for m=", m, " k=", k, " n=", n);
+    return;
+  }
   KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));

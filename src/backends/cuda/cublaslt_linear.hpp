@@ -54,6 +54,7 @@ class LtGemm {
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> algos_;
   int selected_ = 0;
+  bool int_scalars_ = false;  // alpha and beta as int32 (CUBLAS_COMPUTE_32I), else f32
 };
 
 class LinearOp : public LtGemm {
@@ -101,9 +102,12 @@ class MatMulOp : public LtGemm {
 // activation and output rounding are quant_epilogue's (kernels.hpp), so every
 // output type and activation takes this one GEMM. k and n must be multiples
 // of 16 (cuBLASLt's FP8 rule for k and the leading dimensions): callers pad.
+// code I8: the INT8 GEMM, W and x i8, CUBLAS_COMPUTE_32I with int32 alpha and
+// beta, D the exact int32 sums (in d's 4-byte slots; quant_epilogue_i32
+// reads them). Same TN form and padding.
 class Fp8GemmOp : public LtGemm {
  public:
-  Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n);
+  Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n, DType code = DType::F8E4M3);
   void run(const void* x, const void* w, float* d, void* workspace, size_t workspace_size, cudaStream_t s) const;
 };
 

@@ -180,12 +180,15 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* 
     last_error = "no cuDNN engine for the FP8 conv with its epilogue";
     return false;
   }
-  const fe::DataType_t dt = to_fe(d.dtype);
+  const bool i8 = d.fp8 && d.code == DType::I8;
+  // An i8 fprop computes and writes int32 (exact sums), not f32.
+  const fe::DataType_t acc_t = i8 ? fe::DataType_t::INT32 : fe::DataType_t::FLOAT;
+  const fe::DataType_t dt = i8 ? fe::DataType_t::INT32 : to_fe(d.dtype);
   auto gr = std::make_unique<NotedGraph>();
-  gr->set_io_data_type(dt).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+  gr->set_io_data_type(dt).set_intermediate_data_type(acc_t).set_compute_data_type(acc_t);
 
   const int64_t cg = d.c / d.groups, oh = d.out_h(), ow = d.out_w();
-  const fe::DataType_t in_dt = d.fp8 ? fe::DataType_t::FP8_E4M3 : dt;
+  const fe::DataType_t in_dt = !d.fp8 ? dt : i8 ? fe::DataType_t::INT8 : fe::DataType_t::FP8_E4M3;
   auto x = gr->tensor(g::Tensor_attributes()
                           .set_name("x")
                           .set_uid(kUidX)
@@ -205,7 +208,7 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* 
                         .set_post_padding({d.pad_b, d.pad_r})
                         .set_stride({d.stride_h, d.stride_w})
                         .set_dilation({d.dil_h, d.dil_w})
-                        .set_compute_data_type(fe::DataType_t::FLOAT);
+                        .set_compute_data_type(acc_t);
   auto cur = gr->conv_fprop(x, w, conv_attrs);
   if (fuse) {
     auto add = g::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD).set_compute_data_type(fe::DataType_t::FLOAT);
@@ -233,6 +236,9 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* 
     if (d.act != Activation::None) cur = gr->pointwise(cur, activation_attrs(d.act));
   } else if (d.fp8 && d.fp8_epi.on) {
     cur = fp8_epilogue_chain(*gr, cur);
+  } else if (i8 && fp8_one) {
+    cur->set_data_type(fe::DataType_t::INT32);
+    cur = gr->pointwise(cur, g::Pointwise_attributes().set_name("identity").set_mode(fe::PointwiseMode_t::IDENTITY));
   } else if (d.fp8 && fp8_one) {
     cur->set_data_type(fe::DataType_t::FLOAT);
     auto one_t = gr->tensor(g::Tensor_attributes()
@@ -402,7 +408,10 @@ ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d, const std::string& prefer) : 
     fail_runtime("cuda conv: the FP8 fprop takes groups 1, channels multiples of 16, an f32 raw output and no epilogue (got ",
                  d.c, "->", d.k, " groups ", d.groups, ")");
   impl_->d = d;
-  if (d.fp8) {
+  if (d.fp8 && d.code != DType::F8E4M3 && d.code != DType::I8)
+    fail_runtime("cuda conv: 8-bit fprop of ", dtype_name(d.code), " (e4m3 or i8)");
+  if (d.fp8 && d.code == DType::I8 && d.fp8_epi.on) fail_runtime("cuda conv: the i8 fprop has no fused epilogue");
+  if (d.fp8 && d.code == DType::F8E4M3) {
     const float one = 1.f;
     impl_->one = DeviceBuffer(sizeof(one));
     KILN_CUDA_CHECK(cudaMemcpy(impl_->one.get(), &one, sizeof(one), cudaMemcpyHostToDevice));
@@ -414,12 +423,14 @@ ConvOp::ConvOp(cudnnHandle_t h, const ConvDesc& d, const std::string& prefer) : 
   std::string fused_error = impl_->last_error;
   if (d.fp8 && !impl_->make_graph(h, false)) {
     // No engine for conv -> x1 -> f32: try the bare conv with an f32 output.
-    fused_error = "FP8 conv -> multiply by 1 -> f32: " + impl_->last_error;
+    fused_error = std::string(d.code == DType::I8 ? "i8 conv -> identity -> i32: " : "FP8 conv -> multiply by 1 -> f32: ") +
+                  impl_->last_error;
     impl_->fp8_one = false;
   }
   if (!(d.fp8 && impl_->fp8_one) && !impl_->make_graph(h, false))
     fail_runtime("cuda conv: cuDNN supports no engine for ", d.n, "x", d.c, "x", d.h, "x", d.w, " k=", d.k, " ",
-                 d.r, "x", d.s, " groups=", d.groups, " ", d.fp8 ? "e4m3 -> f32 (FP8 fprop)" : dtype_name(d.dtype), ": ",
+                 d.r, "x", d.s, " groups=", d.groups, " ",
+                 !d.fp8 ? dtype_name(d.dtype) : d.code == DType::I8 ? "i8 -> i32 (INT8 fprop)" : "e4m3 -> f32 (FP8 fprop)", ": ",
                  impl_->last_error,
                  fused_error.empty() ? "" : (d.fp8 ? " (first attempt, " : " (fused attempt: "), fused_error,
                  fused_error.empty() ? "" : ")");
@@ -476,7 +487,7 @@ void ConvOp::run(cudnnHandle_t h, const void* x, const void* w, const void* bias
                                           {kUidY, y}};
   if (m.fused && m.d.has_bias) pack[kUidBias] = const_cast<void*>(bias);
   if (m.fused && m.d.has_residual) pack[kUidResidual] = const_cast<void*>(residual);
-  if (m.d.fp8 && m.fp8_one) pack[kUidOne] = m.one.get();
+  if (m.d.fp8 && m.d.code == DType::F8E4M3 && m.fp8_one) pack[kUidOne] = m.one.get();
   auto e = m.graph->execute_plan_at_index(h, pack, workspace, m.tactics[m.selected].index);
   if (e.is_bad()) fail_runtime("cuda conv: execute ", m.tactics[m.selected].name, ": ", e.get_message());
 }

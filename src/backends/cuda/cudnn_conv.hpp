@@ -50,6 +50,11 @@ struct ConvDesc {
   // (its runtime-fusion engines want a pointwise op after an FP8 conv).
   // c and k must be multiples of 16, groups 1.
   bool fp8 = false;
+  // The 8-bit fprop's code type: e4m3 (f32 raw sums, as above) or i8 (INT8:
+  // x and w i8, int32 compute, y the exact int32 sums in y's 4-byte slots;
+  // the graph is conv -> identity -> y, cuDNN's int8 fprop sample's shape).
+  // dtype stays f32 (a 4-byte raw output) either way.
+  DType code = DType::F8E4M3;
   // FP8 only: the quantized layer's epilogue inside the graph (issue 13 §3),
   // conv -> x alpha[k] -> + bias[k] -> (+ residual x residual_mul) ->
   // activation -> (x inv_out_scale) -> (clamp to +-448 for e4m3) -> y of

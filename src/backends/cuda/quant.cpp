@@ -1,6 +1,8 @@
 // The CUDA lowering of 8-bit quantization (issue 13; docs/cuda-backend.md
-// "FP8"): quantize / dequantize (quant.cu) and the quantized conv2d / linear.
-// FP8 (e4m3) runs; INT8 is refused naming the node (quant_refusal).
+// "FP8", "INT8"): quantize / dequantize (quant.cu) and the quantized conv2d /
+// linear, of e4m3 (FP8) or i8 (INT8) codes. INT8 layers take the two-kernel
+// path only (cuBLASLt's i8 GEMM or cuDNN's i8 fprop writing exact int32 sums,
+// then quant_epilogue_i32); the one-kernel candidates below are FP8's.
 //
 // A quantized layer is one step of up to three launches:
 //   1. the zero padding of x's rows to a multiple of 16 channels, when they
@@ -21,6 +23,7 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/fp8_gemm_sm90.hpp"
 #include "backends/cuda/lower.hpp"
+#include "backends/cuda/quant_int8.hpp"
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
 #include "ir/quant_form.hpp"
@@ -34,10 +37,7 @@ namespace {
 
 int round16(int64_t v) { return as_int((v + 15) / 16 * 16); }
 
-std::string int8_refusal(const Node& n, const char* what) {
-  return cat(n.name, ": the CUDA backend has no INT8 kernels (", what,
-             "); FP8 (e4m3) layers run on CUDA, INT8 engines on --backend cpu");
-}
+bool cuda_code(DType t) { return t == DType::F8E4M3 || t == DType::I8; }
 
 // Where the scale of each stored element sits: scales[(i / inner) % extent]
 // over the value's stored order (NHWC for 4-D maps, lower.hpp).
@@ -242,6 +242,7 @@ struct QuantLayerRun {
   int64_t x_rows, rows;  // pixels (or rows) of x and of y: a strided conv reads more than it writes
   int c, cp, k, kp;
   DType rdt, ydt;
+  DType code = DType::F8E4M3;  // x and w: e4m3 (f32 raw sums) or i8 (int32 raw sums)
   size_t pad_at, acc_at, lib_at;
   void operator()(const Exec& x, const void* in, const void* residual, void* out) const {
     char* ws = static_cast<char*>(x.workspace);
@@ -258,7 +259,8 @@ struct QuantLayerRun {
     }
     float* acc = reinterpret_cast<float*>(ws + acc_at);
     rs(x.cudnn, xin, w, acc, ws + lib_at, x.workspace_bytes - lib_at, x.stream);
-    quant_epilogue(acc, kp, e, residual, rdt, out, ydt, rows, k, x.stream);
+    if (code == DType::I8) quant_epilogue_i32(reinterpret_cast<const int32_t*>(acc), kp, e, residual, rdt, out, ydt, rows, k, x.stream);
+    else quant_epilogue(acc, kp, e, residual, rdt, out, ydt, rows, k, x.stream);
   }
 };
 
@@ -268,6 +270,7 @@ struct QuantLayerRun {
 // Left out under the test hooks that force cuDNN's fused or the two-kernel path.
 void add_cutlass_candidates(Lowering& L, QuantLayerRun& run, bool residual) {
   if (L.m.opts.fp8_fusion == Fp8Fusion::Fused || L.m.opts.fp8_fusion == Fp8Fusion::Unfused) return;
+  if (run.code != DType::F8E4M3) return;  // e4m3 x e4m3 kernels
   if (run.k != run.kp || run.rows > std::numeric_limits<int>::max()) return;
   RawSum& rs = run.rs;
   rs.m = as_int(run.rows), rs.n = run.k, rs.k = run.cp;
@@ -297,26 +300,22 @@ std::string quant_refusal(const Graph& g, const Node& n) {
   const auto val = [&](int v) -> const Value& { return g.values.at(static_cast<size_t>(v)); };
   switch (n.op) {
     case Op::Quantize:
-      if (val(n.outputs.at(0)).dtype == DType::I8) return int8_refusal(n, "quantize to i8");
-      if (val(n.outputs.at(0)).dtype != DType::F8E4M3)
-        return cat(n.name, ": CUDA quantize writes e4m3 codes, not ", dtype_name(val(n.outputs[0]).dtype));
+      if (!cuda_code(val(n.outputs.at(0)).dtype))
+        return cat(n.name, ": CUDA quantize writes e4m3 or i8 codes, not ", dtype_name(val(n.outputs[0]).dtype));
       return "";
     case Op::Dequantize:
-      if (val(n.inputs.at(0)).dtype == DType::I8) return int8_refusal(n, "dequantize of i8");
-      if (val(n.inputs.at(0)).dtype != DType::F8E4M3)
-        return cat(n.name, ": CUDA dequantize reads e4m3 codes, not ", dtype_name(val(n.inputs[0]).dtype));
+      if (!cuda_code(val(n.inputs.at(0)).dtype))
+        return cat(n.name, ": CUDA dequantize reads e4m3 or i8 codes, not ", dtype_name(val(n.inputs[0]).dtype));
       return "";
     case Op::Conv2d:
     case Op::Linear: {
       if (!is_quantized_layer(g, n)) return "";
-      if (val(n.inputs[0]).dtype == DType::I8)
-        return int8_refusal(n, n.op == Op::Conv2d ? "quantized conv2d, i8" : "quantized linear, i8");
-      if (val(n.inputs[0]).dtype != DType::F8E4M3)
-        return cat(n.name, ": CUDA quantized layers read e4m3 codes, not ", dtype_name(val(n.inputs[0]).dtype));
+      if (!cuda_code(val(n.inputs[0]).dtype))
+        return cat(n.name, ": CUDA quantized layers read e4m3 or i8 codes, not ", dtype_name(val(n.inputs[0]).dtype));
       if (n.op == Op::Conv2d && conv_attrs(n).groups != 1) {
         const Shape& xs = val(n.inputs[0]).shape;
-        return cat(n.name, ": no CUDA FP8 path for a grouped conv (", shape_str(xs), ", groups ", conv_attrs(n).groups,
-                   "): cuDNN's FP8 fprop and the FP8 GEMM take groups 1; keep the layer 16-bit (the recipe's default "
+        return cat(n.name, ": no CUDA 8-bit path for a grouped conv (", shape_str(xs), ", groups ", conv_attrs(n).groups,
+                   "): cuDNN's 8-bit fprop and the 8-bit GEMMs take groups 1; keep the layer 16-bit (the recipe's default "
                    "exclusions do so for depthwise convs) or build with --backend cpu");
       }
       return "";
@@ -338,6 +337,12 @@ void lower_Quantize(Lowering& L, size_t ni) {
   const DType xdt = xv.dtype;
   const int64_t count = shape_numel(yv.shape);
   const ValuePtr ptr = L.ptr;
+  if (yv.dtype == DType::I8) {
+    L.step("quantize_i8", [=](const Exec& x) {
+      quantize_i8(ptr(x, in0), xdt, ptr(x, out), count, scales, sw.inner, sw.extent, x.stream);
+    });
+    return;
+  }
   L.step("quantize_e4m3", [=](const Exec& x) {
     quantize_e4m3(ptr(x, in0), xdt, ptr(x, out), count, scales, sw.inner, sw.extent, x.stream);
   });
@@ -355,6 +360,12 @@ void lower_Dequantize(Lowering& L, size_t ni) {
   const DType ydt = yv.dtype;
   const int64_t count = shape_numel(yv.shape);
   const ValuePtr ptr = L.ptr;
+  if (xv.dtype == DType::I8) {
+    L.step("dequantize_i8", [=](const Exec& x) {
+      dequantize_i8(x_at(x), ptr(x, out), ydt, count, scales, sw.inner, sw.extent, x.stream);
+    });
+    return;
+  }
   L.step("dequantize_e4m3", [=](const Exec& x) {
     dequantize_e4m3(x_at(x), ptr(x, out), ydt, count, scales, sw.inner, sw.extent, x.stream);
   });
@@ -372,6 +383,7 @@ void lower_quantized_linear(Lowering& L, size_t ni) {
   run.rows = run.x_rows = shape_numel(xs) / ws[1];
   run.rdt = DType::F32;
   run.ydt = g.values[out].dtype;
+  run.code = g.values[in0].dtype;
   run.e = epilogue_of(L, n);
   // W [k, c] row-major codes, padded once to [kp, cp] with zeros.
   const HostTensor& wt = *L.m.graph->values[n.inputs[1]].constant;
@@ -381,13 +393,14 @@ void lower_quantized_linear(Lowering& L, size_t ni) {
       wp[size_t(o) * size_t(run.cp) + size_t(i)] = wt.blob.data[size_t(o) * size_t(run.c) + size_t(i)];
   run.w = device_bytes(L, n.name + "#fp8_w", wp);
   try {
-    L.p.fp8_gemms.push_back(std::make_unique<Fp8GemmOp>(L.m.lt.h, as_int(run.rows), run.cp, run.kp));
+    L.p.fp8_gemms.push_back(std::make_unique<Fp8GemmOp>(L.m.lt.h, as_int(run.rows), run.cp, run.kp, run.code));
   } catch (const Error& e) {
-    fail_runtime(n.name, ": no CUDA FP8 engine for this linear (x ", shape_str(xs), ", w ", shape_str(ws), "): ", e.what());
+    fail_runtime(n.name, ": no CUDA ", run.code == DType::I8 ? "INT8" : "FP8", " engine for this linear (x ", shape_str(xs),
+                 ", w ", shape_str(ws), "): ", e.what());
   }
   run.rs.gemm = L.p.fp8_gemms.back().get();
   add_cutlass_candidates(L, run, false);
-  LayerSignature sig{"fp8 gemm", DType::F8E4M3, {{run.rows, run.cp}, {run.kp, run.cp}}, {}};
+  LayerSignature sig{run.code == DType::I8 ? "int8 gemm" : "fp8 gemm", run.code, {{run.rows, run.cp}, {run.kp, run.cp}}, {}};
   if (!run.rs.cutlass.empty())  // timed against the direct-writing CUTLASS GEMM: layer against layer
     sig.attr("cutlass", int64_t(run.rs.cutlass.size())).attr("out", int64_t(run.ydt)).attr("act", int64_t(run.e.act));
   const EpilogueTiming et{&run.e, run.kp, run.k, run.rows, run.rdt, run.ydt, false};
@@ -417,6 +430,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   run.x_rows = int64_t(d.n) * d.h * d.w;
   run.rdt = res >= 0 ? g.values[res].dtype : DType::F32;
   run.ydt = g.values[out].dtype;
+  run.code = g.values[in0].dtype;
   run.e = epilogue_of(L, n);
   // KCRS codes -> KRSC padded to [kp, r, s, cp] with zeros (NHWC engines' filter layout).
   const HostTensor& wt = *L.m.graph->values[n.inputs[1]].constant;
@@ -431,7 +445,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   // cuDNN's FP8 fprop on the padded shape, and for a 1x1 conv with unit
   // strides and no padding (y = W x per pixel) the FP8 GEMM too.
   ConvDesc raw = d;
-  raw.c = run.cp, raw.k = run.kp, raw.dtype = DType::F32, raw.fp8 = true;
+  raw.c = run.cp, raw.k = run.kp, raw.dtype = DType::F32, raw.fp8 = true, raw.code = run.code;
   raw.has_bias = raw.has_residual = false, raw.act = Activation::None;
   std::string cudnn_error;
   try {
@@ -446,7 +460,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   std::string gemm_error;
   if (pointwise) {
     try {
-      L.p.fp8_gemms.push_back(std::make_unique<Fp8GemmOp>(L.m.lt.h, as_int(run.rows), run.cp, run.kp));
+      L.p.fp8_gemms.push_back(std::make_unique<Fp8GemmOp>(L.m.lt.h, as_int(run.rows), run.cp, run.kp, run.code));
       run.rs.gemm = L.p.fp8_gemms.back().get();
     } catch (const Error& e) {
       gemm_error = e.what();
@@ -456,7 +470,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   // candidate: only when k needs no padding (y is written directly, k wide).
   // A refusal drops the candidate; the two-kernel path stays.
   std::string fused_error;
-  if (run.k == run.kp && L.m.opts.fp8_fusion != Fp8Fusion::Unfused) {
+  if (run.k == run.kp && run.code == DType::F8E4M3 && L.m.opts.fp8_fusion != Fp8Fusion::Unfused) {
     ConvDesc fd = raw;
     ConvDesc::Fp8Epilogue& fe = fd.fp8_epi;
     fe.on = true, fe.out = run.ydt, fe.bias = true, fe.residual = res >= 0, fe.residual_dtype = run.rdt;
@@ -478,10 +492,10 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   if (!fused_error.empty() && L.m.opts.log && L.m.opts.fp8_fusion == Fp8Fusion::Fused)
     *L.m.opts.log << n.name << ": no fused FP8 candidate: " << fused_error << "\n";
   if (!run.rs.conv && !run.rs.gemm && !run.rs.fused && run.rs.cutlass.empty())
-    fail_runtime(n.name, ": no CUDA FP8 engine for this conv (x ", shape_str(g.values[in0].shape), ", w [", d.k, ",", d.c, ",",
+    fail_runtime(n.name, ": no CUDA ", run.code == DType::I8 ? "INT8" : "FP8", " engine for this conv (x ", shape_str(g.values[in0].shape), ", w [", d.k, ",", d.c, ",",
                  d.r, ",", d.s, "], stride ", d.stride_h, "x", d.stride_w, ", channels padded to ", run.cp, "->", run.kp,
                  "): ", cudnn_error, gemm_error.empty() ? "" : "; ", gemm_error);
-  LayerSignature sig{"fp8 conv", DType::F8E4M3, {{d.n, run.cp, d.h, d.w}, {run.kp, run.cp, d.r, d.s}}, {}};
+  LayerSignature sig{run.code == DType::I8 ? "int8 conv" : "fp8 conv", run.code, {{d.n, run.cp, d.h, d.w}, {run.kp, run.cp, d.r, d.s}}, {}};
   sig.attr("stride_h", d.stride_h).attr("stride_w", d.stride_w).attr("pad_t", d.pad_t).attr("pad_l", d.pad_l);
   sig.attr("pad_b", d.pad_b).attr("pad_r", d.pad_r).attr("dil_h", d.dil_h).attr("dil_w", d.dil_w);
   sig.attr("cudnn", run.rs.conv != nullptr).attr("gemm", run.rs.gemm != nullptr);

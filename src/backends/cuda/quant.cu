@@ -1,5 +1,5 @@
-// FP8 (e4m3) kernels of the CUDA backend (issue 13; docs/cuda-backend.md
-// "FP8"): quantize and dequantize with per-tensor or per-channel scales, the
+// 8-bit kernels of the CUDA backend (issue 13; docs/cuda-backend.md "FP8",
+// "INT8"): quantize and dequantize (e4m3 or i8) with per-tensor or per-channel scales, the
 // zero padding of FP8 rows to the 16-element multiples the FP8 GEMM and conv
 // engines need, and the epilogue of a quantized layer applied to the raw f32
 // sum the GEMM or conv engine wrote. Every formula is the CPU emulation's
@@ -8,12 +8,33 @@
 // accumulation order and precision.
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/quant_int8.hpp"
 
 namespace kiln::cuda {
 namespace {
 
-using dev::from_f32;
-using dev::to_f32;
+// i8 codes next to device_common's float and e4m3 conversions (kept here:
+// only these kernels read or write them). Encoding is the CPU's
+// quant::encode(I8) for activations: round half to even, clamp to
+// [-128, 127], NaN -> 0 (what PTX cvt.rni.sat.s8.f32 does).
+template <typename T>
+__device__ __forceinline__ float to_f32(T v) {
+  if constexpr (std::is_same_v<T, int8_t>) return float(v);
+  else return dev::to_f32(v);
+}
+template <typename T>
+__device__ __forceinline__ T from_f32(float v) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    if (v != v) return 0;
+    return int8_t(max(-128, min(127, __float2int_rn(fminf(fmaxf(v, -129.f), 128.f)))));
+  } else {
+    return dev::from_f32<T>(v);
+  }
+}
+// A raw sum as f32: cuBLASLt/cuDNN f32 sums as they are; i8 engines' exact
+// int32 sums rounded once to f32 (the CPU's f32(acc) of the exact sum).
+__device__ __forceinline__ float acc_f32(float a) { return a; }
+__device__ __forceinline__ float acc_f32(int32_t a) { return __int2float_rn(a); }
 
 // The scale index of flat stored index i: (i / inner) % extent (extent 1: per tensor).
 __device__ __forceinline__ int64_t scale_index(int64_t i, int64_t inner, int64_t extent) {
@@ -51,13 +72,14 @@ __device__ __forceinline__ float load_residual(const void* p, int64_t i, DType d
     case DType::F16: return to_f32(static_cast<const __half*>(p)[i]);
     case DType::BF16: return to_f32(static_cast<const __nv_bfloat16*>(p)[i]);
     case DType::F8E4M3: return __fmul_rn(to_f32(static_cast<const __nv_fp8_e4m3*>(p)[i]), scale);
+    case DType::I8: return __fmul_rn(float(static_cast<const int8_t*>(p)[i]), scale);
     default: return static_cast<const float*>(p)[i];
   }
 }
 
 // y[r, c] = epilogue of acc[r * acc_ld + c] (quant/layer.hpp's LayerEpilogue::apply).
-template <typename Out, Activation A>
-__global__ void quant_epilogue_kernel(const float* __restrict__ acc, int acc_ld, QuantEpilogue e, const void* residual,
+template <typename Acc, typename Out, Activation A>
+__global__ void quant_epilogue_kernel(const Acc* __restrict__ acc, int acc_ld, QuantEpilogue e, const void* residual,
                                       DType rdt, Out* __restrict__ y, int64_t rows, int k) {
   dev::enter_grid();
   dev::RowWalk w;
@@ -66,7 +88,7 @@ __global__ void quant_epilogue_kernel(const float* __restrict__ acc, int acc_ld,
   const float alpha = e.alpha[c], bias = e.bias[c];  // once per thread: its column is fixed
   for (int64_t r = w.row; r < rows; r += w.step) {
     const int64_t i = r * k + c;
-    float v = fmaf(acc[r * acc_ld + c], alpha, bias);
+    float v = fmaf(acc_f32(acc[r * acc_ld + c]), alpha, bias);
     if (residual) v = __fadd_rn(v, __fmul_rn(load_residual(residual, i, rdt, e.residual_scale), e.residual_mul));
     v = dev::act<A>(v);
     if (e.scale_after) v = __fmul_rn(v, e.inv_out_scale);
@@ -103,18 +125,60 @@ void pad_rows_u8(const void* x, int64_t rows, int cols, void* y, int y_cols, cud
                  static_cast<const uint8_t*>(x), rows, cols, static_cast<uint8_t*>(y), y_cols);
 }
 
-void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt, void* y,
-                    DType ydt, int64_t rows, int k, cudaStream_t stream) {
+namespace {
+
+// Output types of a quantized layer: the wide floats, e4m3 and i8 codes.
+template <typename F>
+void dispatch_layer_out(DType dt, const char* op, F&& f) {
+  if (dt == DType::I8) return f(int8_t{});
+  detail::dispatch_storage(dt, op, std::forward<F>(f));
+}
+
+template <typename Acc>
+void launch_quant_epilogue(const char* op, const Acc* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt,
+                           void* y, DType ydt, int64_t rows, int k, cudaStream_t stream) {
   if (rows <= 0 || k <= 0) return;
-  if (acc_ld < k) fail_runtime("cuda quant_epilogue: leading dimension ", acc_ld, " below ", k, " channels");
-  if (residual && !(rdt == DType::F32 || rdt == DType::F16 || rdt == DType::BF16 || rdt == DType::F8E4M3))
-    fail_runtime("cuda quant_epilogue: residual of ", dtype_name(rdt), " (f32, f16, bf16 or e4m3 codes)");
-  detail::dispatch_storage(ydt, "quant_epilogue", [&](auto t) {
+  if (acc_ld < k) fail_runtime("cuda ", op, ": leading dimension ", acc_ld, " below ", k, " channels");
+  if (residual && !(rdt == DType::F32 || rdt == DType::F16 || rdt == DType::BF16 || rdt == DType::F8E4M3 || rdt == DType::I8))
+    fail_runtime("cuda ", op, ": residual of ", dtype_name(rdt), " (f32, f16, bf16, or e4m3 / i8 codes)");
+  dispatch_layer_out(ydt, op, [&](auto t) {
     using Out = decltype(t);
     detail::dispatch_act(e.act, [&](auto a) {
-      detail::launch("quant_epilogue", quant_epilogue_kernel<Out, decltype(a)::value>, detail::grid_rows(rows, k),
-                     detail::kThreads, 0, stream, acc, acc_ld, e, residual, rdt, static_cast<Out*>(y), rows, k);
+      detail::launch(op, quant_epilogue_kernel<Acc, Out, decltype(a)::value>, detail::grid_rows(rows, k), detail::kThreads, 0,
+                     stream, acc, acc_ld, e, residual, rdt, static_cast<Out*>(y), rows, k);
     });
+  });
+}
+
+}  // namespace
+
+void quant_epilogue(const float* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt, void* y,
+                    DType ydt, int64_t rows, int k, cudaStream_t stream) {
+  launch_quant_epilogue("quant_epilogue", acc, acc_ld, e, residual, rdt, y, ydt, rows, k, stream);
+}
+
+void quant_epilogue_i32(const int32_t* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt, void* y,
+                        DType ydt, int64_t rows, int k, cudaStream_t stream) {
+  launch_quant_epilogue("quant_epilogue_i32", acc, acc_ld, e, residual, rdt, y, ydt, rows, k, stream);
+}
+
+void quantize_i8(const void* x, DType xdt, void* y, int64_t count, const float* inv_scales, int64_t inner, int64_t extent,
+                 cudaStream_t stream) {
+  if (count <= 0) return;
+  detail::dispatch_float(xdt, "quantize_i8", [&](auto t) {
+    using T = decltype(t);
+    detail::launch("quantize_i8", scale_map_kernel<T, int8_t>, detail::grid_for(count), detail::kThreads, 0, stream,
+                   static_cast<const T*>(x), static_cast<int8_t*>(y), count, inv_scales, inner, extent);
+  });
+}
+
+void dequantize_i8(const void* x, void* y, DType ydt, int64_t count, const float* scales, int64_t inner, int64_t extent,
+                   cudaStream_t stream) {
+  if (count <= 0) return;
+  detail::dispatch_float(ydt, "dequantize_i8", [&](auto t) {
+    using T = decltype(t);
+    detail::launch("dequantize_i8", scale_map_kernel<int8_t, T>, detail::grid_for(count), detail::kThreads, 0, stream,
+                   static_cast<const int8_t*>(x), static_cast<T*>(y), count, scales, inner, extent);
   });
 }
 
