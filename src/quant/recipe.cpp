@@ -193,11 +193,32 @@ bool is_depthwise(const Graph& g, const Node& n) {
   return groups > 1 && groups == g.values[n.inputs[0]].shape.at(1);
 }
 
-// A conv on a 1x1 map: squeeze-excitation's reduce and expand after a global pool.
+// The node producing value v, looking through element-wise activations (a
+// separate SiLU between SE's reduce and expand); nullptr for an input.
+const Node* producer_through_activations(const Graph& g, int v) {
+  for (int hops = 0; hops < 4; ++hops) {
+    const int p = g.values[v].producer;
+    if (p < 0) return nullptr;
+    const Node& n = g.nodes[p];
+    if (n.op != Op::Activation) return &n;
+    v = n.inputs[0];
+  }
+  return nullptr;
+}
+
+bool reads_global_pool(const Graph& g, const Node& n) {
+  const Node* p = producer_through_activations(g, n.inputs[0]);
+  return p && p->op == Op::GlobalAvgPool;
+}
+
+// Squeeze-excitation's convs: the reduce reads a global pool, the expand the
+// reduce. (Not every conv on a 1x1 map: a small-input model's late 3x3 convs
+// see 1x1 maps too, and are layers like any other.)
 bool is_pooled(const Graph& g, const Node& n) {
   if (n.op != Op::Conv2d) return false;
-  const Shape& x = g.values[n.inputs[0]].shape;
-  return x.size() == 4 && x[2] == 1 && x[3] == 1;
+  if (reads_global_pool(g, n)) return true;
+  const Node* p = producer_through_activations(g, n.inputs[0]);
+  return p && p->op == Op::Conv2d && reads_global_pool(g, *p);
 }
 
 // Input and output channels: conv weight [O, C/g, kh, kw], linear weight [M, K].
@@ -265,7 +286,7 @@ std::vector<std::string> default_reasons(const Graph& g, const Node& n, const De
   if (d.stem && is_stem(g, n)) why.push_back("default exclusion: stem (defaults.stem)");
   if (d.classifier && is_classifier(g, n)) why.push_back("default exclusion: classifier (defaults.classifier)");
   if (d.depthwise && is_depthwise(g, n)) why.push_back("default exclusion: depthwise conv (defaults.depthwise)");
-  if (d.pooled && is_pooled(g, n)) why.push_back("default exclusion: conv on a 1x1 map, e.g. squeeze-excitation (defaults.pooled)");
+  if (d.pooled && is_pooled(g, n)) why.push_back("default exclusion: squeeze-excitation conv after a global pool (defaults.pooled)");
   if (d.max_small_channels > 0) {
     const auto [in, out] = channels_of(g, n);
     if (in <= d.max_small_channels)

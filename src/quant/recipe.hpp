@@ -36,9 +36,9 @@ struct DefaultExclusions {
   bool classifier = true;  // the final linear (a GEMV at batch 1)
   bool depthwise = true;   // groups == input channels > 1: no fast 8-bit kernels
   int64_t max_small_channels = 16;  // in or out channels <= this stay 16-bit; 0 turns the rule off
-  // convs on a 1x1 map (squeeze-excitation's reduce/expand after a global
-  // pool): a GEMV per image whose 8-bit form costs a quantize, a pad and an
-  // epilogue kernel and splits the fused SE step, to save a few KiB of reads.
+  // squeeze-excitation's convs (the reduce reading a global pool, the expand
+  // reading the reduce): a GEMV per image whose 8-bit form costs a quantize, a
+  // pad and an epilogue kernel and splits the fused SE step, to save a few KiB.
   bool pooled = true;
   bool operator==(const DefaultExclusions&) const = default;
 };

@@ -335,7 +335,7 @@ TEST(QuantSelect, EfficientNetStemHeadDepthwiseAndStages) {
   for (const Node& n : g.nodes)
     if (n.name.find(".se.conv_") != std::string::npos) {
       ++se;
-      EXPECT_EQ(reason_of(g, s, n.name), "default exclusion: conv on a 1x1 map, e.g. squeeze-excitation (defaults.pooled)");
+      EXPECT_EQ(reason_of(g, s, n.name), "default exclusion: squeeze-excitation conv after a global pool (defaults.pooled)");
     }
   EXPECT_GT(se, 0);
   r.defaults.pooled = false;
