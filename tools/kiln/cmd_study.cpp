@@ -409,6 +409,11 @@ std::string render_report(const nlohmann::json& r) {
         "epilogues, 8-bit values through slices, adds and concat): the gain FP8 can give is halving the bytes between "
         "layers (on the H200 FP8 GEMMs with 8-bit input and output measured 1.29–1.66× fp16 on reducing 1×1 shapes at "
         "batch 32, FIELD-NOTES §4), and an extra kernel per layer costs about as much as the layer.\n";
+  if (r.contains("failed_builds") && !r["failed_builds"].empty()) {
+    md << "\n## Variants not built\n\n| variant | opt level | error |\n|---|---|---|\n";
+    for (const auto& f : r["failed_builds"])
+      md << "| " << f["precision"].get<std::string>() << " | " << f["opt_level"] << " | " << f["error"].get<std::string>() << " |\n";
+  }
   md << "\n## Not in this report yet\n\n"
      << (detection ? "mAP per variant (run `kiln eval BUNDLE --coco FILE --images DIR` on the bundles in `" +
                          r.value("bundles_dir", std::string("bundles")) + "`); the RT-DETR v2 part table.\n"
@@ -485,6 +490,7 @@ void run_study(const StudyOptions& o) {
       variants.push_back(build_variant(o, p, opt, work));
     }
   const std::vector<std::string> recipes = o.recipes.empty() ? std::vector<std::string>{""} : o.recipes;
+  nlohmann::json failed = nlohmann::json::array();  // 8-bit variants that could not be built
   for (int opt : o.opt_levels)
     for (const std::string& p : o.precisions) {
       for (const std::string& rf : recipes) {
@@ -494,7 +500,14 @@ void run_study(const StudyOptions& o) {
           continue;
         }
         say("building " + variant_label(o, p, rf) + " at opt level " + std::to_string(opt));
-        variants.push_back(build_variant(o, p, opt, work, rf));
+        // An 8-bit variant that cannot be built (a layer no engine takes, say) is reported, and
+        // the study goes on with the others: a study is a comparison, not one build.
+        try {
+          variants.push_back(build_variant(o, p, opt, work, rf));
+        } catch (const Error& e) {
+          say(variant_label(o, p, rf) + " at opt level " + std::to_string(opt) + " not built: " + e.what());
+          failed.push_back({{"precision", variant_label(o, p, rf)}, {"opt_level", opt}, {"error", e.what()}});
+        }
       }
     }
 
@@ -626,6 +639,7 @@ void run_study(const StudyOptions& o) {
                            {"quality_folder", o.images.empty() ? o.calib : o.images},
                            {"calib_method", o.calib_method},
                            {"bundles_dir", work.string()}};
+  result["failed_builds"] = failed;
   for (const Variant& v : variants)
     result["builds"].push_back({{"precision", v.precision}, {"opt_level", v.opt_level}, {"bundle", v.bundle.string()},
                                 {"bytes", v.bytes}, {"seconds", v.build_s}});

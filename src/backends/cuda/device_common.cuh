@@ -24,9 +24,13 @@ namespace kiln::cuda::dev {
 // nearest even and saturates at +-448 (__NV_SATFINITE), what the CPU
 // emulation's f32_to_e4m3 does for every finite value and +-inf
 // (docs/quantization.md "Formats"). NaN stays NaN (the code may lose its sign).
+// i8 codes (INT8 storage): the code's value; encoding is the CPU's
+// quant::encode(I8) for activations: round half to even, clamp to [-128, 127],
+// NaN -> 0 (what PTX cvt.rni.sat.s8.f32 does).
 template <typename T>
 __device__ __forceinline__ float to_f32(T v) {
   if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, int8_t>) return float(v);
   else if constexpr (std::is_same_v<T, __half>) return __half2float(v);
   else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return __half2float(__half(__nv_cvt_fp8_to_halfraw(v.__x, __NV_E4M3)));
   else return __bfloat162float(v);
@@ -34,6 +38,10 @@ __device__ __forceinline__ float to_f32(T v) {
 template <typename T>
 __device__ __forceinline__ T from_f32(float v) {
   if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, int8_t>) {
+    if (v != v) return 0;
+    return int8_t(max(-128, min(127, __float2int_rn(fminf(fmaxf(v, -129.f), 128.f)))));
+  }
   else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(v);
   else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
     __nv_fp8_e4m3 r;
@@ -198,12 +206,13 @@ void dispatch_float(DType dt, const char* op, F&& f) {
   }
 }
 
-// dispatch_float and e4m3 (__nv_fp8_e4m3): for the kernels that only move
-// and convert values (engine inputs/outputs, cast, layout), which FP8
-// values pass through.
+// dispatch_float, e4m3 (__nv_fp8_e4m3) and i8 codes (int8_t): for the
+// kernels that only move and convert values (engine inputs/outputs, cast,
+// layout), which 8-bit values pass through.
 template <typename F>
 void dispatch_storage(DType dt, const char* op, F&& f) {
   if (dt == DType::F8E4M3) return f(__nv_fp8_e4m3{});
+  if (dt == DType::I8) return f(int8_t{});
   dispatch_float(dt, op, std::forward<F>(f));
 }
 

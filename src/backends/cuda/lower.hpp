@@ -79,7 +79,10 @@ inline int as_int(int64_t v) { return static_cast<int>(v); }
 // Engine inputs: 4-D ones are transposed NCHW -> NHWC, others only cast.
 // Integer values (indices) and constants (uploaded as the graph holds them)
 // are row-major at every rank.
-inline bool stored_nhwc(const Value& v) { return v.shape.size() == 4 && dtype_is_float(v.dtype) && !v.constant; }
+// 4-D activations of a float type or of 8-bit codes (e4m3 counts as float, i8 does not) are NHWC.
+inline bool stored_nhwc(const Value& v) {
+  return v.shape.size() == 4 && (dtype_is_float(v.dtype) || v.dtype == DType::I8) && !v.constant;
+}
 inline bool flatten_is_alias(const Graph& g, const Node& flatten) {
   const Shape& s = g.values[flatten.inputs[0]].shape;
   return !stored_nhwc(g.values[flatten.inputs[0]]) || s[1] == 1 || s[2] * s[3] == 1;

@@ -13,24 +13,9 @@
 namespace kiln::cuda {
 namespace {
 
-// i8 codes next to device_common's float and e4m3 conversions (kept here:
-// only these kernels read or write them). Encoding is the CPU's
-// quant::encode(I8) for activations: round half to even, clamp to
-// [-128, 127], NaN -> 0 (what PTX cvt.rni.sat.s8.f32 does).
-template <typename T>
-__device__ __forceinline__ float to_f32(T v) {
-  if constexpr (std::is_same_v<T, int8_t>) return float(v);
-  else return dev::to_f32(v);
-}
-template <typename T>
-__device__ __forceinline__ T from_f32(float v) {
-  if constexpr (std::is_same_v<T, int8_t>) {
-    if (v != v) return 0;
-    return int8_t(max(-128, min(127, __float2int_rn(fminf(fmaxf(v, -129.f), 128.f)))));
-  } else {
-    return dev::from_f32<T>(v);
-  }
-}
+using dev::from_f32;
+using dev::to_f32;
+
 // A raw sum as f32: cuBLASLt/cuDNN f32 sums as they are; i8 engines' exact
 // int32 sums rounded once to f32 (the CPU's f32(acc) of the exact sum).
 __device__ __forceinline__ float acc_f32(float a) { return a; }
@@ -127,12 +112,6 @@ void pad_rows_u8(const void* x, int64_t rows, int cols, void* y, int y_cols, cud
 
 namespace {
 
-// Output types of a quantized layer: the wide floats, e4m3 and i8 codes.
-template <typename F>
-void dispatch_layer_out(DType dt, const char* op, F&& f) {
-  if (dt == DType::I8) return f(int8_t{});
-  detail::dispatch_storage(dt, op, std::forward<F>(f));
-}
 
 template <typename Acc>
 void launch_quant_epilogue(const char* op, const Acc* acc, int acc_ld, const QuantEpilogue& e, const void* residual, DType rdt,
@@ -141,7 +120,7 @@ void launch_quant_epilogue(const char* op, const Acc* acc, int acc_ld, const Qua
   if (acc_ld < k) fail_runtime("cuda ", op, ": leading dimension ", acc_ld, " below ", k, " channels");
   if (residual && !(rdt == DType::F32 || rdt == DType::F16 || rdt == DType::BF16 || rdt == DType::F8E4M3 || rdt == DType::I8))
     fail_runtime("cuda ", op, ": residual of ", dtype_name(rdt), " (f32, f16, bf16, or e4m3 / i8 codes)");
-  dispatch_layer_out(ydt, op, [&](auto t) {
+  detail::dispatch_storage(ydt, op, [&](auto t) {  // the wide floats, e4m3 and i8 codes
     using Out = decltype(t);
     detail::dispatch_act(e.act, [&](auto a) {
       detail::launch(op, quant_epilogue_kernel<Acc, Out, decltype(a)::value>, detail::grid_rows(rows, k), detail::kThreads, 0,
