@@ -215,7 +215,9 @@ void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStrea
     if (x != y) KILN_CUDA_CHECK(cudaMemcpyAsync(y, x, size_t(count) * dtype_size(xdt), cudaMemcpyDeviceToDevice, stream));
     return;
   }
-  if (!dtype_is_float(xdt) || !dtype_is_float(ydt)) return int_cast(x, xdt, y, ydt, count, stream);
+  // Floats and 8-bit codes (e4m3, i8: values as the codes' values) convert here; indices in int_cast.
+  const auto stored = [](DType t) { return dtype_is_float(t) || t == DType::I8; };
+  if (!stored(xdt) || !stored(ydt)) return int_cast(x, xdt, y, ydt, count, stream);
   detail::dispatch_storage(xdt, "cast", [&](auto ti) {
     detail::dispatch_storage(ydt, "cast", [&](auto to) {
       using Ti = decltype(ti);
