@@ -141,6 +141,20 @@ TEST(CliStudy, QuantStudyComparesRecipesInOneRun) {
   EXPECT_NE(md.find("| fp8:wide | 1 | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("fp8:wide = " + wide), std::string::npos) << md;
   EXPECT_NE(md.find("--recipe default," + wide), std::string::npos) << "the regenerating command lacks the recipes";
+  // A variant that cannot be built is reported (stderr, study.json, the report) and the study goes on.
+  std::ofstream(recipes / "typo.json") << R"({"format": 1, "precision": "fp8", "parts": ["layer9"]})";
+  const fs::path out2 = out / "with_typo";
+  const auto r2 = testing::run_kiln("study quant " + model + " --calib " + photos + " --recipe default," +
+                                    (recipes / "typo.json").string() +
+                                    " --precisions fp8 --batch 1 --opt-level 1 --rounds 2 --json -o " + out2.string());
+  ASSERT_EQ(r2.code, 0) << r2.all();
+  const auto j2 = nlohmann::json::parse(r2.out);
+  ASSERT_EQ(j2["failed_builds"].size(), 1u) << j2["failed_builds"].dump();
+  EXPECT_EQ(j2["failed_builds"][0]["precision"], "fp8:typo");
+  EXPECT_NE(j2["failed_builds"][0]["error"].get<std::string>().find("layer9"), std::string::npos);
+  EXPECT_NE(r2.err.find("fp8:typo at opt level 1 not built"), std::string::npos) << r2.err;
+  EXPECT_EQ(j2["speed"].size(), 2u);  // fp16 and fp8:default
+  EXPECT_NE(slurp(out2 / "REPORT.md").find("## Variants not built"), std::string::npos);
   // Refused before anything is built or written.
   const fs::path bad = out / "refused";
   auto rr = testing::run_kiln("study quant " + model + " --calib " + photos + " --recipe " + (recipes / "none.json").string() +
