@@ -120,22 +120,35 @@ INSTANTIATE_TEST_SUITE_P(Cases, OpCuda, ::testing::Range(size_t(0), all_cases().
 // padded-k convs keep the two-kernel path and must say so in the tactic.
 class OpCudaFp8Fusion : public ::testing::TestWithParam<size_t> {};
 
+// One FP8 layer case run forced onto a path (`forced`: the test hook's value,
+// 1 cuDNN's fused graph, 2 CUTLASS) and forced onto the two-kernel path (-1):
+// both within the case's CUDA limit of the reference and of each other.
+struct ForcedRuns {
+  std::string forced_tactics, unfused_tactics;
+};
+bool fp8_layer_case(const OpCase& c) {
+  return c.group == "group:quantized_layer" && c.cuda.expect == Expect::Match && c.cuda.limit &&
+         c.graph.values[c.graph.nodes.back().inputs[0]].dtype == DType::F8E4M3;
+}
+void run_forced(const OpCase& c, int forced, const char* what, ForcedRuns& r) {
+  const auto in = case_inputs(c);
+  std::vector<ref::Buffer> want, got, unfused;
+  ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
+  ASSERT_NO_THROW(got = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, forced, &r.forced_tactics));
+  ASSERT_NO_THROW(unfused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, -1, &r.unfused_tactics));
+  const Limit lim = *c.cuda.limit;
+  EXPECT_LE(case_error(lim.measure, got, want), lim.limit) << c.name << " " << what << ": " << r.forced_tactics;
+  EXPECT_LE(case_error(lim.measure, unfused, want), lim.limit) << c.name << " unfused: " << r.unfused_tactics;
+  EXPECT_LE(case_error(lim.measure, got, unfused), lim.limit) << c.name << " " << what << " vs unfused";
+}
+
 TEST_P(OpCudaFp8Fusion, FusedMatchesUnfused) {
   const OpCase& c = all_cases()[GetParam()];
-  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit ||
-      c.graph.values[c.graph.nodes.back().inputs[0]].dtype != DType::F8E4M3)
-    GTEST_SKIP() << "not a CUDA FP8 layer case";
+  if (!fp8_layer_case(c)) GTEST_SKIP() << "not a CUDA FP8 layer case";
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const auto in = case_inputs(c);
-  std::vector<ref::Buffer> want, fused, unfused;
-  std::string fused_tactics, unfused_tactics;
-  ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
-  ASSERT_NO_THROW(fused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, 1, &fused_tactics));
-  ASSERT_NO_THROW(unfused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, -1, &unfused_tactics));
-  const Limit lim = *c.cuda.limit;
-  EXPECT_LE(case_error(lim.measure, fused, want), lim.limit) << c.name << " fused: " << fused_tactics;
-  EXPECT_LE(case_error(lim.measure, unfused, want), lim.limit) << c.name << " unfused: " << unfused_tactics;
-  EXPECT_LE(case_error(lim.measure, fused, unfused), lim.limit) << c.name << " fused vs unfused";
+  ForcedRuns r;
+  run_forced(c, 1, "fused", r);
+  const std::string &fused_tactics = r.forced_tactics, &unfused_tactics = r.unfused_tactics;
   EXPECT_EQ(unfused_tactics.find("fused "), std::string::npos) << "forced off yet fused: " << unfused_tactics;
   const Value& w = c.graph.values[c.graph.nodes.back().inputs[1]];
   const bool fusable = c.graph.nodes.back().op == Op::Conv2d && w.shape[0] % 16 == 0;
@@ -156,19 +169,11 @@ class OpCudaFp8Cutlass : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpCudaFp8Cutlass, CutlassMatchesUnfused) {
   const OpCase& c = all_cases()[GetParam()];
-  if (c.group != "group:quantized_layer" || c.cuda.expect != Expect::Match || !c.cuda.limit ||
-      c.graph.values[c.graph.nodes.back().inputs[0]].dtype != DType::F8E4M3)
-    GTEST_SKIP() << "not a CUDA FP8 layer case";
+  if (!fp8_layer_case(c)) GTEST_SKIP() << "not a CUDA FP8 layer case";
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const auto in = case_inputs(c);
-  std::vector<ref::Buffer> want, forced, unfused;
-  std::string forced_tactics, unfused_tactics;
-  ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
-  ASSERT_NO_THROW(forced = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, 2, &forced_tactics));
-  ASSERT_NO_THROW(unfused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, -1, &unfused_tactics));
-  const Limit lim = *c.cuda.limit;
-  EXPECT_LE(case_error(lim.measure, forced, want), lim.limit) << c.name << " CUTLASS: " << forced_tactics;
-  EXPECT_LE(case_error(lim.measure, forced, unfused), lim.limit) << c.name << " CUTLASS vs unfused";
+  ForcedRuns r;
+  run_forced(c, 2, "CUTLASS", r);
+  const std::string &forced_tactics = r.forced_tactics, &unfused_tactics = r.unfused_tactics;
   EXPECT_EQ(unfused_tactics.find("cutlass"), std::string::npos) << "forced off yet CUTLASS: " << unfused_tactics;
   const Node& layer = c.graph.nodes.back();
   const Value& w = c.graph.values[layer.inputs[1]];
@@ -180,8 +185,8 @@ TEST_P(OpCudaFp8Cutlass, CutlassMatchesUnfused) {
   }
   takes = takes && (layer.activation() == Activation::None || layer.activation() == Activation::Relu);
   if (layer.inputs.size() > 3) {
-    const DType r = c.graph.values[layer.inputs[3]].dtype;
-    takes = takes && (r == DType::F16 || r == DType::F8E4M3);
+    const DType rdt = c.graph.values[layer.inputs[3]].dtype;
+    takes = takes && (rdt == DType::F16 || rdt == DType::F8E4M3);
   }
   if (!cutlass_fp8_available()) GTEST_SKIP() << "no CUTLASS FP8 GEMM here (built without CUTLASS, or not sm_90): " << forced_tactics;
   if (takes) EXPECT_NE(forced_tactics.find("cutlass"), std::string::npos) << c.name << ": forced, no CUTLASS tactic: " << forced_tactics;

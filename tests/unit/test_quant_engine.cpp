@@ -73,14 +73,24 @@ TEST(QuantLayer, Int8OutputRoundsHalfEvenAndClampsFullRange) {
 // linear: x codes [1.5, -2] at s_x 0.5, w codes [[3, 0.25]] at s_w 2, bias 1:
 // acc = 4.5 - 0.5 = 4, alpha = 1, y = 4 + 1 = 5 (wide). With an e4m3 output
 // at s_y = 3 (folded): fma(4, 1/3, 1/3) = 1.6666666 -> 1.625 (of 1.625, 1.75).
+// An e4m3 graph input with one scale, and an e4m3 weight whose codes are
+// `codes` (exact e4m3 values) with one scale per output channel of `scale`.
+int e4m3_input(Graph& g, const std::string& name, const Shape& shape, float scale) {
+  const int x = g.add_input(name, DType::F8E4M3, shape);
+  g.values[x].quant = QuantParams{{scale}, -1, DType::F8E4M3};
+  return x;
+}
+int e4m3_weight(Graph& g, const Shape& shape, const std::vector<float>& codes, float scale) {
+  const HostTensor wf = HostTensor::from_f32(shape, codes);
+  const int w = g.add_constant("w", quant::quantize_tensor(wf, QuantParams{{1.f}, 0, DType::F8E4M3}, quant::Int8Range::Narrow));
+  g.values[w].quant = QuantParams{{scale}, 0, DType::F8E4M3};
+  return w;
+}
+
 Graph hand_linear(DType out) {
   Graph g;
-  const int x = g.add_input("x", DType::F8E4M3, {1, 2});
-  g.values[x].quant = QuantParams{{0.5f}, -1, DType::F8E4M3};
-  const HostTensor wf = HostTensor::from_f32({1, 2}, {3.f, 0.25f});
-  HostTensor codes = quant::quantize_tensor(wf, QuantParams{{1.f}, 0, DType::F8E4M3}, quant::Int8Range::Narrow);
-  const int w = g.add_constant("w", std::move(codes));
-  g.values[w].quant = QuantParams{{2.f}, 0, DType::F8E4M3};
+  const int x = e4m3_input(g, "x", {1, 2}, 0.5f);
+  const int w = e4m3_weight(g, {1, 2}, {3.f, 0.25f}, 2.f);
   const int b = g.add_constant("b", HostTensor::from_f32({1}, {1.f}));
   const int y = g.add_node(Op::Linear, "fc", {x, w, b}, {{"out_dtype", std::string(dtype_name(out))}});
   if (is_8bit(out)) g.values[y].quant = QuantParams{{3.f}, -1, out};
@@ -105,15 +115,10 @@ TEST(QuantLayer, HandComputedLinearOnReferenceAndCpuBackend) {
 // A residual of another code type, or one without scales, is refused by name.
 Graph hand_conv_residual8(DType out) {
   Graph g;
-  const int x = g.add_input("x", DType::F8E4M3, {1, 1, 1, 1});
-  g.values[x].quant = QuantParams{{0.5f}, -1, DType::F8E4M3};
-  HostTensor codes = quant::quantize_tensor(HostTensor::from_f32({1, 1, 1, 1}, {2.f}), QuantParams{{1.f}, 0, DType::F8E4M3},
-                                            quant::Int8Range::Narrow);
-  const int w = g.add_constant("w", std::move(codes));
-  g.values[w].quant = QuantParams{{1.f}, 0, DType::F8E4M3};
+  const int x = e4m3_input(g, "x", {1, 1, 1, 1}, 0.5f);
+  const int w = e4m3_weight(g, {1, 1, 1, 1}, {2.f}, 1.f);
   const int b = g.add_constant("b", HostTensor::from_f32({1}, {1.f}));
-  const int r = g.add_input("skip", DType::F8E4M3, {1, 1, 1, 1});
-  g.values[r].quant = QuantParams{{0.25f}, -1, DType::F8E4M3};
+  const int r = e4m3_input(g, "skip", {1, 1, 1, 1}, 0.25f);
   const int y = g.add_node(Op::Conv2d, "conv3", {x, w, b, r}, {{"out_dtype", std::string(dtype_name(out))}});
   if (is_8bit(out)) g.values[y].quant = QuantParams{{0.5f}, -1, out};
   g.mark_output(y);

@@ -237,35 +237,26 @@ Fp8GemmOp::Fp8GemmOp(cublasLtHandle_t handle, int m, int k, int n, DType code)
   if (m < 1 || k < 1 || n < 1) fail_runtime("cuda ", what_, ": invalid shape m=", m, " k=", k, " n=", n);
   if (k % 16 || n % 16) fail_runtime("cuda ", what_, ": k=", k, " and n=", n, " must be multiples of 16 (pad them)");
   int_scalars_ = i8;
+  // e4m3: f32 compute and output (cuBLASLt's FP8 table has C f32 -> D f32 for
+  // e4m3 x e4m3). i8: exact int32 sums (products of two i8 codes are at most
+  // 2^14, and a quantized layer's reduction is below 2^17, quant::kMaxExactReduction).
+  const cudaDataType_t ab = i8 ? CUDA_R_8I : CUDA_R_8F_E4M3, dt = i8 ? CUDA_R_32I : CUDA_R_32F;
   // (the LtGemm destructor frees what was made when this throws)
-  if (i8) {
-    // Exact int32 sums: products of two i8 codes are at most 2^14, and a
-    // quantized layer's reduction is below 2^17 (quant::kMaxExactReduction).
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32I, CUDA_R_32I));
-    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8I, k, n, k));  // W
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8I, k, m, k));  // x
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32I, n, m, n));
-    algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
-    if (algos_.empty())
-      fail_runtime("cuda int8 gemm: cuBLASLt offers no i8 x i8 -> i32 algorithm for m=", m, " k=", k, " n=", n);
-    return;
-  }
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F, dt));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
   KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-  const int8_t fast_accum = 0;  // the default, stated: FP8 partial sums are promoted to f32
-  KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8F_E4M3, k, n, k));  // W
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8F_E4M3, k, m, k));  // x
-  // C = D, f32: cuBLASLt's FP8 table has C f32 -> D f32 for e4m3 x e4m3.
-  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, n, m, n));
+  if (!i8) {
+    const int8_t fast_accum = 0;  // the default, stated: FP8 partial sums are promoted to f32
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
+  }
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, ab, k, n, k));  // W
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, ab, k, m, k));  // x
+  KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, dt, n, m, n));
   algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
   if (algos_.empty())
-    fail_runtime("cuda fp8 gemm: cuBLASLt offers no e4m3 x e4m3 -> f32 algorithm for m=", m, " k=", k, " n=", n);
+    fail_runtime("cuda ", what_, ": cuBLASLt offers no ", i8 ? "i8 x i8 -> i32" : "e4m3 x e4m3 -> f32", " algorithm for m=", m,
+                 " k=", k, " n=", n);
 }
 
 void Fp8GemmOp::run(const void* x, const void* w, float* d, void* workspace, size_t workspace_size, cudaStream_t s) const {

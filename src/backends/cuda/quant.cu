@@ -83,24 +83,42 @@ __global__ void quant_epilogue_kernel(const Acc* __restrict__ acc, int acc_ld, Q
 
 }  // namespace
 
+namespace {
+
+// code = encode(x * inv_scale) into Code (e4m3 or i8), x any float type.
+template <typename Code>
+void launch_quantize(const char* op, const void* x, DType xdt, void* y, int64_t count, const float* inv_scales, int64_t inner,
+                     int64_t extent, cudaStream_t stream) {
+  if (count <= 0) return;
+  detail::dispatch_float(xdt, op, [&](auto t) {
+    using T = decltype(t);
+    detail::launch(op, scale_map_kernel<T, Code>, detail::grid_for(count), detail::kThreads, 0, stream, static_cast<const T*>(x),
+                   static_cast<Code*>(y), count, inv_scales, inner, extent);
+  });
+}
+
+// y = f32(code * scale) rounded to ydt.
+template <typename Code>
+void launch_dequantize(const char* op, const void* x, void* y, DType ydt, int64_t count, const float* scales, int64_t inner,
+                       int64_t extent, cudaStream_t stream) {
+  if (count <= 0) return;
+  detail::dispatch_float(ydt, op, [&](auto t) {
+    using T = decltype(t);
+    detail::launch(op, scale_map_kernel<Code, T>, detail::grid_for(count), detail::kThreads, 0, stream,
+                   static_cast<const Code*>(x), static_cast<T*>(y), count, scales, inner, extent);
+  });
+}
+
+}  // namespace
+
 void quantize_e4m3(const void* x, DType xdt, void* y, int64_t count, const float* inv_scales, int64_t inner,
                    int64_t extent, cudaStream_t stream) {
-  if (count <= 0) return;
-  detail::dispatch_float(xdt, "quantize_e4m3", [&](auto t) {
-    using T = decltype(t);
-    detail::launch("quantize_e4m3", scale_map_kernel<T, __nv_fp8_e4m3>, detail::grid_for(count), detail::kThreads, 0, stream,
-                   static_cast<const T*>(x), static_cast<__nv_fp8_e4m3*>(y), count, inv_scales, inner, extent);
-  });
+  launch_quantize<__nv_fp8_e4m3>("quantize_e4m3", x, xdt, y, count, inv_scales, inner, extent, stream);
 }
 
 void dequantize_e4m3(const void* x, void* y, DType ydt, int64_t count, const float* scales, int64_t inner, int64_t extent,
                      cudaStream_t stream) {
-  if (count <= 0) return;
-  detail::dispatch_float(ydt, "dequantize_e4m3", [&](auto t) {
-    using T = decltype(t);
-    detail::launch("dequantize_e4m3", scale_map_kernel<__nv_fp8_e4m3, T>, detail::grid_for(count), detail::kThreads, 0, stream,
-                   static_cast<const __nv_fp8_e4m3*>(x), static_cast<T*>(y), count, scales, inner, extent);
-  });
+  launch_dequantize<__nv_fp8_e4m3>("dequantize_e4m3", x, y, ydt, count, scales, inner, extent, stream);
 }
 
 void pad_rows_u8(const void* x, int64_t rows, int cols, void* y, int y_cols, cudaStream_t stream) {
@@ -143,22 +161,12 @@ void quant_epilogue_i32(const int32_t* acc, int acc_ld, const QuantEpilogue& e, 
 
 void quantize_i8(const void* x, DType xdt, void* y, int64_t count, const float* inv_scales, int64_t inner, int64_t extent,
                  cudaStream_t stream) {
-  if (count <= 0) return;
-  detail::dispatch_float(xdt, "quantize_i8", [&](auto t) {
-    using T = decltype(t);
-    detail::launch("quantize_i8", scale_map_kernel<T, int8_t>, detail::grid_for(count), detail::kThreads, 0, stream,
-                   static_cast<const T*>(x), static_cast<int8_t*>(y), count, inv_scales, inner, extent);
-  });
+  launch_quantize<int8_t>("quantize_i8", x, xdt, y, count, inv_scales, inner, extent, stream);
 }
 
 void dequantize_i8(const void* x, void* y, DType ydt, int64_t count, const float* scales, int64_t inner, int64_t extent,
                    cudaStream_t stream) {
-  if (count <= 0) return;
-  detail::dispatch_float(ydt, "dequantize_i8", [&](auto t) {
-    using T = decltype(t);
-    detail::launch("dequantize_i8", scale_map_kernel<int8_t, T>, detail::grid_for(count), detail::kThreads, 0, stream,
-                   static_cast<const int8_t*>(x), static_cast<T*>(y), count, scales, inner, extent);
-  });
+  launch_dequantize<int8_t>("dequantize_i8", x, y, ydt, count, scales, inner, extent, stream);
 }
 
 }  // namespace kiln::cuda
