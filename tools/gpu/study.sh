@@ -5,11 +5,17 @@
 # Stream A, side by side (each bounded): `kiln study quant --backend cuda` on the seeded full-size
 # resnet50, res2net50_26w_4s and efficientnet_b0 (tools/reference/make_fixtures*.py --full-size;
 # calibration and quality images: the 15 sample photos of tests/fixtures/images, JPEG and PNG) at
-# batch 1 and 32, opt levels 1 and 3, FP8 against fp16; and the digits demo model with its held-out
-# labels (--accuracy).
+# batch 1 and 32, opt levels 1 and 3, FP8 and INT8 (KILN_STUDY_PRECISIONS, default fp8,int8) against
+# fp16; and the digits demo model with its held-out labels (--accuracy). KILN_STUDY_RECIPES adds recipe
+# variants to a model's study; each study keeps the plans of its bundles (`kiln inspect --plan`) and
+# batch 1's per-layer profile (profile_b1.json).
 # Stream B, beside it: tools/gpu/check_rtdetr.sh without its bench (RT-DETR v2 r18vd seeded,
-# fp32/fp16 against PyTorch); its speed wants a quiet GPU: tools/gpu/speed.sh.
+# fp32/fp16 against PyTorch); its speed wants a quiet GPU: tools/gpu/speed.sh. KILN_STUDY_RTDETR=0: off.
 # Stream C: GPU tests a verify.sh run did not reach (KILN_STUDY_TESTS).
+# Stream D: op-harness cases (KILN_STUDY_OPS, a --gtest_filter for kiln_ops_tests).
+# Session 16's call: KILN_STUDY_MODELS="resnet50 res2net50_26w_4s efficientnet_b0 digits"
+#   KILN_STUDY_TESTS='CudaFp8.*:CudaQuantModel.*' KILN_STUDY_OPS='*quantiz*' KILN_STUDY_RTDETR=0
+#   KILN_STUDY_RECIPES="res2net50_26w_4s=families/timm_res2net/recipes/fp8_pointwise.json" tools/gpu/study.sh $OUT 470
 # The streams share the GPU: the studies time their variants interleaved in one process (each round
 # runs every variant once), so the ratios compare like with like, but absolute milliseconds carry
 # the other stream's load; the report says so. Every part has its own bound (SECONDS, default 540,
