@@ -4,6 +4,7 @@
 // layer it leaves alone.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -390,6 +391,25 @@ TEST(QuantSelect, FamilyPartTablesAndStructuralStemAndClassifier) {
   EXPECT_EQ(names(g, quant::select_quantized(g, r, table).quantized), (std::vector<std::string>{"enc.dw", "enc.pw"}));
   const std::string e = error_of([&] { quant::select_quantized(g, Recipe{.parts = {"decoder"}}, table); });
   EXPECT_NE(e.find("parts: all, stem, classifier, head, encoder"), std::string::npos) << e;
+}
+
+// The recipe files the families ship (families/<family>/recipes/*.json, used
+// by tools/gpu/study.sh's recipe variants) read under the strict reader and
+// round-trip.
+TEST(QuantRecipe, FamilyRecipeFilesRead) {
+  namespace fs = std::filesystem;
+  int files = 0;
+  for (const auto& fam : fs::directory_iterator(fs::path(KILN_SOURCE_DIR) / "families")) {
+    const fs::path dir = fam.path() / "recipes";
+    if (!fs::is_directory(dir)) continue;
+    for (const auto& f : fs::directory_iterator(dir)) {
+      if (f.path().extension() != ".json") continue;
+      const Recipe r = quant::read_recipe(f.path().string());
+      EXPECT_EQ(quant::parse_recipe(quant::recipe_to_json(r), "again.json"), r) << f.path();
+      ++files;
+    }
+  }
+  EXPECT_GE(files, 2);
 }
 
 }  // namespace
