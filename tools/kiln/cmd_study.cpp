@@ -322,8 +322,20 @@ std::string render_report(const nlohmann::json& r) {
     else
       md << "- **" << p << " is mixed** at opt level " << top << ": faster " << (faster.empty() ? "nowhere" : list(faster)) << "; equal (within 5 %) "
          << (equal.empty() ? "nowhere" : list(equal)) << "; slower " << (slower.empty() ? "nowhere" : list(slower)) << ".";
-    md << " Kernels per call, " << p << " against " << base << ": " << kernels
-       << " — each 8-bit layer whose input is not already 8-bit runs a quantize kernel of its own (the table at the end shows where).\n";
+    // The quantize steps of the profiled batch: a 16-bit producer feeding an 8-bit layer.
+    int quantize_steps = -1;
+    if (r.contains("profiles") && r["profiles"].contains(p)) {
+      quantize_steps = 0;
+      for (const auto& l : r["profiles"][p]["layers"]) {
+        const std::string name = l["name"].get<std::string>();
+        quantize_steps += name.size() > 9 && name.compare(name.size() - 9, 9, ".quantize") == 0;
+      }
+    }
+    md << " Kernels per call, " << p << " against " << base << ": " << kernels << " — "
+       << (quantize_steps >= 0 ? std::to_string(quantize_steps) + " of the " + p + " engine's steps are quantize kernels (a 16-bit "
+                                 "producer feeding an 8-bit layer), and a layer on a two-kernel path runs its epilogue apart"
+                               : std::string("each 8-bit layer whose input is not already 8-bit runs a quantize kernel of its own"))
+       << " (the table at the end shows where).\n";
   }
 
   md << "\n## Recipe and calibration\n\n" << r.at("recipe").get<std::string>() << "; calibration on the first "
