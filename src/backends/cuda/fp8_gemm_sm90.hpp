@@ -17,9 +17,12 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
-#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/quant_epilogue.hpp"
+#include "core/activation.hpp"
+#include "core/dtype.hpp"
 
 namespace kiln::cuda {
 

@@ -8,7 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/quant_epilogue.hpp"  // not kernels.hpp: see quant_epilogue.hpp
+#include "core/dtype.hpp"
 
 namespace kiln::cuda::fp8sm90 {
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/quant_epilogue.hpp"
 #include "core/activation.hpp"
 #include "core/dtype.hpp"
 
@@ -228,19 +229,7 @@ void dequantize_e4m3(const void* x, void* y, DType ydt, int64_t count, const flo
                      cudaStream_t stream);
 // y [rows, y_cols] = x [rows, cols] with zero columns appended (1-byte elements).
 void pad_rows_u8(const void* x, int64_t rows, int cols, void* y, int y_cols, cudaStream_t stream);
-// The epilogue of a quantized conv2d / linear (quant/layer.hpp's
-// LayerEpilogue, the same constants): per output channel c < k,
-// v = fma(acc, alpha[c], bias[c]) (+ residual * residual_mul), act(v),
-// (* inv_out_scale when scale_after), stored in ydt (e4m3: RNE, saturating).
-struct QuantEpilogue {
-  const float* alpha = nullptr;  // device, [k]
-  const float* bias = nullptr;   // device, [k] (zeros without a bias)
-  float residual_mul = 1.f;
-  float residual_scale = 1.f;  // an e4m3 residual: its scale (added as f32(code * scale) * residual_mul)
-  float inv_out_scale = 1.f;
-  bool scale_after = false;
-  Activation act = Activation::None;
-};
+// The epilogue of a quantized conv2d / linear: QuantEpilogue (quant_epilogue.hpp).
 // acc: [rows, acc_ld] f32 (the raw sums, acc_ld >= k: padded channels are
 // skipped); residual [rows, k] in rdt (f32/f16/bf16, or e4m3 codes with
 // e.residual_scale) or null; y [rows, k] in ydt.
