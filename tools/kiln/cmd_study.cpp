@@ -86,9 +86,10 @@ struct Variant {
 
 bool is_default_recipe(const std::string& r) { return r.empty() || r == "default"; }
 
-// The label of precision p built with recipe r: p alone when the study has one recipe.
+// The label of precision p built with recipe r: p alone for the fp32 and
+// 16-bit variants and when the study has one recipe.
 std::string variant_label(const StudyOptions& o, const std::string& p, const std::string& r) {
-  if (o.recipes.size() <= 1) return p;
+  if (o.recipes.size() <= 1 || (p != "fp8" && p != "int8")) return p;
   return p + ":" + (is_default_recipe(r) ? std::string("default") : fs::path(r).stem().string());
 }
 
@@ -98,8 +99,7 @@ Variant build_variant(const StudyOptions& o, const std::string& precision, int o
   std::string file = label;
   for (char& c : file)
     if (c == ':' || c == '/') c = '_';
-  Variant v{precision == "fp32" || precision == o.base ? precision : label, is_default_recipe(recipe) ? "" : recipe, opt_level,
-            dir / (file + "_o" + std::to_string(opt_level) + ".bundle")};
+  Variant v{label, is_default_recipe(recipe) ? "" : recipe, opt_level, dir / (file + "_o" + std::to_string(opt_level) + ".bundle")};
   BuildOptions b;
   b.model = o.model;
   b.backend = o.backend;
@@ -398,7 +398,8 @@ std::string render_report(const nlohmann::json& r) {
     md << "\n";
   }
   md << "\n## Recipe variants\n\n"
-     << (r.at("recipe").get<std::string>().find(" = ") != std::string::npos
+     << (std::any_of(r.at("speed").begin(), r.at("speed").end(),
+                     [](const J& x) { return x.at("precision").get<std::string>().find(':') != std::string::npos; })
              ? "This run compared the recipes above (one variant each, labelled `<precision>:<recipe file stem>`, timed "
                "interleaved with the rest). "
              : "This run built one recipe (above) per 8-bit precision. ")
@@ -453,19 +454,23 @@ void report_from(const std::string& path, const std::string& out_dir) {
   std::cout << "wrote " << (dir / "REPORT.md").string() << "\n";
 }
 
+// Each recipe file's precision ("fp8", "int8"), read once before anything is
+// built (a file the strict reader refuses stops the study there).
+using RecipePrecisions = std::map<std::string, std::string>;
+
 // Whether recipe r (a file names its precision) builds precision p's variant.
-bool recipe_fits(const std::string& p, const std::string& r) {
-  return is_default_recipe(r) || quant::precision_name(quant::read_recipe(r).precision) == p;
+bool recipe_fits(const RecipePrecisions& rp, const std::string& p, const std::string& r) {
+  return is_default_recipe(r) || rp.at(r) == p;
 }
 
 // The report's recipe line: the one recipe, or each variant label's file.
-std::string recipe_text(const StudyOptions& o) {
+std::string recipe_text(const StudyOptions& o, const RecipePrecisions& rp) {
   const std::string def = "default (every conv/linear minus the default exclusions)";
   if (o.recipes.size() <= 1) return o.recipes.empty() || is_default_recipe(o.recipes[0]) ? def : o.recipes[0];
   std::string s;
   for (const std::string& p : o.precisions) {
     for (const std::string& r : o.recipes)
-      if (recipe_fits(p, r)) s += (s.empty() ? "" : "; ") + variant_label(o, p, r) + " = " + (is_default_recipe(r) ? def : r);
+      if (recipe_fits(rp, p, r)) s += (s.empty() ? "" : "; ") + variant_label(o, p, r) + " = " + (is_default_recipe(r) ? def : r);
   }
   return s;
 }
@@ -476,8 +481,10 @@ void run_study(const StudyOptions& o) {
   for (const auto& p : o.precisions)
     if (p != "fp8" && p != "int8") fail_usage("--precisions: '", p, "' is not fp8 or int8");
   std::set<std::string> labels;
+  RecipePrecisions recipe_precisions;
   for (const std::string& r : o.recipes) {
     if (!is_default_recipe(r) && !fs::is_regular_file(r)) fail_input(r, ": no such recipe file");
+    if (!is_default_recipe(r)) recipe_precisions[r] = quant::precision_name(quant::read_recipe(r).precision);
     if (!labels.insert(variant_label(o, "fp8", r)).second)
       fail_usage("--recipe: two recipes share the label '", variant_label(o, "fp8", r), "' (give the files different names)");
   }
@@ -507,7 +514,7 @@ void run_study(const StudyOptions& o) {
     for (const std::string& p : o.precisions) {
       for (const std::string& rf : recipes) {
         // A recipe names its precision: an fp8 recipe builds no int8 variant (and the reverse).
-        if (!recipe_fits(p, rf)) {
+        if (!recipe_fits(recipe_precisions, p, rf)) {
           if (opt == o.opt_levels.front()) say(variant_label(o, p, rf) + " skipped: " + rf + " is a recipe of another precision");
           continue;
         }
@@ -636,7 +643,7 @@ void run_study(const StudyOptions& o) {
                            {"rounds", o.rounds},
                            {"calib", o.calib},
                            {"calib_images", o.calib_images},
-                           {"recipe", recipe_text(o)},
+                           {"recipe", recipe_text(o, recipe_precisions)},
                            {"quality_images", files.size()},
                            {"accuracy_set", o.accuracy.empty() ? nlohmann::json() : nlohmann::json{{"folder", o.accuracy},
                                                                                                {"images", labelled.items.size()},

@@ -4,8 +4,6 @@
 // with CUTLASS's headers). Plain C++: no CUTLASS here.
 #include "backends/cuda/fp8_gemm_sm90.hpp"
 
-#include <mutex>
-#include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/fp8_gemm_sm90_impl.hpp"
@@ -15,19 +13,16 @@ namespace kiln::cuda {
 
 namespace fp8sm90 {
 
+// Read once, as detail::sm_count (device_common.cuh, CUDA-only) does: kiln
+// runs one GPU model per process. 0 when unknown: CUTLASS asks itself then.
 int sm_count_of_current_device() {
-  static std::mutex mu;
-  static std::vector<int> counts;  // per device ordinal, -1 unknown
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (size_t(dev) >= counts.size()) counts.resize(size_t(dev) + 1, -1);
-  if (counts[size_t(dev)] < 0) {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) sms = 0;
-    counts[size_t(dev)] = sms;
-  }
-  return counts[size_t(dev)];
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 0;
+    return n;
+  }();
+  return sms;
 }
 
 }  // namespace fp8sm90

@@ -114,18 +114,19 @@ struct RawSum {
   Fp8GemmOp* gemm = nullptr;
   ConvOp* fused = nullptr;  // the FP8 conv with its epilogue in the graph (ConvDesc::fp8_epi), or none
   bool use_gemm = false, use_fused = false;
-  // The CUTLASS GEMM's configurations that take this layer (fp8_gemm_sm90.hpp),
-  // their workspaces, and the chosen one (-1: another engine).
-  std::vector<int> cutlass;
-  std::vector<size_t> cutlass_ws;
+  // The CUTLASS GEMM's configurations that take this layer (fp8_gemm_sm90.hpp)
+  // with their workspaces, and the chosen one (-1: another engine).
+  struct CutlassConfig {
+    int cfg;
+    size_t workspace;
+  };
+  std::vector<CutlassConfig> cutlass;
   int use_cutlass = -1;
   int m = 0, n = 0, k = 0;  // the GEMM's shape for CUTLASS: rows, output channels, padded input channels
   bool direct() const { return use_fused || use_cutlass >= 0; }  // y written by the engine itself
   size_t workspace() const {
-    if (use_cutlass >= 0) {
-      for (size_t i = 0; i < cutlass.size(); ++i)
-        if (cutlass[i] == use_cutlass) return cutlass_ws[i];
-    }
+    for (const CutlassConfig& c : cutlass)
+      if (c.cfg == use_cutlass) return c.workspace;
     return use_fused ? fused->workspace_bytes() : use_gemm ? gemm->workspace_bytes() : conv->workspace_bytes();
   }
   void operator()(cudnnHandle_t h, const void* x, const void* w, float* acc, void* ws, size_t cap, cudaStream_t s) const {
@@ -161,12 +162,10 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
   };
   cudnnHandle_t h = L.m.cudnn.h;
   std::vector<Candidate> convs, gemms, fused, cutlass;
-  for (size_t i = 0; i < rs.cutlass.size(); ++i) {
-    const int cfg = rs.cutlass[i];
-    const size_t need = rs.cutlass_ws[i];
+  for (const auto& [cfg, need] : rs.cutlass) {
     cutlass.push_back({fp8_gemm_sm90_config_name(cfg),
-                       [&rs, cfg] { return rs.use_fused = false, rs.use_gemm = false, rs.use_cutlass = cfg, true; },
-                       [&, cfg, need](cudaStream_t s, void* ws, size_t cap) {
+                       [&rs, cfg = cfg] { return rs.use_fused = false, rs.use_gemm = false, rs.use_cutlass = cfg, true; },
+                       [&, cfg = cfg, need = need](cudaStream_t s, void* ws, size_t cap) {
                          if (need > cap) return false;
                          fp8_gemm_sm90(cfg, xb.get(s), w, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt, yb.get(s), et.ydt,
                                        rs.m, rs.n, rs.k, ws, cap, s);
@@ -275,10 +274,8 @@ void add_cutlass_candidates(Lowering& L, QuantLayerRun& run, bool residual) {
   RawSum& rs = run.rs;
   rs.m = as_int(run.rows), rs.n = run.k, rs.k = run.cp;
   for (int cfg = 0; cfg < fp8_gemm_sm90_configs(); ++cfg)
-    if (fp8_gemm_sm90_unsupported(cfg, rs.m, rs.n, rs.k, residual, run.rdt, run.ydt, run.e.act).empty()) {
-      rs.cutlass.push_back(cfg);
-      rs.cutlass_ws.push_back(fp8_gemm_sm90_workspace(cfg, rs.m, rs.n, rs.k));
-    }
+    if (fp8_gemm_sm90_unsupported(cfg, rs.m, rs.n, rs.k, residual, run.rdt, run.ydt, run.e.act).empty())
+      rs.cutlass.push_back({cfg, fp8_gemm_sm90_workspace(cfg, rs.m, rs.n, rs.k)});
 }
 
 // The step's kernel label: [pad +] the engine [+ quant_epilogue].
@@ -337,14 +334,10 @@ void lower_Quantize(Lowering& L, size_t ni) {
   const DType xdt = xv.dtype;
   const int64_t count = shape_numel(yv.shape);
   const ValuePtr ptr = L.ptr;
-  if (yv.dtype == DType::I8) {
-    L.step("quantize_i8", [=](const Exec& x) {
-      quantize_i8(ptr(x, in0), xdt, ptr(x, out), count, scales, sw.inner, sw.extent, x.stream);
-    });
-    return;
-  }
-  L.step("quantize_e4m3", [=](const Exec& x) {
-    quantize_e4m3(ptr(x, in0), xdt, ptr(x, out), count, scales, sw.inner, sw.extent, x.stream);
+  const bool i8 = yv.dtype == DType::I8;
+  const auto launch = i8 ? quantize_i8 : quantize_e4m3;
+  L.step(i8 ? "quantize_i8" : "quantize_e4m3", [=](const Exec& x) {
+    launch(ptr(x, in0), xdt, ptr(x, out), count, scales, sw.inner, sw.extent, x.stream);
   });
 }
 
@@ -360,14 +353,10 @@ void lower_Dequantize(Lowering& L, size_t ni) {
   const DType ydt = yv.dtype;
   const int64_t count = shape_numel(yv.shape);
   const ValuePtr ptr = L.ptr;
-  if (xv.dtype == DType::I8) {
-    L.step("dequantize_i8", [=](const Exec& x) {
-      dequantize_i8(x_at(x), ptr(x, out), ydt, count, scales, sw.inner, sw.extent, x.stream);
-    });
-    return;
-  }
-  L.step("dequantize_e4m3", [=](const Exec& x) {
-    dequantize_e4m3(x_at(x), ptr(x, out), ydt, count, scales, sw.inner, sw.extent, x.stream);
+  const bool i8 = xv.dtype == DType::I8;
+  const auto launch = i8 ? dequantize_i8 : dequantize_e4m3;
+  L.step(i8 ? "dequantize_i8" : "dequantize_e4m3", [=](const Exec& x) {
+    launch(x_at(x), ptr(x, out), ydt, count, scales, sw.inner, sw.extent, x.stream);
   });
 }
 
