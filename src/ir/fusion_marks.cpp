@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "ir/attrs.hpp"
+#include "ir/quant_form.hpp"
 
 namespace kiln {
 
@@ -37,6 +38,7 @@ std::string input_add_problem(const Graph& g, size_t conv) {
   if (p < 0 || g.nodes[p].op != Op::Add) return cat(c.name, ": its input is not an add's output");
   const Node& add = g.nodes[p];
   if (add.activation() != Activation::None) return cat(c.name, ": its input add ", add.name, " has an activation");
+  if (is_8bit(g.values[x].dtype)) return cat(c.name, ": its input add ", add.name, " writes ", dtype_name(g.values[x].dtype), " codes (an 8-bit layer reads them stored)");
   if (!read_only_by(g, x, conv)) return cat(c.name, ": ", add.name, "'s output has other readers or is a graph output");
   for (size_t k = 1; k < c.inputs.size(); ++k)
     if (c.inputs[k] == x) return cat(c.name, ": reads ", add.name, "'s output as more than its input");
@@ -155,6 +157,9 @@ std::string in_place_input_problem(const Graph& g, size_t concat, size_t k) {
   if (p < 0) return no("is a graph input");
   if (g.is_graph_output(v)) return no("is a graph output");
   if (is_channel_view(g.nodes[p])) return no(cat("is a view (", g.nodes[p].name, " is a channel_view)"));
+  if (g.values[v].dtype != g.values[n.outputs[0]].dtype)
+    return no(cat("is ", dtype_name(g.values[v].dtype), ", the concat writes ", dtype_name(g.values[n.outputs[0]].dtype),
+                  " (it converts: not in place)"));
   // The backends tell an in-place input by its value (parent == the concat's
   // output), so a value the concat reads twice cannot be in place at one
   // position and copied to the other: it is copied to both.

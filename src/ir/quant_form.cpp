@@ -8,6 +8,12 @@ bool is_quantized_layer(const Graph& g, const Node& n) {
   return (n.op == Op::Conv2d || n.op == Op::Linear) && !n.inputs.empty() && is_8bit(g.values.at(n.inputs[0]).dtype);
 }
 
+bool can_write_codes(Op op) { return op == Op::MaxPool2d || op == Op::Mul || op == Op::Add || op == Op::Concat; }
+
+bool writes_codes(const Graph& g, const Node& n) {
+  return can_write_codes(n.op) && !n.outputs.empty() && is_8bit(g.values.at(n.outputs[0]).dtype) && n.has_attr("out_dtype");
+}
+
 namespace {
 
 // What a value's scales may be: one (per tensor); one, or one per index of
@@ -52,6 +58,12 @@ std::string quant_node_problem(const Graph& g, const Node& n) {
       if (is_8bit(y.dtype)) return scales_problem(n, y, Scales::Tensor);
       return "";
     }
+    case Op::MaxPool2d:
+    case Op::Mul:
+    case Op::Add:
+    case Op::Concat:
+      if (writes_codes(g, n)) return scales_problem(n, val(n.outputs.at(0)), Scales::Tensor);
+      break;
     default: break;
   }
   // Any other node reads no quantized codes (8-bit values with scales): they

@@ -429,6 +429,19 @@ DType layer_dtype(const Graph& g, const Node& n) {
   return *t;
 }
 
+// max_pool2d / mul / add / concat: the input type, or with attr out_dtype the
+// code type they write (ir/quant_form.hpp can_write_codes) from wide inputs.
+DType producer_dtype(const Node& n, DType in) {
+  if (!n.has_attr("out_dtype")) return in;
+  const auto t = dtype_from_name(n.attr_str("out_dtype"));
+  if (!t || !is_8bit(*t))
+    fail_input(n.name, ": out_dtype '", n.attr_str("out_dtype"), "' of a ", op_name(n.op),
+               " must be f8e4m3 or i8 (the codes it writes; without it the output has the inputs' type)");
+  if (!is_wide_float(in))
+    fail_input(n.name, ": a ", op_name(n.op), " writing ", dtype_name(*t), " codes reads f32, f16 or bf16, not ", dtype_name(in));
+  return *t;
+}
+
 // quantize (wide -> codes) and dequantize (codes -> wide): the dtype attr.
 DType qdq_dtype(const Graph& g, const Node& n) {
   const Value& x = input(g, n, 0);
@@ -455,8 +468,14 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
     case Op::BatchNorm: one.shape = infer_batch_norm(g, n); break;
     case Op::Activation: one.shape = x.shape; break;
     case Op::Add:
-    case Op::Mul: one.shape = infer_binary(g, n); break;
+    case Op::Mul:
+      one.shape = infer_binary(g, n);
+      one.dtype = producer_dtype(n, x.dtype);
+      break;
     case Op::MaxPool2d:
+      one.shape = infer_pool(g, n);
+      one.dtype = producer_dtype(n, x.dtype);
+      break;
     case Op::AvgPool2d: one.shape = infer_pool(g, n); break;
     case Op::GlobalAvgPool:
       expect_rank(n, x, 4);
@@ -476,7 +495,10 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
       one.dtype = qdq_dtype(g, n);
       one.shape = x.shape;
       break;
-    case Op::Concat: one.shape = infer_concat(g, n); break;
+    case Op::Concat:
+      one.shape = infer_concat(g, n);
+      one.dtype = producer_dtype(n, x.dtype);
+      break;
     case Op::Slice: one.shape = infer_slice(g, n); break;
     case Op::Cast: {
       auto t = dtype_from_name(n.attr_str("dtype"));

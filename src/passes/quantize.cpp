@@ -19,6 +19,11 @@
 // residual its epilogue adds, code * scale): one 8-bit tensor, no quantize
 // kernel, half the bytes of the skip. A residual whose producer does not write
 // codes stays wide (no quantize node is made for a residual alone).
+// Then every quantize whose input comes from a max_pool2d, mul, add (none or
+// ReLU) or concat that nothing else reads moves into that producer
+// (out_dtype = the code type, the quantize's one scale on its output): the
+// stem's pool, the squeeze-excitation gate, Res2Net's chain adds and concat
+// write codes from their own kernel (fold_into_producers below).
 // Node names are kept; a quantize node is named "<value>.quantize".
 #include <algorithm>
 #include <map>
@@ -32,6 +37,38 @@
 #include "quant/recipe.hpp"
 
 namespace kiln {
+
+namespace {
+
+// Whether producer p may take over quantize node q (q its only reader): an op
+// that can write codes (ir/quant_form.hpp), not writing them already, one
+// scale for the tensor; an add only with no activation or ReLU (every backend
+// computes those exactly in f32, so the CPU emulation stays bit-exact).
+bool producer_takes_quantize(const Graph& g, const Node& p, const Node& q) {
+  if (!can_write_codes(p.op) || p.has_attr("out_dtype") || p.outputs.size() != 1) return false;
+  if (p.op == Op::Add && p.activation() != Activation::None && p.activation() != Activation::Relu) return false;
+  for (int in : p.inputs)
+    if (!is_wide_float(g.values[in].dtype)) return false;
+  const auto& s = g.values[q.outputs[0]].quant;
+  return s && s->axis < 0 && s->scales.size() == 1;
+}
+
+int fold_into_producers(Graph& g) {
+  int folded = 0;
+  for (size_t qi = 0; qi < g.nodes.size(); ++qi) {
+    const Node& q = g.nodes[qi];
+    if (q.op != Op::Quantize || q.inputs.size() != 1) continue;
+    const int x = q.inputs[0], p = g.values[x].producer;
+    if (p < 0 || !single_use(g, x) || !producer_takes_quantize(g, g.nodes[p], q)) continue;
+    const std::string code = q.attr_str("dtype");
+    g.hand_over_outputs(static_cast<int>(qi), p);  // p now writes the codes its reader reads; x is dropped
+    g.nodes[p].attrs["out_dtype"] = code;
+    ++folded;
+  }
+  return folded;
+}
+
+}  // namespace
 
 int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::ActivationScales& scales, bool residuals_8bit) {
   const DType code = scales.precision;
@@ -114,6 +151,7 @@ int quantize_layers(Graph& g, const std::vector<int>& nodes, const quant::Activa
     }
     ++rewrites;
   }
+  rewrites += fold_into_producers(g);
   g.canonicalize();  // quantize nodes were appended: back into topological order
   g.infer_shapes();  // code dtypes through the rules
   for (const Node& n : g.nodes)

@@ -7,10 +7,16 @@
 //  - squeeze-excitation (GlobalAvgPool -> conv -> act -> conv -> sigmoid -> mul: se_plan.cpp)
 //  - slices read back by a concat in another order
 //  - flatten -> linear and global pool -> flatten -> linear (CUDA's linear path)
+//  - their 8-bit forms (issue 13): the quantize pass over a Res2Net block, a
+//    stem pool and a squeeze-excitation gate before a 1x1, so the chain adds,
+//    the concat, the max pool and the gate write codes (passes/quantize.cpp)
 #include <cmath>
+#include <optional>
 
+#include "core/error.hpp"
 #include "op_harness.hpp"
 #include "passes/pass.hpp"
+#include "quant/calibrate.hpp"
 
 namespace kiln::ops {
 
@@ -45,13 +51,40 @@ struct Group {
     return b.node(Op::Slice, name, {x}, {{"axis", int64_t(1)}, {"start", start}, {"end", end}});
   }
   // The fusion-mark passes run as in a build, so the backends lower the
-  // group as one unit where they can (the marks are what they read).
-  OpCase done(int out) {
+  // group as one unit where they can (the marks are what they read). With a
+  // code type, the quantize pass runs first as a build's does (quantized()).
+  OpCase done(int out, std::optional<DType> code = std::nullopt, const char* keep_wide = nullptr) {
     c.graph = b.finish(out);
+    if (code) quantized(*code, keep_wide);
     mark_fusions(c.graph, FusionOptions{});
     return std::move(c);
   }
+  // Every conv whose name does not start with keep_wide becomes an 8-bit
+  // layer, every scale from amax 3 (the values are O(1): some saturate). The
+  // CPU runs the reference's arithmetic (Exact when every conv is 8-bit), as
+  // CUDA's INT8 layers (exact int32 sums, none/ReLU) and code-writing producers do; CUDA's FP8 layers
+  // sum in their engines' order and precision, and a layer reading codes
+  // another layer wrote may see one code step (1/8 of a value) apart from the
+  // reference: MaxRel 0.25 over the chain, far below a wrong scale or layout.
+  void quantized(DType code, const char* keep_wide) {
+    Graph& g = c.graph;
+    std::vector<int> convs;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].op == Op::Conv2d && !(keep_wide && g.nodes[i].name.rfind(keep_wide, 0) == 0)) convs.push_back(int(i));
+    quant::ActivationScales s;
+    s.precision = code;
+    for (int v : quant::calibrated_values(g, convs)) s.amax[g.values[v].name] = 3.f;
+    quantize_layers(g, convs, s);
+    // A conv kept wide sums in the backend's order: its stored value may round
+    // apart from the reference's, and the codes read after it one step apart.
+    c.limit = keep_wide ? Limit{Measure::MaxRel, 0.25} : Limit{Measure::Exact, 0};
+    if (code == DType::F8E4M3)
+      c.cuda.limit = Limit{Measure::MaxRel, 0.25},
+      c.cuda.why = "chained FP8 layers: engine sums, then codes one step apart (Group::quantized, cases_groups.cpp)";
+  }
 };
+
+const char* code_tag(std::optional<DType> code) { return !code ? "" : *code == DType::I8 ? "_i8" : "_f8"; }
 
 // Res2Net bottleneck, scale 4, width w: 1x1 -> 4 chunks -> 3x3 convs with the
 // chain adds (y_i = conv(y_{i-1} + x_i)) -> concat with the last chunk -> 1x1
@@ -60,9 +93,10 @@ struct Group {
 // Width 13 as in no real model (awkward: CUDA copies the chunks); width 16
 // (a multiple of 8, as pad_channels makes Res2Net's 26) lets CUDA's window
 // conv take the block in f16/bf16.
-OpCase res2net(DType dt, int64_t n, bool stage, int64_t w) {
+OpCase res2net(DType dt, int64_t n, bool stage, int64_t w, std::optional<DType> code = std::nullopt) {
   const int64_t c = 24, hw = stage ? 8 : 6;
-  Group gr(stage ? "res2net_stage" : "res2net_block", "w" + std::to_string(w) + "_b" + std::to_string(n), dt);
+  Group gr(cat(code ? "q8_" : "", stage ? "res2net_stage" : "res2net_block"),
+           cat("w", w, "_b", n, code_tag(code)), dt);
   const int x = gr.b.input("x", {n, c, hw, hw});
   const int t = gr.conv("conv1", x, c, 4 * w, 1, 1, 0, "relu");
   std::vector<int> parts;
@@ -80,7 +114,29 @@ OpCase res2net(DType dt, int64_t n, bool stage, int64_t w) {
                       {"pads", std::vector<int64_t>{1, 1, 1, 1}}, {"count_include_pad", int64_t(1)}});
   parts.push_back(last);
   const int cat = gr.b.node(Op::Concat, "cat", parts, {{"axis", int64_t(1)}});
-  return gr.done(gr.conv("conv3", cat, 4 * w, c, 1, 1, 0, stage ? "none" : "relu", stage ? -1 : x));
+  return gr.done(gr.conv("conv3", cat, 4 * w, c, 1, 1, 0, stage ? "none" : "relu", stage ? -1 : x), code);
+}
+
+// The 8-bit groups whose 16-bit producers write codes: a stem (3x3 conv kept
+// wide, max pool read by two 8-bit convs) and a squeeze-excitation gate read
+// by an 8-bit 1x1 (the SE convs kept wide, as the recipe's "pooled" default).
+void add_code_writer_groups(std::vector<OpCase>& out, DType dt, int64_t n, DType code) {
+  const std::string bt = cat("b", n, code_tag(code));
+  for (int64_t c : {int64_t(13), int64_t(32)}) {
+    Group gr("q8_stem_pool", cat("c", c, "_", bt), dt);
+    const int stem = gr.conv("stem", gr.b.input("x", {n, 3, 18, 18}), 3, c, 3, 2, 1, "relu");
+    const int pool = gr.b.node(Op::MaxPool2d, "maxpool", {stem},
+                               {{"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                                {"pads", std::vector<int64_t>{1, 1, 1, 1}}});
+    const int a = gr.conv("conv_a", pool, c, 16, 1, 1, 0, "relu"), b = gr.conv("conv_b", pool, c, 16, 3, 1, 1, "none");
+    out.push_back(gr.done(gr.b.node(Op::Add, "sum", {a, b}), code, "stem"));
+    Group se("q8_se_project", cat("c", c, "_", bt), dt);
+    const int x = se.b.input("x", {n, c, 5, 4});
+    const int hidden = se.conv("se.conv_reduce", se.b.node(Op::GlobalAvgPool, "se.pool", {x}), c, 4, 1, 1, 0, "silu");
+    const int gate = se.conv("se.conv_expand", hidden, 4, c, 1, 1, 0, "sigmoid");
+    const int gated = se.b.node(Op::Mul, "se.gate", {x, gate});
+    out.push_back(se.done(se.conv("conv_pwl", gated, c, 24, 1, 1, 0, "none"), code, "se."));
+  }
 }
 
 }  // namespace
@@ -107,7 +163,12 @@ void add_group_cases(std::vector<OpCase>& out) {
       for (int64_t w : {int64_t(13), int64_t(16)}) {
         out.push_back(res2net(dt, n, false, w));
         out.push_back(res2net(dt, n, true, w));
+        for (DType code : {DType::F8E4M3, DType::I8}) {
+          out.push_back(res2net(dt, n, false, w, code));
+          out.push_back(res2net(dt, n, true, w, code));
+        }
       }
+      for (DType code : {DType::F8E4M3, DType::I8}) add_code_writer_groups(out, dt, n, code);
       struct Se {
         const char* tag;
         int64_t c, cr;

@@ -196,11 +196,67 @@ void add_layers(std::vector<OpCase>& out) {
       }
 }
 
+// 16-bit producers that write codes (out_dtype a code type, one output scale:
+// the quantize pass folds the quantize after them): max pool, the SE channel
+// gate, add (none, ReLU) and concat, on vector-width and odd channel counts,
+// inputs in [-15, 15] at scale 0.025 (e4m3 saturates past 11.2, i8 clamps past
+// 3.2). Exact everywhere: each backend computes the op in f32 and encodes once,
+// as the reference does.
+void add_code_producers(std::vector<OpCase>& out) {
+  const Attrs pool{{"kernel", std::vector<int64_t>{3, 3}}, {"strides", std::vector<int64_t>{2, 2}},
+                   {"pads", std::vector<int64_t>{1, 1, 1, 1}}};
+  for (DType dt : kCaseTypes)
+    for (DType code : {DType::F8E4M3, DType::I8})
+      for (int64_t c : {int64_t(32), int64_t(5)}) {
+        const std::string tag = cat(code_tag(code), "_c", c);
+        const auto finish = [&](OpCase& k, Graph& g, int y) {
+          g.values[y].quant = scales(code, 1, -1);
+          g.mark_output(y);
+          if (const std::string why = quant_node_problem(g, g.nodes.back()); !why.empty()) fail_runtime("op harness: ", why);
+          k.graph = std::move(g);
+          k.input_lo = -15.f, k.input_hi = 15.f;
+          out.push_back(std::move(k));
+        };
+        const Attrs codes{{"out_dtype", std::string(dtype_name(code))}};
+        {
+          OpCase k = one_node_case("max_pool2d", "codes" + tag, dt, {Measure::Exact, 0});
+          Graph g;
+          Attrs a = pool;
+          a.insert(codes.begin(), codes.end());
+          finish(k, g, g.add_node(Op::MaxPool2d, "maxpool", {g.add_input("x", dt, {2, c, 9, 7})}, a));
+        }
+        {
+          OpCase k = one_node_case("mul", "codes" + tag, dt, {Measure::Exact, 0});
+          Graph g;
+          const int x = g.add_input("x", dt, {2, c, 5, 6}), gate = g.add_input("s", dt, {2, c, 1, 1});
+          k.input_range["s"] = {0.f, 1.f};  // a sigmoid's gate
+          finish(k, g, g.add_node(Op::Mul, "se.gate", {x, gate}, codes));
+        }
+        for (const char* act : {"none", "relu"}) {
+          OpCase k = one_node_case("add", cat("codes_", act, tag), dt, {Measure::Exact, 0});
+          Graph g;
+          Attrs a = codes;
+          a["activation"] = std::string(act);
+          finish(k, g, g.add_node(Op::Add, "chain", {g.add_input("a", dt, {2, c, 4, 5}), g.add_input("b", dt, {2, c, 4, 5})}, a));
+        }
+        {
+          OpCase k = one_node_case("concat", "codes" + tag, dt, {Measure::Exact, 0});
+          Graph g;
+          std::vector<int> ins;
+          for (int64_t i = 0; i < 3; ++i) ins.push_back(g.add_input(cat("x", i), dt, {2, i == 1 ? c / 2 + 1 : c, 3, 4}));
+          Attrs a = codes;
+          a["axis"] = int64_t(1);
+          finish(k, g, g.add_node(Op::Concat, "cat", ins, a));
+        }
+      }
+}
+
 }  // namespace
 
 void add_quant_cases(std::vector<OpCase>& out) {
   add_qdq(out);
   add_layers(out);
+  add_code_producers(out);
 }
 
 }  // namespace kiln::ops

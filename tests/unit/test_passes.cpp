@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "graph_test_util.hpp"
+#include "backends/cpu/ref/ref.hpp"
 #include "ir/verifier.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -286,6 +287,75 @@ TEST(Passes, PadChannelsPadsQuantizedConvs) {
     // The 8-bit layer's sum is exact either way; the f32 convs around it sum in another order.
     EXPECT_LE(max_abs_diff(before, run_cpu(g, {in})[0]), 1e-5f * std::max(1.f, max_abs(before)));
   }
+}
+
+// The quantize pass folds a quantize into the 16-bit producer it follows
+// (passes/quantize.cpp fold_into_producers): in a Res2Net block with every
+// conv 8-bit, the chain adds and the concat write codes, only the first
+// chunk's slice keeps a quantize (and the graph input's); the CPU backend and
+// the plain reference give the same bits on the folded graph, and it stays
+// close to the float block. Not folded: a producer with a second reader, an
+// add with an activation other than ReLU, an avg pool.
+TEST(Passes, QuantizeFoldsIntoCodeWritingProducers) {
+  for (DType code : {DType::F8E4M3, DType::I8})
+    for (bool first : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(code)) + (first ? " first block" : " chain block"));
+      std::mt19937 rng(first ? 31 : 32);
+      Graph g = res2net_like_block(rng, first);
+      const auto in = input_for(g, rng);
+      const auto wide = run_cpu(g, {in})[0];
+      std::vector<int> convs;
+      for (size_t i = 0; i < g.nodes.size(); ++i)
+        if (g.nodes[i].op == Op::Conv2d) convs.push_back(static_cast<int>(i));
+      // Max calibration on this one input.
+      quant::CalibrationData data;
+      data.batches = 1;
+      data.batch = [&](int64_t) { return std::vector<std::vector<float>>{in}; };
+      const quant::ActivationScales scales = quant::calibrate(g, convs, code, quant::CalibSettings{}, data);
+      quantize_layers(g, convs, scales);
+      verify_graph(g, "quantize");
+      const auto writes = [&](const char* name) {
+        const Node* n = g.find_node(name);
+        return n && writes_codes(g, *n) && g.values[n->outputs[0]].dtype == code;
+      };
+      EXPECT_TRUE(writes("cat"));
+      if (!first) EXPECT_TRUE(writes("chain.1") && writes("chain.2"));
+      std::vector<std::string> quantized_values;
+      for (const Node& n : g.nodes)
+        if (n.op == Op::Quantize) quantized_values.push_back(g.values[n.inputs[0]].name);
+      const std::vector<std::string> expected =
+          first ? std::vector<std::string>{"x", "split.0", "split.1", "split.2"} : std::vector<std::string>{"x", "split.0"};
+      EXPECT_EQ(quantized_values, expected);
+      const auto cpu = run_cpu(g, {in})[0];
+      const auto ref = ref::run_reference_graph(g, {in})[0];
+      ASSERT_EQ(cpu.size(), ref.size());
+      size_t apart = 0;
+      for (size_t i = 0; i < cpu.size(); ++i) apart += cpu[i] != ref[i];
+      EXPECT_EQ(apart, 0u) << "the CPU backend and the reference disagree on the folded graph";
+      EXPECT_LE(max_abs_diff(wide, cpu), 0.2f * max_abs(wide));
+    }
+  // Not folded: maxpool also a graph output; add with SiLU; avg pool.
+  std::mt19937 rng(33);
+  Graph g;
+  const int x = g.add_input("x", DType::F32, {1, 8, 8, 8});
+  const int pool = g.add_node(Op::MaxPool2d, "maxpool", {x}, {{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int avg = g.add_node(Op::AvgPool2d, "avgpool", {x}, {{"kernel", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  const int sum = g.add_node(Op::Add, "sum", {pool, avg}, {{"activation", std::string("silu")}});
+  const auto conv1x1 = [&](const std::string& name, int in) {
+    return g.add_node(Op::Conv2d, name, {in, g.add_constant(name + ".weight", random_tensor({8, 8, 1, 1}, rng))}, conv_attrs(1, 0));
+  };
+  g.mark_output(pool);
+  g.mark_output(conv1x1("a", pool));
+  g.mark_output(conv1x1("b", avg));
+  g.mark_output(conv1x1("c", sum));
+  std::vector<int> convs;
+  for (const char* n : {"a", "b", "c"}) convs.push_back(static_cast<int>(g.find_node(n) - g.nodes.data()));
+  quant::ActivationScales scales;
+  for (const char* v : {"maxpool", "avgpool", "sum", "a", "b", "c"}) scales.amax[v] = 2.f;
+  quantize_layers(g, convs, scales);
+  verify_graph(g, "quantize");
+  EXPECT_EQ(g.count_ops(Op::Quantize), 3);
+  for (const Node& n : g.nodes) EXPECT_FALSE(writes_codes(g, n)) << n.name;
 }
 
 TEST(Passes, EliminateDeadNodes) {

@@ -274,7 +274,9 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     }
     default: fail_runtime(n.name, ": the CPU backend has no kernel for op ", op_name(n.op));
   }
-  round_storage(out_v.dtype, out, count);
+  // A producer that writes codes encodes its f32 result once (ir/quant_form.hpp).
+  if (writes_codes(g, n)) quantize(count, out, quant_scales(out_v), out_v.dtype, out, pool);
+  else round_storage(out_v.dtype, out, count);
 }
 
 namespace {

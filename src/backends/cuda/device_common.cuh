@@ -104,6 +104,19 @@ __device__ __forceinline__ void store_vec(T* p, const float (&f)[V]) {
   }
 }
 
+// Output type To is a code type (a producer writing codes, CodeOut): the f32
+// result is multiplied by f32(1 / scale) once, no contraction, before the
+// store's encoding (what quantize does to a stored value).
+template <typename To>
+inline constexpr bool kIsCode = std::is_same_v<To, __nv_fp8_e4m3> || std::is_same_v<To, int8_t>;
+template <typename To, int V>
+__device__ __forceinline__ void to_code_units(float (&f)[V], float inv_scale) {
+  if constexpr (kIsCode<To>) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) f[k] = __fmul_rn(f[k], inv_scale);
+  }
+}
+
 // Elements per 16-byte access.
 template <typename T>
 inline constexpr int kVec16 = 16 / int(sizeof(T));
@@ -214,6 +227,18 @@ void dispatch_storage(DType dt, const char* op, F&& f) {
   if (dt == DType::F8E4M3) return f(__nv_fp8_e4m3{});
   if (dt == DType::I8) return f(int8_t{});
   dispatch_float(dt, op, std::forward<F>(f));
+}
+
+// dispatch_float over the inputs' type Ti with the output type To: Ti, or the
+// code type of a producer that writes codes (CodeOut): f(Ti{}, To{}).
+template <typename F>
+void dispatch_float_out(DType dt, const CodeOut& code, const char* op, F&& f) {
+  dispatch_float(dt, op, [&](auto t) {
+    if (code.dt == DType::F8E4M3) f(t, __nv_fp8_e4m3{});
+    else if (code.dt == DType::I8) f(t, int8_t{});
+    else if (code.on()) fail_runtime("cuda ", op, ": codes of type ", dtype_name(code.dt));
+    else f(t, t);
+  });
 }
 
 // Calls f(std::integral_constant<Activation, A>{}) so kernels can be

@@ -35,7 +35,8 @@ void lower_Add(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
   const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
   const Value& ov = L.g.values[out];
-  const DType dt = ov.dtype;
+  const DType dt = L.g.values[in0].dtype;  // the inputs' type; the output's unless the add writes codes
+  const CodeOut code = code_out(L.g, out);
   const int64_t count = shape_numel(ov.shape);
   const Activation a = n.activation();
   const ValuePtr ptr = L.ptr;
@@ -45,11 +46,11 @@ void lower_Add(Lowering& L, size_t ni) {
     const int sy = L.strided(out) ? L.pixel_stride(out) : c;
     const int64_t rows = count / c;
     L.step("add_strided_nhwc", [=](const Exec& x) {
-      add_strided_nhwc(ptr(x, in0), sa, ptr(x, in1), sb, ptr(x, out), sy, rows, c, dt, a, x.stream);
+      add_strided_nhwc(ptr(x, in0), sa, ptr(x, in1), sb, ptr(x, out), sy, rows, c, dt, a, x.stream, code);
     });
     return;
   }
-  L.step("add", [=](const Exec& x) { add(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, count, a, x.stream); });
+  L.step("add", [=](const Exec& x) { add(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, count, a, x.stream, code); });
 }
 
 void lower_Mul(Lowering& L, size_t ni) {
@@ -58,10 +59,12 @@ void lower_Mul(Lowering& L, size_t ni) {
   const Shape xs = L.g.values[in0].shape;
   if (L.g.values[in1].shape == xs) fail_input(n.name, ": elementwise mul of equal shapes is not in the CUDA backend yet");
   if (xs.size() != 4) fail_input(n.name, ": CUDA mul scales the channels of 4-D maps only, not rank ", xs.size());
-  const DType dt = L.g.values[out].dtype;
+  const DType dt = L.g.values[in0].dtype;
+  const CodeOut code = code_out(L.g, out);
   const ValuePtr ptr = L.ptr;
   L.step("mul_channel_nhwc", [=](const Exec& x) {
-    mul_channel_nhwc(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, as_int(xs[0]), as_int(xs[2] * xs[3]), as_int(xs[1]), x.stream);
+    mul_channel_nhwc(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, as_int(xs[0]), as_int(xs[2] * xs[3]), as_int(xs[1]), x.stream,
+                     code);
   });
 }
 

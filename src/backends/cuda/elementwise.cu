@@ -21,6 +21,17 @@ struct AddOp {
     for (int k = 0; k < N; ++k) a[k] = act<A, kFast>(a[k] + b[k]);
   }
 };
+// A producer writing codes (CodeOut): act(a + b) in f32, then times
+// f32(1 / scale); the store encodes. None and ReLU only (exact in f32).
+template <Activation A>
+struct AddCodeOp {
+  float inv_scale;
+  template <int N>
+  __device__ void operator()(float (&a)[N], const float (&b)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) a[k] = __fmul_rn(act<A>(__fadd_rn(a[k], b[k])), inv_scale);
+  }
+};
 template <Activation A, bool kFast>
 struct ActOp {
   template <int N>
@@ -117,9 +128,10 @@ __global__ void batch_norm_kernel(const T* x, T* y, int64_t rows, int c, const f
   }
 }
 
-// y[b, p, ch] = x[b, p, ch] * s[b, ch]; rows run over b*hw.
-template <typename T, int V>
-__global__ void mul_channel_kernel(const T* x, const T* s, T* y, int64_t rows, int hw, int c) {
+// y[b, p, ch] = x[b, p, ch] * s[b, ch]; rows run over b*hw. To a code type:
+// the product times inv_scale, encoded (CodeOut).
+template <typename T, typename To, int V>
+__global__ void mul_channel_kernel(const T* x, const T* s, To* y, int64_t rows, int hw, int c, float inv_scale) {
   dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(c / V), w)) return;
@@ -135,8 +147,9 @@ __global__ void mul_channel_kernel(const T* x, const T* s, T* y, int64_t rows, i
     float f[V];
     load_vec<T, V>(x + r * c + ch, f);
 #pragma unroll
-    for (int k = 0; k < V; ++k) f[k] *= sv[k];
-    store_vec<T, V>(y + r * c + ch, f);
+    for (int k = 0; k < V; ++k) f[k] = __fmul_rn(f[k], sv[k]);
+    dev::to_code_units<To, V>(f, inv_scale);
+    store_vec<To, V>(y + r * c + ch, f);
   }
 }
 
@@ -232,9 +245,10 @@ namespace {
 // y[r, ch] = act(a[r, ch] + b[r, ch]) where each tensor is a channel window
 // of a wider NHWC buffer (its own pixel stride): Res2Net's chain add reads a
 // chunk of the 1x1 conv's output and the previous 3x3's output in place.
-template <typename T, int V, Activation A>
-__global__ void add_strided_kernel(const T* __restrict__ a, int as, const T* __restrict__ b, int bs, T* __restrict__ y,
-                                   int ys, int64_t rows, int c) {
+// To a code type: act none or ReLU, the sum times inv_scale, encoded (CodeOut).
+template <typename T, typename To, int V, Activation A>
+__global__ void add_strided_kernel(const T* __restrict__ a, int as, const T* __restrict__ b, int bs, To* __restrict__ y,
+                                   int ys, int64_t rows, int c, float inv_scale) {
   dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(c / V), w)) return;
@@ -244,43 +258,75 @@ __global__ void add_strided_kernel(const T* __restrict__ a, int as, const T* __r
     dev::load_vec<T, V>(a + r * as + ch, fa);
     dev::load_vec<T, V>(b + r * bs + ch, fb);
 #pragma unroll
-    for (int k = 0; k < V; ++k) fa[k] = dev::act<A, dev::kFastMath<T>>(fa[k] + fb[k]);
-    dev::store_vec<T, V>(y + r * ys + ch, fa);
+    for (int k = 0; k < V; ++k) fa[k] = dev::act<A, dev::kFastMath<T>>(__fadd_rn(fa[k], fb[k]));
+    dev::to_code_units<To, V>(fa, inv_scale);
+    dev::store_vec<To, V>(y + r * ys + ch, fa);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Codes are written after none or ReLU only: both are exact in f32, so the
+// CPU emulation (quant::quantize_value of the f32 result) gives the same codes.
+void expect_code_activation(Activation a, const CodeOut& code, const char* op) {
+  if (code.on() && a != Activation::None && a != Activation::Relu)
+    fail_runtime("cuda ", op, ": writing ", dtype_name(code.dt), " codes after ", activation_name(a), " (none or ReLU only)");
+}
+
+// dispatch_act, narrowed to none and ReLU when the output is codes (fewer kernels to build).
+template <typename To, typename F>
+void dispatch_out_act(Activation a, F&& f) {
+  if constexpr (dev::kIsCode<To>) {
+    if (a == Activation::Relu) f(std::integral_constant<Activation, Activation::Relu>{});
+    else f(std::integral_constant<Activation, Activation::None>{});
+  } else {
+    detail::dispatch_act(a, std::forward<F>(f));
   }
 }
 
 }  // namespace
 
 void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, void* y, int y_stride, int64_t rows, int c,
-                      DType dt, Activation act_kind, cudaStream_t stream) {
+                      DType dt, Activation act_kind, cudaStream_t stream, const CodeOut& code) {
   if (rows <= 0 || c <= 0) return;
   if (a_stride < c || b_stride < c || y_stride < c)
     fail_runtime("cuda add_strided_nhwc: pixel strides ", a_stride, "/", b_stride, "/", y_stride, " below ", c, " channels");
-  detail::dispatch_float(dt, "add_strided_nhwc", [&](auto t) {
+  expect_code_activation(act_kind, code, "add_strided_nhwc");
+  detail::dispatch_float_out(dt, code, "add_strided_nhwc", [&](auto t, auto o) {
     using T = decltype(t);
-    constexpr int kV = dev::kVec16<T>;
+    using To = decltype(o);
+    constexpr int kV = dev::kVec16<T> > dev::kVec16<To> ? dev::kVec16<T> : dev::kVec16<To>;
     const bool vec = c % kV == 0 && a_stride % kV == 0 && b_stride % kV == 0 && y_stride % kV == 0 &&
                      detail::aligned16(a) && detail::aligned16(b) && detail::aligned16(y);
-    detail::dispatch_act(act_kind, [&](auto a_c) {
+    dispatch_out_act<To>(act_kind, [&](auto a_c) {
       constexpr Activation A = decltype(a_c)::value;
       const auto* ta = static_cast<const T*>(a);
       const auto* tb = static_cast<const T*>(b);
-      auto* ty = static_cast<T*>(y);
+      auto* ty = static_cast<To*>(y);
       if (vec)
-        detail::launch("add_strided_nhwc", add_strided_kernel<T, kV, A>, detail::grid_rows(rows, c / kV),
-            detail::kThreads, 0, stream, ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
+        detail::launch("add_strided_nhwc", add_strided_kernel<T, To, kV, A>, detail::grid_rows(rows, c / kV),
+            detail::kThreads, 0, stream, ta, a_stride, tb, b_stride, ty, y_stride, rows, c, code.inv_scale);
       else
-        detail::launch("add_strided_nhwc", add_strided_kernel<T, 1, A>, detail::grid_rows(rows, c), detail::kThreads, 0,
-            stream, ta, a_stride, tb, b_stride, ty, y_stride, rows, c);
+        detail::launch("add_strided_nhwc", add_strided_kernel<T, To, 1, A>, detail::grid_rows(rows, c), detail::kThreads, 0,
+            stream, ta, a_stride, tb, b_stride, ty, y_stride, rows, c, code.inv_scale);
     });
   });
 }
 
-void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act_kind, cudaStream_t stream) {
-  detail::dispatch_float(dt, "add", [&](auto t) {
+void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act_kind, cudaStream_t stream,
+         const CodeOut& code) {
+  expect_code_activation(act_kind, code, "add");
+  detail::dispatch_float_out(dt, code, "add", [&](auto t, auto o) {
     using T = decltype(t);
-    detail::dispatch_act(act_kind, [&](auto a_c) {
-      launch_map<T, T, true>(a, b, y, count, AddOp<decltype(a_c)::value, dev::kFastMath<T>>{}, stream, "add");
+    using To = decltype(o);
+    dispatch_out_act<To>(act_kind, [&](auto a_c) {
+      constexpr Activation A = decltype(a_c)::value;
+      if constexpr (dev::kIsCode<To>)
+        launch_map<T, To, true>(a, b, y, count, AddCodeOp<A>{code.inv_scale}, stream, "add");
+      else
+        launch_map<T, T, true>(a, b, y, count, AddOp<A, dev::kFastMath<T>>{}, stream, "add");
     });
   });
 }
@@ -321,21 +367,23 @@ void batch_norm_nhwc(const void* x, void* y, DType dt, int64_t rows, int c, cons
   });
 }
 
-void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, int hw, int c, cudaStream_t stream) {
+void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, int hw, int c, cudaStream_t stream,
+                      const CodeOut& code) {
   if (n <= 0 || hw <= 0 || c <= 0) return;
   const int64_t rows = int64_t(n) * hw;
-  detail::dispatch_float(dt, "mul_channel_nhwc", [&](auto t) {
+  detail::dispatch_float_out(dt, code, "mul_channel_nhwc", [&](auto t, auto o) {
     using T = decltype(t);
-    constexpr int kV = dev::kVec16<T>;
+    using To = decltype(o);
+    constexpr int kV = dev::kVec16<T> > dev::kVec16<To> ? dev::kVec16<T> : dev::kVec16<To>;
     const auto* tx = static_cast<const T*>(x);
     const auto* ts = static_cast<const T*>(s);
-    auto* ty = static_cast<T*>(y);
+    auto* ty = static_cast<To*>(y);
     if (c % kV == 0 && detail::aligned16(x) && detail::aligned16(s) && detail::aligned16(y)) {
-      detail::launch("mul_channel_nhwc", mul_channel_kernel<T, kV>, detail::grid_rows(rows, c / kV), detail::kThreads,
-          0, stream, tx, ts, ty, rows, hw, c);
+      detail::launch("mul_channel_nhwc", mul_channel_kernel<T, To, kV>, detail::grid_rows(rows, c / kV), detail::kThreads,
+          0, stream, tx, ts, ty, rows, hw, c, code.inv_scale);
     } else {
-      detail::launch("mul_channel_nhwc", mul_channel_kernel<T, 1>, detail::grid_rows(rows, c), detail::kThreads, 0,
-          stream, tx, ts, ty, rows, hw, c);
+      detail::launch("mul_channel_nhwc", mul_channel_kernel<T, To, 1>, detail::grid_rows(rows, c), detail::kThreads, 0,
+          stream, tx, ts, ty, rows, hw, c, code.inv_scale);
     }
   });
 }

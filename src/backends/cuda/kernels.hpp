@@ -55,12 +55,23 @@ void nhwc_to_nchw(const void* x, void* y, DType dt, int n, int c, int h, int w, 
 // exact up to 2^24.
 void cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaStream_t stream);
 
-// y = act(a + b); y may alias a or b.
-void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream);
+// The output of a 16-bit producer that writes codes (ir/quant_form.hpp
+// writes_codes: max_pool2d, mul, add, concat with an 8-bit out_dtype): y =
+// encode(f32(result * inv_scale)) in code type dt, inv_scale = f32(1 / scale)
+// as quantize uses it. The default (dt not a code type) stores the inputs' type.
+struct CodeOut {
+  DType dt = DType::F32;
+  float inv_scale = 1.f;
+  bool on() const { return dt == DType::F8E4M3 || dt == DType::I8; }
+};
+
+// y = act(a + b); y may alias a or b (not when writing codes). Codes: act none or ReLU.
+void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream,
+         const CodeOut& code = {});
 // The same on channel windows: rows = n*h*w pixels of c channels, each tensor
 // with its own pixel stride (elements from one pixel to the next, >= c).
 void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, void* y, int y_stride, int64_t rows, int c,
-                      DType dt, Activation act, cudaStream_t stream);
+                      DType dt, Activation act, cudaStream_t stream, const CodeOut& code = {});
 
 // y = act(x); may run in place.
 void activation(const void* x, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream);
@@ -72,7 +83,8 @@ void batch_norm_nhwc(const void* x, void* y, DType dt, int64_t rows, int c, cons
 
 // Squeeze-excitation scale: y[n, p, ch] = x[n, p, ch] * s[n, ch] for p < hw;
 // s is in the engine dtype. May run in place.
-void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, int hw, int c, cudaStream_t stream);
+void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, int hw, int c, cudaStream_t stream,
+                      const CodeOut& code = {});
 
 // The caller computes out_h/out_w with PyTorch's rule (cpu::pool_out_dim);
 // ceil mode is implied by them. pad_b/pad_r matter for the avg-pool divisor
@@ -84,7 +96,7 @@ struct PoolShape {
   int x_stride = 0, y_stride = 0;  // pixel strides in elements (channel windows of wider buffers); 0: c
 };
 // Padding acts as -inf (a window made only of padding yields -inf).
-void max_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream);
+void max_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream, const CodeOut& code = {});
 // PyTorch AvgPool2d divisor rule (see cpu::avg_pool2d).
 void avg_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream);
 
@@ -162,6 +174,13 @@ void se_mlp_scale(const void* g, const void* w1, const void* b1, const void* w2,
 inline constexpr int kMaxConcatInputs = 8;
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
                           cudaStream_t stream);
+
+// A channel concat that writes codes (CodeOut): y[r, begin_k + i] =
+// encode(f32(xs[k][r * strides[k] + i] * inv_scale)), inputs of type xdt, each
+// with its pixel stride (a channel window of a wider buffer, or cs[k]); one
+// launch per kMaxConcatInputs inputs. y is dense (sum cs channels).
+void concat_to_codes_nhwc(const std::vector<const void*>& xs, const std::vector<int>& strides, const std::vector<int>& cs,
+                          DType xdt, void* y, int64_t rows, const CodeOut& code, cudaStream_t stream);
 
 // The inverse in one launch: ys[k] (cs[k] channels) = channels [begins[k],
 // begins[k] + cs[k]) of x (x_c channels), for up to kMaxSplitOutputs outputs

@@ -75,6 +75,19 @@ void lower_Concat(Lowering& L, size_t ni) {
   std::vector<int> ins = n.inputs, cs;
   for (int in : ins) cs.push_back(as_int(g.values[in].shape[1]));
   const ValuePtr ptr = L.ptr;
+  if (const CodeOut code = code_out(g, out); code.on()) {
+    // Writes codes from wide inputs (no input is in place: they differ in type), each at its pixel stride.
+    if (L.strided(out)) fail_input(n.name, ": a concat writing codes into a channel view");
+    std::vector<int> strides;
+    for (size_t k = 0; k < ins.size(); ++k) strides.push_back(L.strided(ins[k]) ? L.pixel_stride(ins[k]) : cs[k]);
+    const DType xdt = g.values[ins[0]].dtype;
+    L.step("concat_to_codes_nhwc", [=](const Exec& x) {
+      std::vector<const void*> srcs;
+      for (int in : ins) srcs.push_back(ptr(x, in));
+      concat_to_codes_nhwc(srcs, strides, cs, xdt, ptr(x, out), rows, code, x.stream);
+    });
+    return;
+  }
   // A concat of a view block on cuDNN convs (its views cleared) copies all
   // its inputs: one launch, as without views.
   bool views_here = L.strided(out);

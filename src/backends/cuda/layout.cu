@@ -1,5 +1,7 @@
 // Layout kernels: NCHW f32 <-> NHWC engine storage (transpose with the cast
 // fused) and the strided channel copy behind concat and slice.
+#include <algorithm>
+
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -198,6 +200,71 @@ void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<
                 0, stream, a, static_cast<uint32_t*>(y), y_c, total); break;
     default: fail_runtime("cuda concat_channels_nhwc: unsupported element size ", dtype_size(dt));
   }
+}
+
+namespace {
+
+struct ConcatCodeArgs {
+  const void* x[kMaxConcatInputs];
+  int c[kMaxConcatInputs];       // channels of input k
+  int stride[kMaxConcatInputs];  // its pixel stride (elements)
+  int at[kMaxConcatInputs + 1];  // prefix sums of c: input k owns columns [at[k], at[k+1]) of this launch
+  int n;
+};
+
+// One thread per output element of this launch's inputs (y_c the output's
+// channels, y_begin the first one this launch writes): the value as f32,
+// times inv_scale, encoded (CodeOut).
+template <typename Ti, typename To>
+__global__ void concat_codes_kernel(ConcatCodeArgs a, To* __restrict__ y, int y_c, int y_begin, int64_t total,
+                                    float inv_scale) {
+  dev::enter_grid();
+  const int cols = a.at[a.n];
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols;
+    const int j = int(i - r * cols);
+    int k = 0;
+    while (k + 1 < a.n && j >= a.at[k + 1]) ++k;
+    const float v = to_f32(static_cast<const Ti*>(a.x[k])[r * a.stride[k] + (j - a.at[k])]);
+    y[r * y_c + y_begin + j] = from_f32<To>(__fmul_rn(v, inv_scale));
+  }
+}
+
+}  // namespace
+
+void concat_to_codes_nhwc(const std::vector<const void*>& xs, const std::vector<int>& strides, const std::vector<int>& cs,
+                          DType xdt, void* y, int64_t rows, const CodeOut& code, cudaStream_t stream) {
+  if (xs.size() != cs.size() || xs.size() != strides.size() || xs.empty())
+    fail_runtime("cuda concat_to_codes_nhwc: ", xs.size(), " inputs, ", strides.size(), " strides, ", cs.size(), " channel counts");
+  if (!code.on()) fail_runtime("cuda concat_to_codes_nhwc: output type ", dtype_name(code.dt), " is not a code type");
+  int y_c = 0;
+  for (size_t k = 0; k < cs.size(); ++k) {
+    if (cs[k] < 0 || strides[k] < cs[k])
+      fail_runtime("cuda concat_to_codes_nhwc: input ", k, " has ", cs[k], " channels at pixel stride ", strides[k]);
+    y_c += cs[k];
+  }
+  if (rows <= 0 || y_c <= 0) return;
+  detail::dispatch_float_out(xdt, code, "concat_to_codes_nhwc", [&](auto t, auto o) {
+    using Ti = decltype(t);
+    using To = decltype(o);
+    if constexpr (dev::kIsCode<To>) {
+      for (size_t first = 0, begin = 0; first < xs.size(); first += kMaxConcatInputs) {
+        ConcatCodeArgs a{};
+        a.n = int(std::min(xs.size() - first, size_t(kMaxConcatInputs)));
+        for (int k = 0; k < a.n; ++k) {
+          a.x[k] = xs[first + k];
+          a.c[k] = cs[first + k];
+          a.stride[k] = strides[first + k];
+          a.at[k + 1] = a.at[k] + a.c[k];
+        }
+        const int64_t total = rows * a.at[a.n];
+        if (total > 0)
+          detail::launch("concat_to_codes_nhwc", concat_codes_kernel<Ti, To>, detail::grid_for(total), detail::kThreads, 0,
+              stream, a, static_cast<To*>(y), y_c, int(begin), total, code.inv_scale);
+        begin += size_t(a.at[a.n]);
+      }
+    }
+  });
 }
 
 void nchw_f32_to_nhwc(const float* x, void* y, DType ydt, int n, int c, int h, int w, cudaStream_t stream) {

@@ -198,6 +198,9 @@ void prebuild_recorded_convs(Lowering& L);
 // conv2d/linear; why node n of that kind cannot run on CUDA (INT8, grouped
 // FP8 convs ...), naming it, or "" (also "" for every other node).
 std::string quant_refusal(const Graph& g, const Node& n);
+// Value v as a producer that writes codes stores it (ir/quant_form.hpp
+// writes_codes): its code type and f32(1 / scale); off for any other value.
+CodeOut code_out(const Graph& g, int v);
 void lower_quantized_conv(Lowering& L, size_t ni);    // a quantized conv2d (is_quantized_layer)
 void lower_quantized_linear(Lowering& L, size_t ni);  // a quantized linear
 

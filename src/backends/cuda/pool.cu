@@ -19,8 +19,10 @@ using dev::store_vec;
 // K > 0: a KxK window known at compile time; the loops unroll and every
 // in-bounds load is issued before the first is used (the runtime-bounded loop
 // keeps only one in flight). K == 0: any window, loops bounded at run time.
-template <typename T, int V, bool kMax, int K>
-__global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShape s) {
+// To: T, or (max pool writing codes, CodeOut) a code type: the window's max
+// times inv_scale, encoded.
+template <typename T, typename To, int V, bool kMax, int K>
+__global__ void pool_kernel(const T* __restrict__ x, To* __restrict__ y, PoolShape s, float inv_scale) {
   dev::enter_grid();
   dev::RowWalk w;
   if (!dev::row_walk(uint32_t(s.c / V), w)) return;
@@ -63,12 +65,13 @@ __global__ void pool_kernel(const T* __restrict__ x, T* __restrict__ y, PoolShap
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] *= inv;
     }
-    store_vec<T, V>(y + int64_t(r) * s.y_stride + ch, acc);
+    dev::to_code_units<To, V>(acc, inv_scale);
+    store_vec<To, V>(y + int64_t(r) * s.y_stride + ch, acc);
   }
 }
 
 template <bool kMax>
-void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t stream, const char* name) {
+void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t stream, const char* name, const CodeOut& code) {
   if (s.n <= 0 || s.c <= 0 || s.out_h <= 0 || s.out_w <= 0) return;
   if (s.x_stride == 0) s.x_stride = s.c;
   if (s.y_stride == 0) s.y_stride = s.c;
@@ -78,17 +81,20 @@ void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t str
     fail_runtime("cuda ", name, ": invalid kernel ", s.kh, "x", s.kw, " stride ", s.stride_h, "x", s.stride_w);
   const int64_t outs = int64_t(s.n) * s.out_h * s.out_w;
   if (outs >= (int64_t(1) << 31)) fail_runtime("cuda ", name, ": output too large (", outs, " pixels)");
-  detail::dispatch_float(dt, name, [&](auto t) {
+  if (code.on() && !kMax) fail_runtime("cuda ", name, ": only the max pool writes codes");
+  detail::dispatch_float_out(dt, code, name, [&](auto t, auto o) {
     using T = decltype(t);
-    constexpr int kV = dev::kVec16<T>;
+    using To = decltype(o);
+    constexpr int kV = dev::kVec16<T> > dev::kVec16<To> ? dev::kVec16<T> : dev::kVec16<To>;
     const auto* tx = static_cast<const T*>(x);
-    auto* ty = static_cast<T*>(y);
+    auto* ty = static_cast<To*>(y);
     const bool vec = s.c % kV == 0 && s.x_stride % kV == 0 && s.y_stride % kV == 0 && detail::aligned16(x) &&
                      detail::aligned16(y);
     const auto go = [&](auto v_c, auto k_c) {
       constexpr int V = decltype(v_c)::value, K = decltype(k_c)::value;
-      detail::launch(name, pool_kernel<T, V, kMax, K>, detail::grid_rows(outs, s.c / V), detail::kThreads, 0, stream,
-          tx, ty, s);
+      if constexpr (kMax || std::is_same_v<T, To>)
+        detail::launch(name, pool_kernel<T, To, V, kMax, K>, detail::grid_rows(outs, s.c / V), detail::kThreads, 0, stream,
+            tx, ty, s, code.inv_scale);
     };
     using V1 = std::integral_constant<int, 1>;
     using VN = std::integral_constant<int, kV>;
@@ -192,12 +198,12 @@ void launch_global_avg(const T* x, T* y, int n, int hw, int c, cudaStream_t stre
 
 }  // namespace
 
-void max_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream) {
-  launch_pool<true>(x, y, dt, s, stream, "max_pool_nhwc");
+void max_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream, const CodeOut& code) {
+  launch_pool<true>(x, y, dt, s, stream, "max_pool_nhwc", code);
 }
 
 void avg_pool_nhwc(const void* x, void* y, DType dt, const PoolShape& s, cudaStream_t stream) {
-  launch_pool<false>(x, y, dt, s, stream, "avg_pool_nhwc");
+  launch_pool<false>(x, y, dt, s, stream, "avg_pool_nhwc", CodeOut{});
 }
 
 void global_avg_pool_nhwc(const void* x, void* y, DType dt, int n, int hw, int c, cudaStream_t stream) {

@@ -317,8 +317,26 @@ std::string quant_refusal(const Graph& g, const Node& n) {
       }
       return "";
     }
+    case Op::MaxPool2d:
+    case Op::Mul:
+    case Op::Add:
+    case Op::Concat: {
+      if (!writes_codes(g, n)) return "";
+      const DType t = val(n.outputs[0]).dtype;
+      if (!cuda_code(t)) return cat(n.name, ": CUDA ", op_name(n.op), " writes e4m3 or i8 codes, not ", dtype_name(t));
+      if (n.op == Op::Add && n.activation() != Activation::None && n.activation() != Activation::Relu)
+        return cat(n.name, ": CUDA add writes codes after no activation or ReLU, not ", activation_name(n.activation()));
+      return "";
+    }
     default: return "";
   }
+}
+
+CodeOut code_out(const Graph& g, int v) {
+  const Value& y = g.values.at(static_cast<size_t>(v));
+  const int p = y.producer;
+  if (p < 0 || !writes_codes(g, g.nodes.at(static_cast<size_t>(p))) || !y.quant || y.quant->scales.size() != 1) return {};
+  return CodeOut{y.dtype, 1.f / y.quant->scales[0]};  // f32(1 / scale), as quant::quantize_value
 }
 
 void lower_Quantize(Lowering& L, size_t ni) {

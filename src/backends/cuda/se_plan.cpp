@@ -26,7 +26,8 @@ SePlan plan_squeeze_excitation(const Graph& g, bool fuse_mul) {
     if (cr * 4 > 48 * 1024) continue;
     const int pooled = g.nodes[se->reduce].inputs[0];
     p.fused_away.push_back(se->reduce);
-    if (fuse_mul && g.values[g.nodes[mul].inputs[0]].shape.size() == 4) {
+    // A gate that writes codes (the project conv reads them) runs as its own mul_channel step.
+    if (fuse_mul && g.values[g.nodes[mul].inputs[0]].shape.size() == 4 && !writes_codes(g, g.nodes[mul])) {
       // The gate is applied in the same step: the second conv's output is never stored.
       p.fused_away.push_back(se->expand);
       p.scale_at[mul] = *se;

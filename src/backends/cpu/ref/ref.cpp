@@ -5,6 +5,8 @@
 
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "ir/quant_form.hpp"
+#include "quant/fp8.hpp"
 
 // The reference must know every op and activation: a new enumerator without
 // a case here is a compile error (-Wswitch-enum warns despite the defaults,
@@ -70,7 +72,15 @@ std::vector<Buffer> run_reference(const Graph& g, const Node& n, const std::vect
     const Value& out = g.values[n.outputs[k]];
     if (static_cast<int64_t>(ys[k].size()) != shape_numel(out.shape))
       fail_runtime(n.name, ": reference ", op_name(n.op), " produced ", ys[k].size(), " values for ", shape_str(out.shape));
-    for (float& v : ys[k]) v = round_to_storage(out.dtype, v);
+    if (writes_codes(g, n)) {
+      // A producer that writes codes: its f32 result encoded once, as quantize does (ir/quant_form.hpp).
+      if (!out.quant || out.quant->scales.size() != 1)
+        fail_input(n.name, ": ", op_name(n.op), " writing codes needs one scale on '", out.name, "'");
+      const float scale = out.quant->scales[0];
+      for (float& v : ys[k]) v = quant::decode(out.dtype, quant::quantize_value(v, scale, out.dtype, quant::Int8Range::Full));
+    } else {
+      for (float& v : ys[k]) v = round_to_storage(out.dtype, v);
+    }
   }
   return ys;
 }
