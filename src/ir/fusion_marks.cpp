@@ -138,6 +138,8 @@ std::string channel_view_problem(const Graph& g, size_t slice) {
   // Constants live outside the activation arena (the CUDA backend's weights
   // are their own buffers), so a window of one has no arena address.
   if (g.is_constant(s.inputs[0])) return cat(s.name, ": ", kMarkChannelView, " on a slice of a constant");
+  if (g.values[s.outputs[0]].dtype != g.values[s.inputs[0]].dtype)
+    return cat(s.name, ": ", kMarkChannelView, " on a slice that writes ", dtype_name(g.values[s.outputs[0]].dtype), " codes (it converts)");
   // The concat side (in_place_input_problem) states these two as well; here
   // they keep fuse_channel_views from marking a slice against an existing
   // in_place mark.

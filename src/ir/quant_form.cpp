@@ -8,7 +8,9 @@ bool is_quantized_layer(const Graph& g, const Node& n) {
   return (n.op == Op::Conv2d || n.op == Op::Linear) && !n.inputs.empty() && is_8bit(g.values.at(n.inputs[0]).dtype);
 }
 
-bool can_write_codes(Op op) { return op == Op::MaxPool2d || op == Op::Mul || op == Op::Add || op == Op::Concat; }
+bool can_write_codes(Op op) {
+  return op == Op::MaxPool2d || op == Op::Mul || op == Op::Add || op == Op::Concat || op == Op::Slice;
+}
 
 bool writes_codes(const Graph& g, const Node& n) {
   return can_write_codes(n.op) && !n.outputs.empty() && is_8bit(g.values.at(n.outputs[0]).dtype) && n.has_attr("out_dtype");
@@ -62,6 +64,7 @@ std::string quant_node_problem(const Graph& g, const Node& n) {
     case Op::Mul:
     case Op::Add:
     case Op::Concat:
+    case Op::Slice:
       if (writes_codes(g, n)) return scales_problem(n, val(n.outputs.at(0)), Scales::Tensor);
       break;
     default: break;

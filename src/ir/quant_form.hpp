@@ -19,7 +19,7 @@ inline bool is_wide_float(DType t) { return t == DType::F32 || t == DType::F16 |
 bool is_quantized_layer(const Graph& g, const Node& n);
 
 // The 16-bit producers that may write codes (attr out_dtype = a code type):
-// max_pool2d, mul, add and concat. The quantize pass folds the quantize that
+// max_pool2d, mul, add, concat and slice. The quantize pass folds the quantize that
 // is a producer's only reader into it (docs/quantization.md "Producers that
 // write codes"): the op computes in f32 from its wide inputs, as for an f32
 // output, and encodes once, code = encode(f32(y * f32(1 / scale))) with its

@@ -429,7 +429,7 @@ DType layer_dtype(const Graph& g, const Node& n) {
   return *t;
 }
 
-// max_pool2d / mul / add / concat: the input type, or with attr out_dtype the
+// max_pool2d / mul / add / concat / slice: the input type, or with attr out_dtype the
 // code type they write (ir/quant_form.hpp can_write_codes) from wide inputs.
 DType producer_dtype(const Node& n, DType in) {
   if (!n.has_attr("out_dtype")) return in;
@@ -499,7 +499,10 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
       one.shape = infer_concat(g, n);
       one.dtype = producer_dtype(n, x.dtype);
       break;
-    case Op::Slice: one.shape = infer_slice(g, n); break;
+    case Op::Slice:
+      one.shape = infer_slice(g, n);
+      one.dtype = producer_dtype(n, x.dtype);
+      break;
     case Op::Cast: {
       auto t = dtype_from_name(n.attr_str("dtype"));
       if (!t) fail_input(n.name, ": unknown dtype '", n.attr_str("dtype"), "'");

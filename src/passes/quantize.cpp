@@ -20,10 +20,10 @@
 // kernel, half the bytes of the skip. A residual whose producer does not write
 // codes stays wide (no quantize node is made for a residual alone).
 // Then every quantize whose input comes from a max_pool2d, mul, add (none or
-// ReLU) or concat that nothing else reads moves into that producer
+// ReLU), concat or slice that nothing else reads moves into that producer
 // (out_dtype = the code type, the quantize's one scale on its output): the
-// stem's pool, the squeeze-excitation gate, Res2Net's chain adds and concat
-// write codes from their own kernel (fold_into_producers below).
+// stem's pool, the squeeze-excitation gate, Res2Net's chunk slices, chain
+// adds and concat write codes from their own kernel (fold_into_producers below).
 // Node names are kept; a quantize node is named "<value>.quantize".
 #include <algorithm>
 #include <map>

@@ -198,7 +198,7 @@ void add_layers(std::vector<OpCase>& out) {
 
 // 16-bit producers that write codes (out_dtype a code type, one output scale:
 // the quantize pass folds the quantize after them): max pool, the SE channel
-// gate, add (none, ReLU) and concat, on vector-width and odd channel counts,
+// gate, add (none, ReLU), concat and slice, on vector-width and odd channel counts,
 // inputs in [-15, 15] at scale 0.025 (e4m3 saturates past 11.2, i8 clamps past
 // 3.2). Exact everywhere: each backend computes the op in f32 and encodes once,
 // as the reference does.
@@ -247,6 +247,13 @@ void add_code_producers(std::vector<OpCase>& out) {
           Attrs a = codes;
           a["axis"] = int64_t(1);
           finish(k, g, g.add_node(Op::Concat, "cat", ins, a));
+        }
+        {  // a channel window converted to codes (Res2Net's first chunk)
+          OpCase k = one_node_case("slice", "codes" + tag, dt, {Measure::Exact, 0});
+          Graph g;
+          Attrs a = codes;
+          a["axis"] = int64_t(1), a["start"] = int64_t(1), a["end"] = c / 2 + 1;
+          finish(k, g, g.add_node(Op::Slice, "split.0", {g.add_input("x", dt, {2, c + 3, 3, 4})}, a));
         }
       }
 }

@@ -185,9 +185,12 @@ void concat_to_codes_nhwc(const std::vector<const void*>& xs, const std::vector<
 // The inverse in one launch: ys[k] (cs[k] channels) = channels [begins[k],
 // begins[k] + cs[k]) of x (x_c channels), for up to kMaxSplitOutputs outputs
 // (Res2Net's chunk slices of the 1x1 output: one kernel instead of one per chunk).
+// codes: empty, or one per output: an output whose CodeOut is on holds codes
+// (a slice that writes codes: encode(f32(x * inv_scale))), the others copies.
 inline constexpr int kMaxSplitOutputs = 8;
 void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, const std::vector<int>& begins,
-                         const std::vector<int>& cs, int64_t rows, DType dt, cudaStream_t stream);
+                         const std::vector<int>& cs, int64_t rows, DType dt, cudaStream_t stream,
+                         const std::vector<CodeOut>& codes = {});
 
 // y[r, y_c_begin + i] = x[r, x_c_begin + i] for i < c_count, r < rows
 // (rows = n*h*w): writes one input of a channel concat, or reads a slice.

@@ -131,6 +131,7 @@ void lower_Slice(Lowering& L, size_t ni) {
   const int c = as_int(g.values[out].shape[1]);
   const int64_t rows = g.values[out].shape[0] * g.values[out].shape[2] * g.values[out].shape[3];
   const ValuePtr ptr = L.ptr;
+  const DType xdt = g.values[in0].dtype;  // the output's, unless the slice writes codes
   // A split run the graph marks (fuse_split_runs; Res2Net's chunks) is one
   // launch, up to the first slice that is a view and kMaxSplitOutputs.
   // Safe for the memory plan: the nodes in between are those slices, which read only
@@ -146,17 +147,28 @@ void lower_Slice(Lowering& L, size_t ni) {
   for (size_t nj : run) run_bytes += value_bytes(g.values[g.nodes[nj].outputs[0]]);
   if (run.size() > 1 && (L.f.split_always || run_bytes <= kSplitFuseBytes)) {
     std::vector<int> outs, begins, cs;
+    std::vector<CodeOut> codes;  // slices that write codes convert in the same launch
     for (size_t nj : run) {
       const Node& m = g.nodes[nj];
       outs.push_back(m.outputs[0]);
       begins.push_back(as_int(m.attr_int("start")));
       cs.push_back(as_int(g.values[m.outputs[0]].shape[1]));
+      codes.push_back(code_out(g, m.outputs[0]));
       L.f.split_done[nj] = 1;
     }
     L.step(cat("split_channels_nhwc x", run.size()), [=](const Exec& x) {
       std::vector<void*> ys;
       for (int o : outs) ys.push_back(ptr(x, o));
-      split_channels_nhwc(ptr(x, in0), xc, ys, begins, cs, rows, dt, x.stream);
+      split_channels_nhwc(ptr(x, in0), xc, ys, begins, cs, rows, xdt, x.stream, codes);
+    });
+    return;
+  }
+  if (const CodeOut code = code_out(g, out); code.on()) {
+    // One slice writing codes: the converting concat of one input, read at its channel offset.
+    const size_t offset = size_t(start) * dtype_size(xdt);
+    L.step("concat_to_codes_nhwc", [=](const Exec& x) {
+      const void* from = static_cast<const char*>(ptr(x, in0)) + offset;
+      concat_to_codes_nhwc({from}, {xc}, {c}, xdt, ptr(x, out), rows, code, x.stream);
     });
     return;
   }

@@ -140,8 +140,38 @@ __global__ void split_kernel(const Elem* __restrict__ x, int x_c, SplitArgs a, i
 
 }  // namespace
 
+namespace {
+
+// split_kernel where some outputs hold codes: kind[k] 0 copies, 1 writes e4m3,
+// 2 writes i8 codes of f32(x * inv[k]).
+struct SplitCodes {
+  int kind[kMaxSplitOutputs];
+  float inv[kMaxSplitOutputs];
+};
+
+template <typename Ti>
+__global__ void split_codes_kernel(const Ti* __restrict__ x, int x_c, SplitArgs a, SplitCodes q, int64_t total) {
+  dev::enter_grid();
+  const int cols = a.at[a.n];
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols;
+    const int j = int(i - r * cols);
+    int k = 0;
+    while (k + 1 < a.n && j >= a.at[k + 1]) ++k;
+    const int ch = j - a.at[k];
+    const Ti v = x[r * x_c + a.begin[k] + ch];
+    const int64_t at = r * a.c[k] + ch;
+    if (q.kind[k] == 0) static_cast<Ti*>(a.y[k])[at] = v;
+    else if (q.kind[k] == 1) static_cast<__nv_fp8_e4m3*>(a.y[k])[at] = from_f32<__nv_fp8_e4m3>(__fmul_rn(to_f32(v), q.inv[k]));
+    else static_cast<int8_t*>(a.y[k])[at] = from_f32<int8_t>(__fmul_rn(to_f32(v), q.inv[k]));
+  }
+}
+
+}  // namespace
+
 void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, const std::vector<int>& begins,
-                         const std::vector<int>& cs, int64_t rows, DType dt, cudaStream_t stream) {
+                         const std::vector<int>& cs, int64_t rows, DType dt, cudaStream_t stream,
+                         const std::vector<CodeOut>& codes) {
   if (ys.size() != cs.size() || ys.size() != begins.size() || ys.empty() || ys.size() > size_t(kMaxSplitOutputs))
     fail_runtime("cuda split_channels_nhwc: ", ys.size(), " outputs (1..", kMaxSplitOutputs, "), ", begins.size(),
                  " offsets, ", cs.size(), " channel counts");
@@ -157,6 +187,21 @@ void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, c
   }
   const int64_t total = rows * a.at[a.n];
   if (total <= 0) return;
+  if (std::any_of(codes.begin(), codes.end(), [](const CodeOut& c) { return c.on(); })) {
+    if (codes.size() != ys.size())
+      fail_runtime("cuda split_channels_nhwc: ", codes.size(), " output code types for ", ys.size(), " outputs");
+    SplitCodes q{};
+    for (int k = 0; k < a.n; ++k) {
+      q.kind[k] = !codes[k].on() ? 0 : codes[k].dt == DType::F8E4M3 ? 1 : 2;
+      q.inv[k] = codes[k].inv_scale;
+    }
+    detail::dispatch_float(dt, "split_channels_nhwc", [&](auto t) {
+      using T = decltype(t);
+      detail::launch("split_channels_nhwc", split_codes_kernel<T>, detail::grid_for(total), detail::kThreads, 0, stream,
+          static_cast<const T*>(x), x_c, a, q, total);
+    });
+    return;
+  }
   switch (dtype_size(dt)) {
     case 1: detail::launch("split_channels_nhwc", split_kernel<uint8_t>, detail::grid_for(total), detail::kThreads, 0,
                 stream, static_cast<const uint8_t*>(x), x_c, a, total); break;

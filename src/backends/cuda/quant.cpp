@@ -320,7 +320,8 @@ std::string quant_refusal(const Graph& g, const Node& n) {
     case Op::MaxPool2d:
     case Op::Mul:
     case Op::Add:
-    case Op::Concat: {
+    case Op::Concat:
+    case Op::Slice: {
       if (!writes_codes(g, n)) return "";
       const DType t = val(n.outputs[0]).dtype;
       if (!cuda_code(t)) return cat(n.name, ": CUDA ", op_name(n.op), " writes e4m3 or i8 codes, not ", dtype_name(t));
