@@ -468,14 +468,8 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
     case Op::BatchNorm: one.shape = infer_batch_norm(g, n); break;
     case Op::Activation: one.shape = x.shape; break;
     case Op::Add:
-    case Op::Mul:
-      one.shape = infer_binary(g, n);
-      one.dtype = producer_dtype(n, x.dtype);
-      break;
+    case Op::Mul: one.shape = infer_binary(g, n); break;
     case Op::MaxPool2d:
-      one.shape = infer_pool(g, n);
-      one.dtype = producer_dtype(n, x.dtype);
-      break;
     case Op::AvgPool2d: one.shape = infer_pool(g, n); break;
     case Op::GlobalAvgPool:
       expect_rank(n, x, 4);
@@ -495,14 +489,8 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
       one.dtype = qdq_dtype(g, n);
       one.shape = x.shape;
       break;
-    case Op::Concat:
-      one.shape = infer_concat(g, n);
-      one.dtype = producer_dtype(n, x.dtype);
-      break;
-    case Op::Slice:
-      one.shape = infer_slice(g, n);
-      one.dtype = producer_dtype(n, x.dtype);
-      break;
+    case Op::Concat: one.shape = infer_concat(g, n); break;
+    case Op::Slice: one.shape = infer_slice(g, n); break;
     case Op::Cast: {
       auto t = dtype_from_name(n.attr_str("dtype"));
       if (!t) fail_input(n.name, ": unknown dtype '", n.attr_str("dtype"), "'");
@@ -525,6 +513,7 @@ std::vector<ValueType> op_rule(const Graph& g, const Node& n) {
       break;
     default: fail_input(n.name, ": no shape rule for op ", op_name(n.op));
   }
+  if (can_write_codes(n.op)) one.dtype = producer_dtype(n, x.dtype);
   return {one};
 }
 

@@ -122,20 +122,28 @@ struct SplitArgs {
   int n;
 };
 
-// The inverse of concat_kernel: one thread per output element over the joint
-// [rows, sum c] space of all outputs; exact copies of the bit patterns.
-template <typename Elem>
-__global__ void split_kernel(const Elem* __restrict__ x, int x_c, SplitArgs a, int64_t total) {
-  dev::enter_grid();
-  const int cols = a.at[a.n];
+// One thread per element over the joint [rows, at[n]] space of n tensors
+// side by side (tensor k owns columns [at[k], at[k+1])): f(k, r, ch, j) for
+// tensor k's row r, channel ch, joint column j. Split and converting concat.
+template <typename F>
+__device__ __forceinline__ void joint_walk(const int* at, int n, int64_t total, F&& f) {
+  const int cols = at[n];
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols;
     const int j = int(i - r * cols);
     int k = 0;
-    while (k + 1 < a.n && j >= a.at[k + 1]) ++k;
-    const int ch = j - a.at[k];
-    static_cast<Elem*>(a.y[k])[r * a.c[k] + ch] = x[r * x_c + a.begin[k] + ch];
+    while (k + 1 < n && j >= at[k + 1]) ++k;
+    f(k, r, j - at[k], j);
   }
+}
+
+// The inverse of concat_kernel: exact copies of the bit patterns.
+template <typename Elem>
+__global__ void split_kernel(const Elem* __restrict__ x, int x_c, SplitArgs a, int64_t total) {
+  dev::enter_grid();
+  joint_walk(a.at, a.n, total, [&](int k, int64_t r, int ch, int) {
+    static_cast<Elem*>(a.y[k])[r * a.c[k] + ch] = x[r * x_c + a.begin[k] + ch];
+  });
 }
 
 }  // namespace
@@ -152,19 +160,13 @@ struct SplitCodes {
 template <typename Ti>
 __global__ void split_codes_kernel(const Ti* __restrict__ x, int x_c, SplitArgs a, SplitCodes q, int64_t total) {
   dev::enter_grid();
-  const int cols = a.at[a.n];
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols;
-    const int j = int(i - r * cols);
-    int k = 0;
-    while (k + 1 < a.n && j >= a.at[k + 1]) ++k;
-    const int ch = j - a.at[k];
+  joint_walk(a.at, a.n, total, [&](int k, int64_t r, int ch, int) {
     const Ti v = x[r * x_c + a.begin[k] + ch];
     const int64_t at = r * a.c[k] + ch;
     if (q.kind[k] == 0) static_cast<Ti*>(a.y[k])[at] = v;
     else if (q.kind[k] == 1) static_cast<__nv_fp8_e4m3*>(a.y[k])[at] = from_f32<__nv_fp8_e4m3>(__fmul_rn(to_f32(v), q.inv[k]));
     else static_cast<int8_t*>(a.y[k])[at] = from_f32<int8_t>(__fmul_rn(to_f32(v), q.inv[k]));
-  }
+  });
 }
 
 }  // namespace
@@ -264,15 +266,10 @@ template <typename Ti, typename To>
 __global__ void concat_codes_kernel(ConcatCodeArgs a, To* __restrict__ y, int y_c, int y_begin, int64_t total,
                                     float inv_scale) {
   dev::enter_grid();
-  const int cols = a.at[a.n];
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols;
-    const int j = int(i - r * cols);
-    int k = 0;
-    while (k + 1 < a.n && j >= a.at[k + 1]) ++k;
-    const float v = to_f32(static_cast<const Ti*>(a.x[k])[r * a.stride[k] + (j - a.at[k])]);
+  joint_walk(a.at, a.n, total, [&](int k, int64_t r, int ch, int j) {
+    const float v = to_f32(static_cast<const Ti*>(a.x[k])[r * a.stride[k] + ch]);
     y[r * y_c + y_begin + j] = from_f32<To>(__fmul_rn(v, inv_scale));
-  }
+  });
 }
 
 }  // namespace
