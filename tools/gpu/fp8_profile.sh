@@ -6,6 +6,11 @@
 # (default recipe, max calibration on the fixture photos) at opt level 3 for the batches in
 # KILN_FP8_BATCHES (default 1,32), then per batch `kiln bench --profile 20 --json` on both bundles
 # (interleaved in one process) and `kiln inspect --plan` of each (every step and its tactic).
+# KILN_FP8_NCU=N (N > 0): also Nsight Compute on the FP8 bundle at the last batch, the first N
+# kernels of kiln's CUTLASS GEMM (CUTLASS's device_kernel) with the speed-of-light, memory, launch,
+# occupancy and warp-state sections (`--clock-control none`: the clocks stay as they are), in
+# ncu_<model>.txt: where the GEMM's time goes (docs/cuda-backend.md "FP8": ~1.4 TB/s on
+# resnet50 layer1 conv3 in session 16).
 # Everything comes back as OUT/fp8_profile.tgz (one file: the device tool returns few).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +38,11 @@ for m in ${KILN_FP8_MODELS:-resnet50}; do
     bounded "$(left)" "bench_${m}_b$b" $kiln bench "$work/${m}_fp16.bundle" "$work/${m}_fp8.bundle" --batch "$b" \
       --iterations 200 --profile 20 --no-task --json
   done
+  if [ "${KILN_FP8_NCU:-0}" -gt 0 ]; then
+    bounded "$(left)" "ncu_$m" ncu --clock-control none --kernel-name regex:device_kernel --launch-count "$KILN_FP8_NCU" \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+      --section WarpStateStats $kiln bench "$work/${m}_fp8.bundle" --batch "${batches##*,}" --iterations 10 --warmup 0 --no-task
+  fi
 done
 cat "$r/summary.txt"
 tar -C "$r" -czf "$out/fp8_profile.tgz" .
