@@ -158,25 +158,35 @@ TEST(CudaFp8, EpilogueIsTheCpuEpilogue) {
       }
 }
 
-// kiln's CUTLASS FP8 GEMM (fp8_gemm_sm90.hpp), every configuration, against
-// quant::LayerEpilogue::apply over sums that are exact in any order (codes of
-// small integers: |sum| <= 16 k), so CUTLASS's result must be the CPU's bit
-// for bit: shapes with rows off the tile (1, 77), n of one to four tiles,
-// outputs f16 and e4m3, residual none / f16 / e4m3 codes, ReLU on and off.
+// kiln's CUTLASS 8-bit GEMM (fp8_gemm_sm90.hpp), every configuration (e4m3
+// and, since session 17, i8 codes; data-parallel and stream-K schedulers),
+// against quant::LayerEpilogue::apply over sums that are exact in any order
+// (codes of small integers: |sum| <= 16 k), so CUTLASS's result must be the
+// CPU's bit for bit: shapes with rows off the tile (1, 77), n of one to four
+// tiles, outputs f16 and codes, residual none / f16 / codes, ReLU on and off.
 TEST(CudaFp8, Sm90GemmIsTheCpuEpilogueOverExactSums) {
   KILN_REQUIRE_GPU();
   if (fp8_gemm_sm90_configs() == 0) GTEST_SKIP() << "built without CUTLASS's headers (tools/setup.sh)";
-  if (const std::string why = fp8_gemm_sm90_unsupported(0, 16, 16, 16, false, DType::F16, DType::F16, Activation::None);
+  if (const std::string why =
+          fp8_gemm_sm90_unsupported(0, DType::F8E4M3, 16, 16, 16, false, DType::F16, DType::F16, Activation::None);
       !why.empty())
     GTEST_SKIP() << why;
+  // A code's bits for an integer value v in [-128, 127] (e4m3: exact up to 16), and the code's value.
+  const auto encode = [](DType code, float v) {
+    return code == DType::I8 ? static_cast<uint8_t>(static_cast<int8_t>(v)) : f32_to_e4m3(v);
+  };
+  const auto decode = [](DType code, uint8_t b) {
+    return code == DType::I8 ? static_cast<float>(static_cast<int8_t>(b)) : e4m3_to_f32(b);
+  };
   struct Dims { int m, n, k; };
-  for (const Dims d : {Dims{1, 16, 16}, Dims{77, 48, 32}, Dims{300, 256, 64}, Dims{1000, 64, 256}}) {
-    // Codes of integers in [-4, 4]: products <= 16, sums exact in f32.
+  for (const Dims d : {Dims{1, 16, 16}, Dims{77, 48, 32}, Dims{300, 256, 64}, Dims{1000, 64, 256}})
+    for (DType code : {DType::F8E4M3, DType::I8}) {
+    // Codes of integers in [-4, 4]: products <= 16, sums exact in f32 and in int32.
     std::vector<uint8_t> xc(size_t(d.m) * d.k), wc(size_t(d.n) * d.k);
     std::vector<float> xv(xc.size()), wv(wc.size());
     const auto rx = random_values(xc.size(), 21, -4.49f, 4.49f), rw = random_values(wc.size(), 22, -4.49f, 4.49f);
-    for (size_t i = 0; i < xc.size(); ++i) xc[i] = f32_to_e4m3(std::round(rx[i])), xv[i] = e4m3_to_f32(xc[i]);
-    for (size_t i = 0; i < wc.size(); ++i) wc[i] = f32_to_e4m3(std::round(rw[i])), wv[i] = e4m3_to_f32(wc[i]);
+    for (size_t i = 0; i < xc.size(); ++i) xc[i] = encode(code, std::round(rx[i])), xv[i] = decode(code, xc[i]);
+    for (size_t i = 0; i < wc.size(); ++i) wc[i] = encode(code, std::round(rw[i])), wv[i] = decode(code, wc[i]);
     std::vector<double> acc(size_t(d.m) * d.n, 0.0);
     for (int r = 0; r < d.m; ++r)
       for (int c = 0; c < d.n; ++c)
@@ -186,23 +196,26 @@ TEST(CudaFp8, Sm90GemmIsTheCpuEpilogueOverExactSums) {
     const auto res_f = random_values(size_t(d.m) * d.n, 25, -3.f, 3.f);
     std::vector<uint8_t> res_codes(res_f.size());
     std::vector<float> res_code_values(res_f.size());
-    for (size_t i = 0; i < res_f.size(); ++i)
-      res_codes[i] = f32_to_e4m3(res_f[i] * 100.f), res_code_values[i] = e4m3_to_f32(res_codes[i]);
+    for (size_t i = 0; i < res_f.size(); ++i) {
+      const float r = code == DType::I8 ? std::nearbyint(res_f[i] * 40.f) : res_f[i] * 100.f;
+      res_codes[i] = code == DType::I8 ? encode(code, r) : f32_to_e4m3(r), res_code_values[i] = decode(code, res_codes[i]);
+    }
     const auto res_f16 = round_all(res_f, DType::F16);
     const auto d_res16 = upload(res_f16, DType::F16), d_res8 = upload_bytes(res_codes.data(), res_codes.size());
-    for (int cfg = 0; cfg < fp8_gemm_sm90_configs(); ++cfg)
-      for (DType out : {DType::F16, DType::F8E4M3})
-        for (DType rdt : {DType::F32, DType::F16, DType::F8E4M3})  // F32: no residual
+    for (int cfg = 0; cfg < fp8_gemm_sm90_configs(); ++cfg) {
+      if (fp8_gemm_sm90_config_code(cfg) != code) continue;
+      for (DType out : {DType::F16, code})
+        for (DType rdt : {DType::F32, DType::F16, code})  // F32: no residual
           for (Activation act : {Activation::None, Activation::Relu}) {
             const bool with_res = rdt != DType::F32;
             quant::LayerEpilogue e;
             e.out = out, e.act = act, e.alpha = alpha, e.bias = bias;
-            if (rdt == DType::F8E4M3) e.residual_scale = 0.01f;
-            if (out == DType::F8E4M3) {  // the output scale 1/0.02 folded, as layer_epilogue does
+            if (rdt == code) e.residual_scale = 0.01f;
+            if (out == code) {  // the output scale 1/0.02 folded, as layer_epilogue does
               e.inv_out_scale = 1.f / 0.02f, e.folded = true, e.residual_mul = e.inv_out_scale;
               for (int c = 0; c < d.n; ++c) e.alpha[size_t(c)] *= e.inv_out_scale, e.bias[size_t(c)] *= e.inv_out_scale;
             }
-            ASSERT_EQ(fp8_gemm_sm90_unsupported(cfg, d.m, d.n, d.k, with_res, rdt, out, act), "");
+            ASSERT_EQ(fp8_gemm_sm90_unsupported(cfg, code, d.m, d.n, d.k, with_res, rdt, out, act), "");
             const auto d_a = upload(e.alpha, DType::F32), d_b = upload(e.bias, DType::F32);
             QuantEpilogue q;
             q.alpha = d_a->as<float>(), q.bias = d_b->as<float>(), q.residual_mul = e.residual_mul;
@@ -210,18 +223,18 @@ TEST(CudaFp8, Sm90GemmIsTheCpuEpilogueOverExactSums) {
             const size_t ws_bytes = fp8_gemm_sm90_workspace(cfg, d.m, d.n, d.k);
             const auto ws = alloc(ws_bytes + 1, DType::F32);
             const auto dy = alloc(size_t(d.m) * d.n, out);
-            const void* res = rdt == DType::F16 ? d_res16->ptr() : rdt == DType::F8E4M3 ? d_res8->ptr() : nullptr;
-            ASSERT_NO_THROW(fp8_gemm_sm90(cfg, dx->ptr(), dw->ptr(), q, res, rdt, dy->ptr(), out, d.m, d.n, d.k, ws->ptr(),
-                                          ws_bytes, nullptr));
+            const void* res = rdt == DType::F16 ? d_res16->ptr() : rdt == code ? d_res8->ptr() : nullptr;
+            ASSERT_NO_THROW(fp8_gemm_sm90(cfg, code, dx->ptr(), dw->ptr(), q, res, rdt, dy->ptr(), out, d.m, d.n, d.k,
+                                          ws->ptr(), ws_bytes, nullptr));
             std::vector<float> got;
-            if (out == DType::F8E4M3)
-              for (uint8_t code : download_bytes(dy->ptr(), size_t(d.m) * d.n)) got.push_back(e4m3_to_f32(code));
+            if (out == code)
+              for (uint8_t b : download_bytes(dy->ptr(), size_t(d.m) * d.n)) got.push_back(decode(code, b));
             else got = download(dy->ptr(), size_t(d.m) * d.n, out);
             int bad = 0;
             for (int r = 0; r < d.m && bad < 5; ++r)
               for (int c = 0; c < d.n && bad < 5; ++c) {
                 const size_t i = size_t(r) * d.n + c;
-                const float* rv = rdt == DType::F16 ? &res_f16[i] : rdt == DType::F8E4M3 ? &res_code_values[i] : nullptr;
+                const float* rv = rdt == DType::F16 ? &res_f16[i] : rdt == code ? &res_code_values[i] : nullptr;
                 const float want = round_to_storage(out, e.apply(c, acc[i], rv));
                 if (f32_bits(got[i]) != f32_bits(want)) {
                   ++bad;
@@ -231,6 +244,7 @@ TEST(CudaFp8, Sm90GemmIsTheCpuEpilogueOverExactSums) {
                 }
               }
           }
+    }
   }
 }
 

@@ -21,7 +21,7 @@ bool cuda_available() {
 
 bool cutlass_fp8_available() {
   return cuda_available() && cuda::fp8_gemm_sm90_configs() > 0 &&
-         cuda::fp8_gemm_sm90_unsupported(0, 16, 16, 16, false, DType::F16, DType::F16, Activation::None).empty();
+         cuda::fp8_gemm_sm90_unsupported(0, DType::F8E4M3, 16, 16, 16, false, DType::F16, DType::F16, Activation::None).empty();
 }
 
 std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref::Buffer>& inputs, int opt_level,

@@ -130,13 +130,17 @@ bool fp8_layer_case(const OpCase& c) {
   return c.group == "group:quantized_layer" && c.cuda.expect == Expect::Match && c.cuda.limit &&
          c.graph.values[c.graph.nodes.back().inputs[0]].dtype == DType::F8E4M3;
 }
+// An FP8 or INT8 layer case the CUDA backend runs (the CUTLASS GEMM multiplies both).
+bool eight_bit_layer_case(const OpCase& c) {
+  return c.group == "group:quantized_layer" && c.cuda.expect == Expect::Match;
+}
 void run_forced(const OpCase& c, int forced, const char* what, ForcedRuns& r) {
   const auto in = case_inputs(c);
   std::vector<ref::Buffer> want, got, unfused;
   ASSERT_NO_THROW(want = reference_of(c, in, nullptr));
   ASSERT_NO_THROW(got = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, forced, &r.forced_tactics));
   ASSERT_NO_THROW(unfused = run_cuda_backend(c.graph, in, options().cuda_opt_level, 0, nullptr, -1, &r.unfused_tactics));
-  const Limit lim = *c.cuda.limit;
+  const Limit lim = c.cuda.limit.value_or(c.limit);
   EXPECT_LE(case_error(lim.measure, got, want), lim.limit) << c.name << " " << what << ": " << r.forced_tactics;
   EXPECT_LE(case_error(lim.measure, unfused, want), lim.limit) << c.name << " unfused: " << r.unfused_tactics;
   EXPECT_LE(case_error(lim.measure, got, unfused), lim.limit) << c.name << " " << what << " vs unfused";
@@ -159,17 +163,18 @@ TEST_P(OpCudaFp8Fusion, FusedMatchesUnfused) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, OpCudaFp8Fusion, ::testing::Range(size_t(0), all_cases().size()), case_label);
 
-// kiln's CUTLASS FP8 GEMM (fp8_gemm_sm90.hpp, the epilogue writing y) forced
-// by the test hook on every FP8 quantized_layer case the CUDA backend runs:
-// within cuda_fp8_layer of the reference and of the two-kernel path. A 1x1
+// kiln's CUTLASS 8-bit GEMM (fp8_gemm_sm90.hpp, the epilogue writing y) forced
+// by the test hook on every FP8 and INT8 quantized_layer case the CUDA backend
+// runs: within the case's CUDA limit of the reference (FP8 cuda_fp8_layer,
+// INT8 Exact for none/ReLU: int32 sums) and of the two-kernel path. A 1x1
 // unit-stride conv or a linear with output channels a multiple of 16, f16 or
-// e4m3 in and out and no activation or ReLU must take a CUTLASS tactic on an
+// codes in and out and no activation or ReLU must take a CUTLASS tactic on an
 // sm_90 device built with CUTLASS; any other case must not.
 class OpCudaFp8Cutlass : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(OpCudaFp8Cutlass, CutlassMatchesUnfused) {
   const OpCase& c = all_cases()[GetParam()];
-  if (!fp8_layer_case(c)) GTEST_SKIP() << "not a CUDA FP8 layer case";
+  if (!eight_bit_layer_case(c)) GTEST_SKIP() << "not a CUDA 8-bit layer case";
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   ForcedRuns r;
   run_forced(c, 2, "CUTLASS", r);
@@ -178,7 +183,8 @@ TEST_P(OpCudaFp8Cutlass, CutlassMatchesUnfused) {
   const Node& layer = c.graph.nodes.back();
   const Value& w = c.graph.values[layer.inputs[1]];
   const Value& y = c.graph.values[layer.outputs[0]];
-  bool takes = w.shape[0] % 16 == 0 && (y.dtype == DType::F16 || y.dtype == DType::F8E4M3);
+  const DType code = c.graph.values[layer.inputs[0]].dtype;
+  bool takes = w.shape[0] % 16 == 0 && (y.dtype == DType::F16 || y.dtype == code);
   if (layer.op == Op::Conv2d) {
     const ConvAttrs a = conv_attrs(layer);
     takes = takes && w.shape[2] == 1 && w.shape[3] == 1 && a.stride_h == 1 && a.stride_w == 1;
@@ -186,7 +192,7 @@ TEST_P(OpCudaFp8Cutlass, CutlassMatchesUnfused) {
   takes = takes && (layer.activation() == Activation::None || layer.activation() == Activation::Relu);
   if (layer.inputs.size() > 3) {
     const DType rdt = c.graph.values[layer.inputs[3]].dtype;
-    takes = takes && (rdt == DType::F16 || rdt == DType::F8E4M3);
+    takes = takes && (rdt == DType::F16 || rdt == code);
   }
   if (!cutlass_fp8_available()) GTEST_SKIP() << "no CUTLASS FP8 GEMM here (built without CUTLASS, or not sm_90): " << forced_tactics;
   if (takes) EXPECT_NE(forced_tactics.find("cutlass"), std::string::npos) << c.name << ": forced, no CUTLASS tactic: " << forced_tactics;

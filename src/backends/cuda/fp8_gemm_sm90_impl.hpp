@@ -31,6 +31,7 @@ struct Problem {
 
 struct Config {
   const char* name;
+  DType code;  // the codes of x and w (and of an 8-bit residual or output): f8e4m3 or i8
   // The largest workspace any of the configuration's kernels (residual x
   // output dtype) asks for this shape.
   size_t (*workspace)(int m, int n, int k);
@@ -45,6 +46,10 @@ extern const Config kConfig128x256;
 extern const Config kConfig128x128k64;
 extern const Config kConfig128x64k64;
 extern const Config kConfig128x256k64;
+extern const Config kConfig128x64StreamK;
+extern const Config kConfig128x128StreamK;
+extern const Config kConfigI8x128x128;
+extern const Config kConfigI8x128x64;
 #endif
 
 }  // namespace kiln::cuda::fp8sm90

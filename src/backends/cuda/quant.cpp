@@ -156,7 +156,11 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
   const bool any_direct = rs.fused || !rs.cutlass.empty();
   TimingScratch yb{any_direct ? yr * dtype_size(et.ydt) : 0, {}}, rb{any_direct && et.residual ? yr * dtype_size(et.rdt) : 0, {}};
   const auto epilogue = [&](cudaStream_t s) {
-    if (any_direct)
+    if (!any_direct) return;
+    if (sig.dtype == DType::I8)  // int32 raw sums
+      quant_epilogue_i32(static_cast<const int32_t*>(ab.get(s)), et.kp, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt,
+                         yb.get(s), et.ydt, et.rows, et.k, s);
+    else
       quant_epilogue(static_cast<float*>(ab.get(s)), et.kp, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt, yb.get(s),
                      et.ydt, et.rows, et.k, s);
   };
@@ -167,8 +171,8 @@ std::string choose_raw_sum(Lowering& L, const Node& n, const LayerSignature& sig
                        [&rs, cfg = cfg] { return rs.use_fused = false, rs.use_gemm = false, rs.use_cutlass = cfg, true; },
                        [&, cfg = cfg, need = need](cudaStream_t s, void* ws, size_t cap) {
                          if (need > cap) return false;
-                         fp8_gemm_sm90(cfg, xb.get(s), w, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt, yb.get(s), et.ydt,
-                                       rs.m, rs.n, rs.k, ws, cap, s);
+                         fp8_gemm_sm90(cfg, sig.dtype, xb.get(s), w, *et.e, et.residual ? rb.get(s) : nullptr, et.rdt,
+                                       yb.get(s), et.ydt, rs.m, rs.n, rs.k, ws, cap, s);
                          return true;
                        }});
   }
@@ -248,7 +252,7 @@ struct QuantLayerRun {
     const void* xin = in;
     if (c != cp) pad_rows_u8(in, x_rows, c, ws + pad_at, cp, x.stream), xin = ws + pad_at;
     if (rs.use_cutlass >= 0) {
-      fp8_gemm_sm90(rs.use_cutlass, xin, w, e, residual, rdt, out, ydt, rs.m, rs.n, rs.k, ws + lib_at,
+      fp8_gemm_sm90(rs.use_cutlass, code, xin, w, e, residual, rdt, out, ydt, rs.m, rs.n, rs.k, ws + lib_at,
                     x.workspace_bytes - lib_at, x.stream);
       return;
     }
@@ -264,17 +268,17 @@ struct QuantLayerRun {
 };
 
 // The CUTLASS GEMM's configurations that take the layer as [rows, cp] x
-// [k, cp]^T -> y [rows, k] directly: output channels a multiple of 16 (no
-// padding of y), f16 or e4m3 in and out, none or ReLU (fp8_gemm_sm90_unsupported).
-// Left out under the test hooks that force cuDNN's fused or the two-kernel path.
+// [k, cp]^T -> y [rows, k] directly: codes of the layer's type, output
+// channels a multiple of 16 (no padding of y), f16 or codes in and out, none
+// or ReLU (fp8_gemm_sm90_unsupported). Left out under the test hooks that
+// force cuDNN's fused or the two-kernel path.
 void add_cutlass_candidates(Lowering& L, QuantLayerRun& run, bool residual) {
   if (L.m.opts.fp8_fusion == Fp8Fusion::Fused || L.m.opts.fp8_fusion == Fp8Fusion::Unfused) return;
-  if (run.code != DType::F8E4M3) return;  // e4m3 x e4m3 kernels
   if (run.k != run.kp || run.rows > std::numeric_limits<int>::max()) return;
   RawSum& rs = run.rs;
   rs.m = as_int(run.rows), rs.n = run.k, rs.k = run.cp;
   for (int cfg = 0; cfg < fp8_gemm_sm90_configs(); ++cfg)
-    if (fp8_gemm_sm90_unsupported(cfg, rs.m, rs.n, rs.k, residual, run.rdt, run.ydt, run.e.act).empty())
+    if (fp8_gemm_sm90_unsupported(cfg, run.code, rs.m, rs.n, rs.k, residual, run.rdt, run.ydt, run.e.act).empty())
       rs.cutlass.push_back({cfg, fp8_gemm_sm90_workspace(cfg, rs.m, rs.n, rs.k)});
 }
 
