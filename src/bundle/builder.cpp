@@ -146,7 +146,10 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
   popts.verify = o.verify;
   popts.log = o.log;
   // Channel rows padded as the backend's kernels want them (cuDNN NHWC: 16 bytes).
-  if (const int64_t align = backend.channel_align_bytes()) popts.channel_align = align / static_cast<int64_t>(dtype_size(o.precision));
+  if (const int64_t align = backend.channel_align_bytes()) {
+    popts.channel_align = align / static_cast<int64_t>(dtype_size(o.precision));
+    popts.channel_align_8bit = align;  // 1-byte codes
+  }
   const quant::PartTable family_parts = fb.quant_parts;  // RT-DETR's linear groups, ...
   json quantization = nullptr;   // provenance.quantization
   json quant_scales = nullptr;   // the quant_scales.json section: every scale

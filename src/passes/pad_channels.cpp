@@ -23,6 +23,18 @@
 // 0. Without this an 8-bit Res2Net keeps its 26-channel chunks: no aligned
 // channel views, a pad kernel before every 8-bit conv reading one, and conv1's
 // 104 outputs too narrow for the tiled FP8 GEMMs (multiples of 16).
+//
+// 8-bit residual chains (session 17). An 8-bit layer's codes are 1 byte, so
+// its output rows need 16 channels (align_8bit) where a 16-bit value needs 8:
+// EfficientNet's stage widths 24, 40 and 112 leave every project conv (and
+// the expand conv reading its output) on a padded two-kernel path, and its
+// residual blocks chain those values: x.0's project conv writes the stage's
+// value, x.1's project conv adds it as its residual and writes the next. So
+// a second kind of root: an 8-bit conv (no residual) whose output width is
+// not a multiple of align_8bit; its component follows readers that take the
+// value as x (zero input columns) or as their residual (whose output is then
+// padded the same way: zero rows, 0 + 0 = 0 through the activation). Only
+// 8-bit layers root it, so a 16-bit engine's graph is unchanged.
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -77,6 +89,7 @@ bool paddable_conv(const Graph& g, const Node& n) {
 }
 
 struct Component {
+  bool chunked = false;          // rooted at a conv read by chunk slices (Res2Net), not a residual chain
   std::map<int, ChunkMap> maps;  // value -> its padded layout
   std::set<int> convs_in;        // convs that read a padded value
   std::set<int> convs_out;       // convs whose output is padded
@@ -151,12 +164,20 @@ bool grow(const Graph& g, int root_node, const ChunkMap& root_map, Component& co
           break;
         }
         case Op::Conv2d: {
-          if (n.inputs[0] != v || n.attr_int("groups", 1) != 1 || !paddable_weight_scales(g, n)) return false;
+          if (n.attr_int("groups", 1) != 1 || !paddable_weight_scales(g, n)) return false;
+          const int64_t k_out = g.values[out].shape[1];
+          if (!comp.chunked && n.inputs.size() > 3 && n.inputs[3] == v) {
+            // v is its residual (an 8-bit residual chain): its output takes v's padded layout.
+            if (n.inputs[0] == v || k_out != m.chunks * m.w || !zero_preserving(n.activation())) return false;
+            comp.convs_out.insert(ni);
+            if (!set_map(out, m)) return false;
+            break;
+          }
+          if (n.inputs[0] != v) return false;
           for (size_t k = 1; k < n.inputs.size(); ++k)
             if (n.inputs[k] == v) return false;
           comp.convs_in.insert(ni);
-          const int64_t k_out = g.values[out].shape[1];
-          if (k_out % m.w == 0 && m.w % align != 0 && paddable_conv(g, n)) {
+          if (comp.chunked && k_out % m.w == 0 && m.w % align != 0 && paddable_conv(g, n)) {
             // Another chunk-sized output (Res2Net's convs.i): pad it the same way.
             comp.convs_out.insert(ni);
             if (!set_map(out, {k_out / m.w, m.w, m.wp})) return false;
@@ -222,9 +243,33 @@ void repack_conv(Graph& g, int ni, const ChunkMap* in_map, const ChunkMap* out_m
   }
 }
 
+// Pads component `comp` grown from root ri: slices, conv weights and biases.
+void apply_component(Graph& g, const Component& comp, std::set<int>& done) {
+  for (int ni : comp.slices) {
+    Node& s = g.nodes[ni];
+    const ChunkMap& m = comp.maps.at(s.inputs[0]);
+    s.attrs["start"] = s.attr_int("start") / m.w * m.wp;
+    s.attrs["end"] = s.attr_int("end") / m.w * m.wp;
+  }
+  std::set<int> convs = comp.convs_in;
+  convs.insert(comp.convs_out.begin(), comp.convs_out.end());
+  for (int ni : convs) {
+    const Node& n = g.nodes[ni];
+    auto in = comp.maps.find(n.inputs[0]);
+    const ChunkMap* in_map = in == comp.maps.end() ? nullptr : &in->second;
+    const ChunkMap* out_map = comp.convs_out.count(ni) ? &comp.maps.at(n.outputs[0]) : nullptr;
+    repack_conv(g, ni, in_map, out_map);
+  }
+  for (const auto& [pv, m] : comp.maps) {
+    (void)m;
+    done.insert(pv);
+  }
+  g.infer_shapes();
+}
+
 }  // namespace
 
-int pad_channels(Graph& g, int64_t align) {
+int pad_channels(Graph& g, int64_t align, int64_t align_8bit) {
   if (align <= 1) return 0;
   int rewrites = 0;
   std::set<int> done;  // values already padded
@@ -248,27 +293,22 @@ int pad_channels(Graph& g, int64_t align) {
     const int64_t c = g.values[v].shape.size() == 4 ? g.values[v].shape[1] : 0;
     if (!ok || w <= 0 || w % align == 0 || c % w != 0) continue;
     Component comp;
+    comp.chunked = true;
     if (!grow(g, static_cast<int>(ri), {c / w, w, round_up(w, align)}, comp, align)) continue;
-    for (int ni : comp.slices) {
-      Node& s = g.nodes[ni];
-      const ChunkMap& m = comp.maps.at(s.inputs[0]);
-      s.attrs["start"] = s.attr_int("start") / m.w * m.wp;
-      s.attrs["end"] = s.attr_int("end") / m.w * m.wp;
-    }
-    std::set<int> convs = comp.convs_in;
-    convs.insert(comp.convs_out.begin(), comp.convs_out.end());
-    for (int ni : convs) {
-      const Node& n = g.nodes[ni];
-      auto in = comp.maps.find(n.inputs[0]);
-      const ChunkMap* in_map = in == comp.maps.end() ? nullptr : &in->second;
-      const ChunkMap* out_map = comp.convs_out.count(ni) ? &comp.maps.at(n.outputs[0]) : nullptr;
-      repack_conv(g, ni, in_map, out_map);
-    }
-    for (const auto& [pv, m] : comp.maps) {
-      (void)m;
-      done.insert(pv);
-    }
-    g.infer_shapes();
+    apply_component(g, comp, done);
+    ++rewrites;
+  }
+  // 8-bit residual chains: an 8-bit conv without a residual whose output width
+  // is not a multiple of align_8bit (the chain's first block).
+  if (align_8bit <= 1) return rewrites;
+  for (size_t ri = 0; ri < g.nodes.size(); ++ri) {
+    const Node& r = g.nodes[ri];
+    if (!is_quantized_layer(g, r) || !paddable_conv(g, r) || done.count(r.outputs[0])) continue;
+    const Shape& ys = g.values[r.outputs[0]].shape;
+    if (ys.size() != 4 || ys[1] % align_8bit == 0 || g.consumers(r.outputs[0]).empty()) continue;
+    Component comp;
+    if (!grow(g, static_cast<int>(ri), {1, ys[1], round_up(ys[1], align_8bit)}, comp, align_8bit)) continue;
+    apply_component(g, comp, done);
     ++rewrites;
   }
   return rewrites;

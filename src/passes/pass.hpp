@@ -45,8 +45,10 @@ int fuse_residual_add(Graph& g);
 int eliminate_dead_nodes(Graph& g);
 // Widens channel chunks (Res2Net's split widths) to a multiple of `align`
 // channels with zero weights; exact. For backends whose fast kernels need
-// aligned channel rows (CUDA: 16 bytes). align <= 1: no-op.
-int pad_channels(Graph& g, int64_t align);
+// aligned channel rows (CUDA: 16 bytes). align <= 1: no-op. align_8bit > 1:
+// also the values 8-bit layers write and chain through residuals
+// (EfficientNet's 24/40/112-wide stages) to a multiple of align_8bit channels.
+int pad_channels(Graph& g, int64_t align, int64_t align_8bit = 0);
 // Converts float constants and activations to `dtype` (f16/bf16) and inserts
 // casts so graph inputs and outputs stay f32 (the engine casts internally).
 int set_precision(Graph& g, DType dtype);
@@ -94,6 +96,7 @@ inline constexpr int kFusionMarksVersion = 2;
 struct PipelineOptions {
   DType precision = DType::F32;
   int64_t channel_align = 0;    // pad_channels alignment in channels (0: pass not run)
+  int64_t channel_align_8bit = 0;  // the same for values of 1-byte codes (8-bit layers' outputs)
   FusionOptions fusions;        // fusion marks, set last (after precision: they describe the final graph)
   // 8-bit quantization (kiln build --quantize): run on the f32 graph after the
   // BatchNorm and activation folds, before pad_channels and set_precision; it

@@ -21,7 +21,9 @@
 #include "ir/serialize.hpp"
 #include "ir/verifier.hpp"
 #include "kiln/kiln.hpp"
+#include "ir/quant_form.hpp"
 #include "passes/pass.hpp"
+#include "quant/calibrate.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln {
@@ -455,6 +457,63 @@ TEST(FusionPasses, FixturesGetTheViewsThePlannerMade) {
       const Graph g = testing::fixture_graph(fixtures / dir / name, DType::F32, 0, family);
       expect_same_views(plan_channel_views(g), views_before_marks(g), name);
     }
+}
+
+// Every EfficientNet fixture with its 1x1 convs 8-bit (the SE convs kept wide,
+// as the recipe's "pooled" default): the pipeline with pad_channels at CUDA's
+// alignment for 1-byte codes (16) widens the stage values 8-bit layers chain
+// through residuals, and the CPU gives the same bits as without padding.
+TEST(FusionPasses, EfficientNetEightBitChainsPadExactly) {
+  const fs::path fixtures(KILN_FIXTURES_DIR);
+  int padded_models = 0;
+  for (const std::string& name : testing::fixture_cases(fixtures / "efficientnet"))
+    for (DType code : {DType::F8E4M3, DType::I8}) {
+      SCOPED_TRACE(name + " " + dtype_name(code));
+      Checkpoint ckpt = Checkpoint::open(fixtures / "efficientnet" / name);
+      const ModelSource src = testing::model_source(fixtures / "efficientnet" / name, ckpt);
+      BuildRequest req;
+      req.source = &src;
+      const Graph built = family_registry().select(src).build(req).graph;
+      std::mt19937 rng(7);
+      const std::vector<float> in = testing::random_tensor(built.values[built.inputs[0]].shape, rng).to_f32();
+      const auto run = [&](int64_t align_8bit) {
+        Graph g = built;
+        PipelineOptions po;
+        po.verify = true;
+        po.channel_align = align_8bit ? 4 : 0;  // f32: 16 bytes
+        po.channel_align_8bit = align_8bit;
+        po.quantize = [&](Graph& q) {
+          std::vector<int> convs;
+          for (size_t i = 0; i < q.nodes.size(); ++i) {
+            const Node& n = q.nodes[i];
+            const Shape& ws = n.op == Op::Conv2d ? q.values[n.inputs[1]].shape : Shape{};
+            if (n.op == Op::Conv2d && ws[2] == 1 && ws[3] == 1 && n.name.find(".se.") == std::string::npos)
+              convs.push_back(static_cast<int>(i));
+          }
+          quant::CalibrationData data;
+          data.batches = 1;
+          data.batch = [&](int64_t) { return std::vector<std::vector<float>>{in}; };
+          return quantize_layers(q, convs, quant::calibrate(q, convs, code, quant::CalibSettings{}, data));
+        };
+        run_pipeline(g, po);
+        return g;
+      };
+      const Graph plain = run(0), padded = run(16);
+      const auto unaligned = [](const Graph& g) {
+        int k = 0;
+        for (const Value& v : g.values) k += v.shape.size() == 4 && is_8bit(v.dtype) && !v.constant && v.shape[1] % 16 != 0;
+        return k;
+      };
+      const int before = unaligned(plain), after = unaligned(padded);
+      EXPECT_LT(after, std::max(before, 1)) << "nothing was widened";
+      padded_models += before > after;
+      const auto a = testing::run_cpu(plain, {in})[0], b = testing::run_cpu(padded, {in})[0];
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(testing::max_abs_diff(a, b), 0.f) << "padding changed the model's output";
+      std::printf("[pad] %s %s: 8-bit 4-D values whose channels are not a multiple of 16: %d, %d after padding\n",
+                  name.c_str(), dtype_name(code), before, after);
+    }
+  EXPECT_GT(padded_models, 0) << "no fixture has an 8-bit value to pad: the test proves nothing";
 }
 
 // The pipeline marks what the families build: every Res2Net chain conv, every

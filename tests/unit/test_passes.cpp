@@ -289,6 +289,22 @@ TEST(Passes, PadChannelsPadsQuantizedConvs) {
   }
 }
 
+// Quantizes every conv of g but those whose name starts with one of `keep`,
+// with max calibration on `in` (8-bit residuals, the recipe default).
+void quantize_convs(Graph& g, DType code, const std::vector<float>& in, const std::vector<std::string>& keep = {}) {
+  std::vector<int> convs;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    bool kept = n.op != Op::Conv2d;
+    for (const std::string& k : keep) kept = kept || n.name.find(k) != std::string::npos;
+    if (!kept) convs.push_back(static_cast<int>(i));
+  }
+  quant::CalibrationData data;
+  data.batches = 1;
+  data.batch = [&](int64_t) { return std::vector<std::vector<float>>{in}; };
+  quantize_layers(g, convs, quant::calibrate(g, convs, code, quant::CalibSettings{}, data));
+}
+
 // The quantize pass folds a quantize into the 16-bit producer it follows
 // (passes/quantize.cpp fold_into_producers): in a Res2Net block with every
 // conv 8-bit, the chunk slices, the chain adds and the concat write codes,
@@ -304,15 +320,7 @@ TEST(Passes, QuantizeFoldsIntoCodeWritingProducers) {
       Graph g = res2net_like_block(rng, first);
       const auto in = input_for(g, rng);
       const auto wide = run_cpu(g, {in})[0];
-      std::vector<int> convs;
-      for (size_t i = 0; i < g.nodes.size(); ++i)
-        if (g.nodes[i].op == Op::Conv2d) convs.push_back(static_cast<int>(i));
-      // Max calibration on this one input.
-      quant::CalibrationData data;
-      data.batches = 1;
-      data.batch = [&](int64_t) { return std::vector<std::vector<float>>{in}; };
-      const quant::ActivationScales scales = quant::calibrate(g, convs, code, quant::CalibSettings{}, data);
-      quantize_layers(g, convs, scales);
+      quantize_convs(g, code, in);
       verify_graph(g, "quantize");
       const auto writes = [&](const char* name) {
         const Node* n = g.find_node(name);
@@ -356,6 +364,51 @@ TEST(Passes, QuantizeFoldsIntoCodeWritingProducers) {
   verify_graph(g, "quantize");
   EXPECT_EQ(g.count_ops(Op::Quantize), 3);
   for (const Node& n : g.nodes) EXPECT_FALSE(writes_codes(g, n)) << n.name;
+}
+
+// 8-bit residual chains (EfficientNet's 24-wide stage in small): stage.0's
+// project conv writes 24 channels of codes, stage.1 reads them as x and adds
+// them as its project conv's residual, the next stage's expand conv reads
+// that. pad_channels(g, 8, 16) widens both 24-channel values to 32 (zero
+// rows, weight scale 1, zero columns in every reader), the outputs stay the
+// same bits; with align_8bit off, or a 16-bit graph, nothing changes.
+TEST(Passes, PadChannelsWidensEightBitResidualChains) {
+  for (DType code : {DType::F8E4M3, DType::I8}) {
+    SCOPED_TRACE(dtype_name(code));
+    std::mt19937 rng(41);
+    Graph g;
+    const int x = g.add_input("x", DType::F32, {2, 16, 5, 6});
+    auto conv = [&](const std::string& name, int in, int64_t k, int64_t c, int residual, const char* act) {
+      std::vector<int> ins{in, g.add_constant(name + ".weight", random_tensor({k, c, 1, 1}, rng, -0.3f, 0.3f)),
+                           g.add_constant(name + ".bias", random_tensor({k}, rng, -0.2f, 0.2f))};
+      if (residual >= 0) ins.push_back(residual);
+      Attrs a = conv_attrs(1, 0);
+      if (act) a["activation"] = std::string(act);
+      return g.add_node(Op::Conv2d, name, ins, a);
+    };
+    const int a = conv("stage.0.pwl", x, 24, 16, -1, nullptr);
+    const int b = conv("stage.1.pw", a, 48, 24, -1, "relu");
+    const int c = conv("stage.1.pwl", b, 24, 48, a, nullptr);
+    g.mark_output(conv("next.pw", c, 40, 24, -1, "relu"));
+    const auto in = input_for(g, rng);
+    const Graph wide = g;
+    quantize_convs(g, code, in);
+    ASSERT_EQ(g.values[g.find_node("stage.0.pwl")->outputs[0]].dtype, code) << "the chain's first value is not codes";
+    const auto before = run_cpu(g, {in})[0];
+    Graph unpadded = g;
+    EXPECT_EQ(pad_channels(unpadded, 8), 0) << "align_8bit off: 24 is a multiple of 8";
+    Graph w16 = wide;
+    EXPECT_EQ(pad_channels(w16, 8, 16), 0) << "a 16-bit graph roots no 8-bit chain";
+    EXPECT_EQ(pad_channels(g, 8, 16), 1);
+    verify_graph(g, "pad_channels");
+    for (const char* n : {"stage.0.pwl", "stage.1.pwl"}) EXPECT_EQ(g.values[g.find_node(n)->outputs[0]].shape[1], 32) << n;
+    EXPECT_EQ(g.values[g.find_node("stage.1.pw")->inputs[1]].shape[1], 32);
+    EXPECT_EQ(g.values[g.find_node("next.pw")->inputs[1]].shape[1], 32);
+    EXPECT_EQ(g.values[g.outputs[0]].shape[1], 40);
+    const auto after = run_cpu(g, {in})[0];
+    ASSERT_EQ(before.size(), after.size());
+    EXPECT_EQ(max_abs_diff(before, after), 0.f) << "padding changed the 8-bit sums";
+  }
 }
 
 TEST(Passes, EliminateDeadNodes) {
