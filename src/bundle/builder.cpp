@@ -10,6 +10,7 @@
 #include "checkpoint/hf_cache.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "core/float_text.hpp"
 #include "families/family.hpp"
 #include "ir/serialize.hpp"
 #include "passes/pass.hpp"
@@ -204,7 +205,8 @@ BuildSummary build_bundle(const BuildOptions& o, const std::filesystem::path& ou
       const int rewrites = quantize_layers(g, sel.quantized, scales, recipe.residuals_8bit);
       json weights = json::object();
       for (const Value& v : g.values)
-        if (v.constant && v.quant) weights[v.name] = {{"axis", v.quant->axis}, {"scales", v.quant->scales}, {"dtype", dtype_name(v.quant->dtype)}};
+        if (v.constant && v.quant)
+          weights[v.name] = {{"axis", v.quant->axis}, {"scales", shortest_f32(v.quant->scales)}, {"dtype", dtype_name(v.quant->dtype)}};
       quant_scales = {{"format", 1}, {"activations", scales_json}, {"weights", weights}};
       return rewrites;
     };

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/float_text.hpp"
 #include "ir/verifier.hpp"
 
 namespace kiln {
@@ -93,7 +94,8 @@ SerializedGraph serialize_graph(const Graph& g) {
       out.weights.insert(out.weights.end(), v.constant->blob.data, v.constant->blob.data + nbytes);
       jv["data"] = {{"offset", off}, {"nbytes", nbytes}};
     }
-    if (v.quant) jv["quant"] = {{"scales", v.quant->scales}, {"axis", v.quant->axis}, {"dtype", dtype_name(v.quant->dtype)}};
+    if (v.quant)
+      jv["quant"] = {{"scales", shortest_f32(v.quant->scales)}, {"axis", v.quant->axis}, {"dtype", dtype_name(v.quant->dtype)}};
     values.push_back(std::move(jv));
   }
   json nodes = json::array();

@@ -161,6 +161,28 @@ TEST(IrQuant, RoundTripsAndPrints) {
   EXPECT_EQ(print_graph(back), text);
 }
 
+// graph.json writes each scale as the shortest text that reads back as its
+// f32 (core/float_text.hpp): 0.1f as 0.1, not 0.10000000149011612; every
+// scale, from the largest f32 to a subnormal, comes back with the same bits.
+TEST(IrQuant, ScalesAreWrittenShortAndReadBackExactly) {
+  std::mt19937 rng(6);
+  Graph g = quantized_conv(rng);
+  const std::vector<float> odd = {0.1f, 1.f / 3.f, 3.4028235e38f, 1.4e-45f};
+  for (float f : odd) {
+    g.values[g.inputs[0]].quant->scales = {f};
+    const SerializedGraph s = serialize_graph(g);
+    const Graph back = deserialize_graph(s.graph_json, Blob::from_vector(s.weights), "graph.json");
+    const float got = back.values[back.inputs[0]].quant->scales.at(0);
+    uint32_t a = 0, b = 0;
+    std::memcpy(&a, &f, 4), std::memcpy(&b, &got, 4);
+    EXPECT_EQ(a, b) << f << " came back as " << got;
+  }
+  g.values[g.inputs[0]].quant->scales = {0.1f};
+  const std::string text = serialize_graph(g).graph_json;
+  EXPECT_NE(text.find(" 0.1\n"), std::string::npos) << text.substr(0, 400);
+  EXPECT_EQ(text.find("0.10000000149"), std::string::npos);
+}
+
 TEST(IrQuant, StrictReaderAndVerifierNameTheValue) {
   std::mt19937 rng(5);
   Graph g = quantized_conv(rng);
