@@ -19,7 +19,8 @@
 # Next call (session 17's work, not yet on a GPU: producers writing codes, the INT8 cast fix):
 #   KILN_STUDY_MODELS="resnet50 res2net50_26w_4s efficientnet_b0 digits" KILN_STUDY_TESTS='CudaFp8.*:CudaQuantModel.*'
 #   KILN_STUDY_OPS='*quantiz*:*codes*:*q8_*' KILN_STUDY_RTDETR=0 KILN_STUDY_RECIPES="res2net50_26w_4s=families/timm_res2net/recipes/fp8_pointwise.json
-#   resnet50=families/timm_resnet/recipes/fp8_wide_residuals.json" tools/gpu/study.sh $OUT 470
+#   resnet50=families/timm_resnet/recipes/fp8_wide_residuals.json efficientnet_b0=families/timm_efficientnet/recipes/fp8_small_plan.json"
+#   tools/gpu/study.sh $OUT 470
 # The streams share the GPU: the studies time their variants interleaved in one process (each round
 # runs every variant once), so the ratios compare like with like, but absolute milliseconds carry
 # the other stream's load; the report says so. Every part has its own bound (SECONDS, default 540,
