@@ -19,11 +19,12 @@ inline bool is_wide_float(DType t) { return t == DType::F32 || t == DType::F16 |
 bool is_quantized_layer(const Graph& g, const Node& n);
 
 // The 16-bit producers that may write codes (attr out_dtype = a code type):
-// max_pool2d, mul, add, concat and slice. The quantize pass folds the quantize that
-// is a producer's only reader into it (docs/quantization.md "Producers that
-// write codes"): the op computes in f32 from its wide inputs, as for an f32
-// output, and encodes once, code = encode(f32(y * f32(1 / scale))) with its
-// output's one scale: one kernel instead of a 16-bit store and a quantize.
+// max_pool2d, mul, add, concat and slice. The quantize pass folds the
+// quantize that is a producer's only reader into it (docs/quantization.md
+// "Producers that write codes"): the op computes in f32 from its wide inputs,
+// as for an f32 output, and encodes once, code = encode(f32(y * f32(1 /
+// scale))) with its output's one scale: one kernel instead of a 16-bit store
+// and a quantize.
 bool can_write_codes(Op op);
 // Node n is such a producer and its output is 8-bit.
 bool writes_codes(const Graph& g, const Node& n);
@@ -32,7 +33,8 @@ bool writes_codes(const Graph& g, const Node& n);
 // output, a dequantize input and a quantized layer's x carry Value::quant of
 // their code type; a quantized layer's weight is a constant with one scale
 // or one per output channel (axis 0); an 8-bit layer output has one scale,
-// as has the output of a producer that writes codes; no other op reads an 8-bit value that has scales. Names the node and the value.
+// as has the output of a producer that writes codes; no other op reads an
+// 8-bit value that has scales. Names the node and the value.
 std::string quant_node_problem(const Graph& g, const Node& n);
 
 }  // namespace kiln

@@ -243,7 +243,8 @@ void repack_conv(Graph& g, int ni, const ChunkMap* in_map, const ChunkMap* out_m
   }
 }
 
-// Pads component `comp` grown from root ri: slices, conv weights and biases.
+// Pads a component grow() accepted: its slices' bounds, its convs' weights and
+// biases; its values join `done`.
 void apply_component(Graph& g, const Component& comp, std::set<int>& done) {
   for (int ni : comp.slices) {
     Node& s = g.nodes[ni];

@@ -11,6 +11,8 @@
 #include "backends/cpu/cpu_engine.hpp"
 #include "core/error.hpp"
 #include "ir/graph.hpp"
+#include "passes/pass.hpp"
+#include "quant/calibrate.hpp"
 #include "runtime/memory_planner.hpp"
 
 namespace kiln::testing {
@@ -43,6 +45,15 @@ inline std::vector<std::vector<float>> run_cpu(const Graph& g, const std::vector
   MemoryPlan plan = plan_memory(g, cpu::activation_bytes);
   std::vector<float> arena(plan.arena_bytes / sizeof(float) + 1);
   return run_in_arena(g, plan, arena, inputs, [&] { prog.run(g, plan, arena.data(), cpu::default_pool()); });
+}
+
+// Quantizes layers `nodes` of g (quantize_layers, 8-bit residuals) with max
+// calibration on the one input `in`: what a build does with one image.
+inline int quantize_calibrated_on(Graph& g, const std::vector<int>& nodes, DType code, const std::vector<float>& in) {
+  quant::CalibrationData data;
+  data.batches = 1;
+  data.batch = [&](int64_t) { return std::vector<std::vector<float>>{in}; };
+  return quantize_layers(g, nodes, quant::calibrate(g, nodes, code, quant::CalibSettings{}, data));
 }
 
 // Runs the graph as an engine context does: plan_for_batch's memory plan with

@@ -23,7 +23,6 @@
 #include "kiln/kiln.hpp"
 #include "ir/quant_form.hpp"
 #include "passes/pass.hpp"
-#include "quant/calibrate.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln {
@@ -490,10 +489,7 @@ TEST(FusionPasses, EfficientNetEightBitChainsPadExactly) {
             if (n.op == Op::Conv2d && ws[2] == 1 && ws[3] == 1 && n.name.find(".se.") == std::string::npos)
               convs.push_back(static_cast<int>(i));
           }
-          quant::CalibrationData data;
-          data.batches = 1;
-          data.batch = [&](int64_t) { return std::vector<std::vector<float>>{in}; };
-          return quantize_layers(q, convs, quant::calibrate(q, convs, code, quant::CalibSettings{}, data));
+          return testing::quantize_calibrated_on(q, convs, code, in);
         };
         run_pipeline(g, po);
         return g;

@@ -289,20 +289,12 @@ TEST(Passes, PadChannelsPadsQuantizedConvs) {
   }
 }
 
-// Quantizes every conv of g but those whose name starts with one of `keep`,
-// with max calibration on `in` (8-bit residuals, the recipe default).
-void quantize_convs(Graph& g, DType code, const std::vector<float>& in, const std::vector<std::string>& keep = {}) {
+// Quantizes every conv of g, max calibration on `in` (8-bit residuals, the recipe default).
+void quantize_convs(Graph& g, DType code, const std::vector<float>& in) {
   std::vector<int> convs;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    bool kept = n.op != Op::Conv2d;
-    for (const std::string& k : keep) kept = kept || n.name.find(k) != std::string::npos;
-    if (!kept) convs.push_back(static_cast<int>(i));
-  }
-  quant::CalibrationData data;
-  data.batches = 1;
-  data.batch = [&](int64_t) { return std::vector<std::vector<float>>{in}; };
-  quantize_layers(g, convs, quant::calibrate(g, convs, code, quant::CalibSettings{}, data));
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == Op::Conv2d) convs.push_back(static_cast<int>(i));
+  testing::quantize_calibrated_on(g, convs, code, in);
 }
 
 // The quantize pass folds a quantize into the 16-bit producer it follows

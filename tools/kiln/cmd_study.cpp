@@ -326,10 +326,7 @@ std::string render_report(const nlohmann::json& r) {
     int quantize_steps = -1;
     if (r.contains("profiles") && r["profiles"].contains(p)) {
       quantize_steps = 0;
-      for (const auto& l : r["profiles"][p]["layers"]) {
-        const std::string name = l["name"].get<std::string>();
-        quantize_steps += name.size() > 9 && name.compare(name.size() - 9, 9, ".quantize") == 0;
-      }
+      for (const auto& l : r["profiles"][p]["layers"]) quantize_steps += l["name"].get<std::string>().ends_with(".quantize");
     }
     md << " Kernels per call, " << p << " against " << base << ": " << kernels << " — "
        << (quantize_steps >= 0 ? std::to_string(quantize_steps) + " of the " + p + " engine's steps are quantize kernels (a 16-bit "

@@ -120,6 +120,10 @@ __device__ __forceinline__ void to_code_units(float (&f)[V], float inv_scale) {
 // Elements per 16-byte access.
 template <typename T>
 inline constexpr int kVec16 = 16 / int(sizeof(T));
+// Elements per pack of a kernel reading Ti and writing To: 16 bytes of the
+// wider side, so both stay vectorised (f16 in, e4m3 codes out: 16).
+template <typename Ti, typename To>
+inline constexpr int kVec16Of = kVec16<Ti> > kVec16<To> ? kVec16<Ti> : kVec16<To>;
 
 // Walk over a [rows, cols] grid where each thread keeps one column for its
 // whole life: the grid stride is a whole number of rows, so per-column data

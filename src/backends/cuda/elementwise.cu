@@ -85,7 +85,7 @@ template <typename Ti, typename To, bool kBinary, typename Op>
 void launch_map(const void* a, const void* b, void* y, int64_t count, Op op, cudaStream_t stream, const char* name) {
   if (count <= 0) return;
   // The pack covers 16 bytes of the wider type so both sides stay vectorised.
-  constexpr int kV = dev::kVec16<Ti> > dev::kVec16<To> ? dev::kVec16<Ti> : dev::kVec16<To>;
+  constexpr int kV = dev::kVec16Of<Ti, To>;
   const bool vec = detail::aligned16(a) && detail::aligned16(y) && (!kBinary || detail::aligned16(b));
   const auto* ta = static_cast<const Ti*>(a);
   const auto* tb = static_cast<const Ti*>(b);
@@ -264,10 +264,6 @@ __global__ void add_strided_kernel(const T* __restrict__ a, int as, const T* __r
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Codes are written after none or ReLU only: both are exact in f32, so the
 // CPU emulation (quant::quantize_value of the f32 result) gives the same codes.
 void expect_code_activation(Activation a, const CodeOut& code, const char* op) {
@@ -297,7 +293,7 @@ void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, 
   detail::dispatch_float_out(dt, code, "add_strided_nhwc", [&](auto t, auto o) {
     using T = decltype(t);
     using To = decltype(o);
-    constexpr int kV = dev::kVec16<T> > dev::kVec16<To> ? dev::kVec16<T> : dev::kVec16<To>;
+    constexpr int kV = dev::kVec16Of<T, To>;
     const bool vec = c % kV == 0 && a_stride % kV == 0 && b_stride % kV == 0 && y_stride % kV == 0 &&
                      detail::aligned16(a) && detail::aligned16(b) && detail::aligned16(y);
     dispatch_out_act<To>(act_kind, [&](auto a_c) {
@@ -374,7 +370,7 @@ void mul_channel_nhwc(const void* x, const void* s, void* y, DType dt, int n, in
   detail::dispatch_float_out(dt, code, "mul_channel_nhwc", [&](auto t, auto o) {
     using T = decltype(t);
     using To = decltype(o);
-    constexpr int kV = dev::kVec16<T> > dev::kVec16<To> ? dev::kVec16<T> : dev::kVec16<To>;
+    constexpr int kV = dev::kVec16Of<T, To>;
     const auto* tx = static_cast<const T*>(x);
     const auto* ts = static_cast<const T*>(s);
     auto* ty = static_cast<To*>(y);

@@ -146,10 +146,6 @@ __global__ void split_kernel(const Elem* __restrict__ x, int x_c, SplitArgs a, i
   });
 }
 
-}  // namespace
-
-namespace {
-
 // split_kernel where some outputs hold codes: kind[k] 0 copies, 1 writes e4m3,
 // 2 writes i8 codes of f32(x * inv[k]).
 struct SplitCodes {

@@ -85,7 +85,7 @@ void launch_pool(const void* x, void* y, DType dt, PoolShape s, cudaStream_t str
   detail::dispatch_float_out(dt, code, name, [&](auto t, auto o) {
     using T = decltype(t);
     using To = decltype(o);
-    constexpr int kV = dev::kVec16<T> > dev::kVec16<To> ? dev::kVec16<T> : dev::kVec16<To>;
+    constexpr int kV = dev::kVec16Of<T, To>;
     const auto* tx = static_cast<const T*>(x);
     auto* ty = static_cast<To*>(y);
     const bool vec = s.c % kV == 0 && s.x_stride % kV == 0 && s.y_stride % kV == 0 && detail::aligned16(x) &&

@@ -340,7 +340,9 @@ std::string quant_refusal(const Graph& g, const Node& n) {
 CodeOut code_out(const Graph& g, int v) {
   const Value& y = g.values.at(static_cast<size_t>(v));
   const int p = y.producer;
-  if (p < 0 || !writes_codes(g, g.nodes.at(static_cast<size_t>(p))) || !y.quant || y.quant->scales.size() != 1) return {};
+  if (p < 0 || !writes_codes(g, g.nodes.at(static_cast<size_t>(p)))) return {};
+  // quant_node_problem (the verifier) wants one scale; never store wide values into a code buffer.
+  if (!y.quant || y.quant->scales.size() != 1) fail_input("'", y.name, "': codes written without one scale");
   return CodeOut{y.dtype, 1.f / y.quant->scales[0]};  // f32(1 / scale), as quant::quantize_value
 }
 
