@@ -167,15 +167,6 @@ class RtDetrV2 : public Family {
     LayerBuilder b(*s.checkpoint, rtdetr::kFamily);
     rtdetr::Ctx c{b, cfg};
     const int x = b.graph().add_input("pixel_values", DType::F32, {req.batch, 3, pre.height, pre.width});
-    c.ones = c.reshape("batch_ones.reshape",
-                       b.graph().add_node(Op::Conv2d, "batch_ones",
-                                          {x, b.graph().add_constant("batch_ones.weight", HostTensor::from_f32({1, 3, 1, 1}, {0, 0, 0})),
-                                           b.graph().add_constant("batch_ones.bias", HostTensor::from_f32({1}, {1}))},
-                                          {{"strides", std::vector<int64_t>{pre.height, pre.width}},
-                                           {"pads", std::vector<int64_t>{0, 0, 0, 0}},
-                                           {"dilations", std::vector<int64_t>{1, 1}},
-                                           {"groups", int64_t{1}}}),
-                       {-1, 1, 1});
     const std::vector<int> feats = rtdetr::backbone(c, x);
     const std::vector<int> maps = rtdetr::hybrid_encoder(c, feats);
     rtdetr::decoder(c, maps);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/broadcast.hpp"
 #include "core/error.hpp"
 #include "core/window.hpp"
 #include "ir/graph.hpp"
@@ -119,7 +120,10 @@ Shape infer_binary(const Graph& g, const Node& n) {
   if (a.shape == b.shape) return a.shape;
   // mul also allows a per-channel scale [N,C,1,1] (squeeze-excitation).
   if (n.op == Op::Mul && a.shape.size() == 4 && b.shape == Shape{a.shape[0], a.shape[1], 1, 1}) return a.shape;
-  fail_input(n.name, ": shapes ", shape_str(a.shape), " and ", shape_str(b.shape), " do not match");
+  // A constant second operand may repeat per image (core/broadcast.hpp).
+  if (b.constant && broadcasts_per_image(b.shape, a.shape)) return a.shape;
+  fail_input(n.name, ": shapes ", shape_str(a.shape), " and ", shape_str(b.shape), " do not match",
+             b.constant ? " (a constant operand broadcasts over the batch only with extent 1 on axis 0 and on each other axis 1 or the input's)" : "");
 }
 
 int64_t norm_axis(const Node& n, int64_t axis, size_t rank) {

@@ -17,7 +17,8 @@ bool fusable_conv(const Graph& g, int value_id) {
 // Which operand of the add is the conv to fuse into: the first when it
 // qualifies (builders emit add(main_path, shortcut)), else the second, else -1.
 int fusable_operand(const Graph& g, const Node& add) {
-  if (add.op != Op::Add) return -1;
+  // The skip is read as the conv's output shape: not a constant repeated per image.
+  if (add.op != Op::Add || g.values[add.inputs[0]].shape != g.values[add.inputs[1]].shape) return -1;
   const auto ok = [&](int k) { return fusable_conv(g, add.inputs[k]) && same_precision(g.nodes[g.values[add.inputs[k]].producer], add); };
   return ok(0) ? 0 : (ok(1) ? 1 : -1);
 }

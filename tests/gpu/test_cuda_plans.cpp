@@ -6,7 +6,9 @@
 //   refusals (f32, grouped 3x3s); window tactic names round trip;
 // - the squeeze-excitation plan (se_plan.cpp) on every EfficientNet fixture;
 // - the per-thread PDL default that engine contexts set per batch size;
-// - RT-DETR's ms_deform_attn inputs read in place (plan_deform_inputs).
+// - RT-DETR's ms_deform_attn inputs read in place (plan_deform_inputs) and its
+//   feature maps and token rows sharing bytes (plan_token_rows), and its
+//   residual adds inside their layer norms (plan_norm_adds).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -361,6 +363,116 @@ TEST(DeformPlan, RtDetrValueAndLogitsAreReadInPlace) {
       EXPECT_FALSE(f2.fused_away[g.values[value].producer]) << name;
       EXPECT_EQ(f2.alias[value], -1) << name;
       EXPECT_TRUE(f2.fused_away[g.values[core->inputs[3]].producer]) << name;  // logits still read in place
+    }
+}
+
+// RT-DETR v2 on CUDA (shape_ops.cpp, plan_token_rows): a feature map turned
+// into token rows (reshape to [N, C, HW], transpose(0, 2, 1)) and back (the
+// reverse pair) costs no copy: the NHWC bytes of the map are the row-major
+// tokens. In every fixture AIFI's two pairs and each decoder input level's
+// pair are fused away and alias their source; a pair whose intermediate value
+// is an engine output is left alone.
+TEST(TokenRowsPlan, RtDetrMapsAndTokensShareBytes) {
+  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
+  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
+    for (DType dt : {DType::F32, DType::F16}) {
+      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
+      auto facts = [&] {
+        GraphFacts f;
+        f.fused_away.assign(g.nodes.size(), 0);
+        f.alias.assign(g.values.size(), -1);
+        plan_token_rows(g, f);
+        return f;
+      };
+      const GraphFacts f = facts();
+      auto fused = [&](const GraphFacts& ff, const std::string& node) {
+        const Node* n = g.find_node(node);
+        EXPECT_NE(n, nullptr) << node;
+        return n != nullptr && ff.fused_away[static_cast<size_t>(n - g.nodes.data())] != 0;
+      };
+      auto out = [&](const std::string& node) { return g.find_node(node)->outputs[0]; };
+      auto in = [&](const std::string& node) { return g.find_node(node)->inputs[0]; };
+      int pairs = 0;
+      for (const Node& n : g.nodes) {
+        if (n.op != Op::Transpose || !n.name.ends_with(".tokens")) continue;
+        const std::string p = n.name.substr(0, n.name.size() - 7);  // map -> tokens
+        EXPECT_TRUE(fused(f, p + ".flatten")) << name << " " << p;
+        EXPECT_TRUE(fused(f, p + ".tokens")) << name << " " << p;
+        EXPECT_EQ(f.alias[out(p + ".tokens")], in(p + ".flatten")) << name << " " << p;
+        EXPECT_TRUE(stored_nhwc(g.values[in(p + ".flatten")])) << p;
+        ++pairs;
+      }
+      for (const Node& n : g.nodes) {
+        if (n.op != Op::Reshape || !n.name.ends_with(".unflatten")) continue;
+        const std::string p = n.name.substr(0, n.name.size() - 10);  // tokens -> map
+        EXPECT_TRUE(fused(f, p + ".channels")) << name << " " << p;
+        EXPECT_TRUE(fused(f, p + ".unflatten")) << name << " " << p;
+        EXPECT_EQ(f.alias[out(p + ".unflatten")], in(p + ".channels")) << name << " " << p;
+        ++pairs;
+      }
+      EXPECT_EQ(pairs, 5) << name;  // AIFI in and out, three decoder input levels
+      EXPECT_EQ(std::count(f.fused_away.begin(), f.fused_away.end(), 1), 2 * pairs) << name;
+      // An intermediate [N, C, HW] value that is also an engine output: that pair stays.
+      const Node* first = nullptr;
+      for (const Node& n : g.nodes)
+        if (n.op == Op::Reshape && n.name.ends_with(".flatten")) {
+          first = &n;
+          break;
+        }
+      ASSERT_NE(first, nullptr);
+      const std::string p = first->name.substr(0, first->name.size() - 8);
+      g.mark_output(first->outputs[0]);
+      const GraphFacts f2 = facts();
+      EXPECT_FALSE(fused(f2, p + ".flatten")) << name;
+      EXPECT_FALSE(fused(f2, p + ".tokens")) << name;
+      EXPECT_EQ(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1), 2 * pairs - 2) << name;
+    }
+}
+
+// RT-DETR v2 on CUDA (norm.cpp, plan_norm_adds): every post-norm residual
+// add (the encoder's and each decoder layer's `*.residual`) runs inside the
+// layer norm that reads it, and lives until that layer norm's step; a sum that
+// is also an engine output keeps its own launch.
+TEST(NormAddPlan, RtDetrResidualsRunInsideTheirLayerNorms) {
+  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
+  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
+    for (DType dt : {DType::F32, DType::F16}) {
+      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
+      auto facts = [&] {
+        GraphFacts f;
+        f.fused_away.assign(g.nodes.size(), 0);
+        f.alias.assign(g.values.size(), -1);
+        plan_norm_adds(g, f);
+        return f;
+      };
+      const GraphFacts f = facts();
+      size_t residuals = 0;
+      for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+        const Node& n = g.nodes[ni];
+        if (n.op != Op::Add || !n.name.ends_with(".residual")) continue;
+        ++residuals;
+        EXPECT_TRUE(f.fused_away[ni]) << name << " " << n.name;
+        const auto readers = g.consumers(n.outputs[0]);
+        ASSERT_EQ(readers.size(), 1u) << n.name;
+        EXPECT_EQ(g.nodes[readers[0]].op, Op::LayerNorm) << n.name;
+        ASSERT_EQ(f.norm_adds.count(readers[0]), 1u) << n.name;
+        EXPECT_EQ(f.norm_adds.at(readers[0]), ni) << n.name;
+        for (int in : n.inputs) EXPECT_GE(f.live_until.at(in), static_cast<int>(readers[0])) << n.name;
+      }
+      EXPECT_GE(residuals, 5u) << name;  // AIFI's two, three per decoder layer
+      EXPECT_EQ(f.norm_adds.size(), residuals) << name;
+      EXPECT_EQ(static_cast<size_t>(std::count(f.fused_away.begin(), f.fused_away.end(), 1)), residuals) << name;
+      const Node* first = nullptr;
+      for (const Node& n : g.nodes)
+        if (n.op == Op::Add && n.name.ends_with(".residual")) {
+          first = &n;
+          break;
+        }
+      ASSERT_NE(first, nullptr);
+      g.mark_output(first->outputs[0]);
+      const GraphFacts f2 = facts();
+      EXPECT_FALSE(f2.fused_away[static_cast<size_t>(first - g.nodes.data())]) << name;
+      EXPECT_EQ(f2.norm_adds.size(), residuals - 1) << name;
     }
 }
 

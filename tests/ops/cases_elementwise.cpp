@@ -1,5 +1,6 @@
 // activation (every kind), add (with each fused activation), inverse_sigmoid,
-// mul (channel scale and same shape), batch_norm and linear (x of rank 2-5)
+// mul (channel scale and same shape), add and mul of a constant (per image or
+// of equal shape), batch_norm and linear (x of rank 2-5)
 // cases; ranks 2-5 where the op takes any rank.
 #include <cmath>
 
@@ -91,9 +92,33 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
       c.graph = b.finish(b.node(Op::Mul, "mul", {b.input("x", m.x), b.input("s", m.s)}));
       c.input_lo = -3.f, c.input_hi = 3.f;
       c.limit = elementwise_limit(dt);
-      if (m.x == m.s) c.cuda = cuda_refuses_same_shape_mul();
       out.push_back(std::move(c));
     }
+
+    // A constant second operand (add, mul): repeated per image (extent 1 on
+    // axis 0 and where it broadcasts: RT-DETR's position embedding [1, L, C],
+    // valid mask [1, S, 1] and anchors [1, S, 4]), or of equal shape; 4-D ones
+    // are laid out as the NHWC activation they meet (CUDA, elementwise.cpp).
+    struct ConstSpec {
+      const char* tag;
+      Shape x, k;
+    };
+    const ConstSpec const_specs[] = {
+        {"tokens_b2", {2, 12, 8}, {1, 12, 8}},     {"rows_b3", {3, 20, 8}, {1, 20, 1}},
+        {"boxes_b2", {2, 7, 4}, {1, 7, 4}},        {"odd_b2", {2, 5, 3}, {1, 1, 3}},
+        {"equal_b1", {1, 12, 8}, {1, 12, 8}},      {"map_b2", {2, 13, 3, 5}, {1, 13, 3, 5}},
+        {"map_pixels_b2", {2, 13, 3, 5}, {1, 1, 3, 5}}, {"map_equal_b1", {1, 13, 3, 5}, {1, 13, 3, 5}},
+        {"map_channels_b3", {3, 16, 2, 2}, {1, 16, 1, 1}}, {"r2_b3", {3, 13}, {1, 13}},
+    };
+    for (const ConstSpec& k : const_specs)
+      for (Op op : {Op::Add, Op::Mul}) {
+        OpCase c = start(op_name(op), std::string("const_") + k.tag, dt);
+        CaseBuilder b(c.name, dt);
+        c.graph = b.finish(b.node(op, "op", {b.input("x", k.x), b.weight("k", k.k, -2.f, 2.f)}));
+        c.input_lo = -3.f, c.input_hi = 3.f;
+        c.limit = elementwise_limit(dt);
+        out.push_back(std::move(c));
+      }
 
     const std::pair<Shape, double> bn_specs[] = {
         {{1, 13, 5, 7}, 1e-5}, {{3, 24, 1, 1}, 1e-5}, {{2, 12, 9, 3}, 1e-3}, {{3, 13}, 1e-5}, {{2, 12, 5}, 1e-5},
@@ -128,7 +153,7 @@ void add_elementwise_cases(std::vector<OpCase>& out) {
         // x[..., K] of rank 3-5: token rows (RT-DETR's projections and FFN, fc1 with GELU).
         {"r3_k24_m13_gelu_b1", {1, 13}, 24, 13, true, "gelu"}, {"r3_k13_m24_b3", {3, 5}, 13, 24, true, "none"},
         {"r4_k12_m7_relu_b3", {2, 3, 4}, 12, 7, true, "relu"}, {"r5_k13_m5_nobias_b1", {1, 2, 3, 2}, 13, 5, false, "none"},
-        // RT-DETR's batch constants (rtdetr_graph.cpp batch_constant): ones [B, 1, 1] x w [numel, 1].
+        // One input feature: ones [B, 1, 1] x w [numel, 1] (RT-DETR's batch constants before add and mul took per-image constants).
         {"r3_k1_m300_nobias_b2", {2, 1}, 1, 300, false, "none"},
     };
     for (const LinearSpec& l : linear_specs) {

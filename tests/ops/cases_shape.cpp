@@ -14,11 +14,17 @@ OpCase start(const std::string& op, const std::string& tag, DType dt) {
   return c;
 }
 
-// What the CPU and CUDA backends lower of concat/slice: axis 1 of 4-D tensors.
+// What the CPU and CUDA backends lower of slice: axis 1 of 4-D tensors.
 void channel_axis_only(OpCase& c, int64_t axis, size_t rank) {
   if (axis == 1 && rank == 4) return;
   c.cpu = cpu_refuses_non_channel_axis();
   c.cuda = cuda_refuses_non_channel_axis();
+}
+
+// Of concat: the CPU any axis (row-major), CUDA any axis of row-major values
+// (ranks other than 4) and the channel axis of 4-D maps (stored NHWC).
+void concat_axes(OpCase& c, int64_t axis, size_t rank) {
+  if (rank == 4 && axis != 1) c.cuda = cuda_refuses_non_channel_axis();
 }
 
 }  // namespace
@@ -51,6 +57,10 @@ void add_shape_cases(std::vector<OpCase>& out) {
         {"r2_axis1", {{3, 13}, {3, 12}}, 1},
         {"r3_axis2", {{2, 3, 5}, {2, 3, 1}}, 2},
         {"r5_axis2", {{1, 2, 3, 2, 2}, {1, 2, 1, 2, 2}}, 2},
+        // Token rows (RT-DETR's memory: three levels along axis 1), 16-byte words and odd ones.
+        {"r3_tokens_b2", {{2, 20, 8}, {2, 5, 8}, {2, 3, 8}}, 1},
+        {"r3_tokens_odd_b1", {{1, 7, 3}, {1, 2, 3}}, 1},
+        {"r3_axis0", {{2, 4, 8}, {2, 4, 8}}, 0},
     };
     for (const ConcatSpec& s : concat_specs) {
       OpCase c = start("concat", s.tag, dt);
@@ -58,7 +68,7 @@ void add_shape_cases(std::vector<OpCase>& out) {
       std::vector<int> ins;
       for (size_t k = 0; k < s.ins.size(); ++k) ins.push_back(b.input("x" + std::to_string(k), s.ins[k]));
       c.graph = b.finish(b.node(Op::Concat, "concat", ins, {{"axis", s.axis}}));
-      channel_axis_only(c, s.axis, s.ins[0].size());
+      concat_axes(c, s.axis, s.ins[0].size());
       out.push_back(std::move(c));
     }
 

@@ -66,16 +66,12 @@ inline Declared cuda_refuses_batch_norm_rank() {
           "CUDA batch_norm takes 2-D or 4-D values"};
 }
 inline Declared cpu_refuses_non_channel_axis() {
-  return {Expect::Refuses, "CPU concat/slice take the channel axis of 4-D tensors (cpu_backend.cpp)",
-          "supports NCHW channel axis only"};
+  return {Expect::Refuses, "CPU slice takes the channel axis of 4-D tensors (cpu_backend.cpp)", "supports NCHW channel axis only"};
 }
 inline Declared cuda_refuses_non_channel_axis() {
-  return {Expect::Refuses, "CUDA concat/slice take the channel axis of 4-D tensors (layout.cpp)",
+  return {Expect::Refuses,
+          "CUDA slice, and concat of 4-D maps, take the channel axis of 4-D tensors (layout.cpp; concat of other ranks: any axis)",
           "supports the channel axis of 4-D tensors"};
-}
-inline Declared cuda_refuses_same_shape_mul() {
-  return {Expect::Refuses, "CUDA mul takes only a [N,C,1,1] channel scale of a different shape (elementwise.cpp)",
-          "elementwise mul of equal shapes is not in the CUDA backend"};
 }
 // The message is the CUDA program builder's default (cuda_program.cpp:
 // "<node>: the CUDA backend has no lowering for op <op>"), which is also what

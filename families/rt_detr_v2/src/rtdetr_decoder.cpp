@@ -43,7 +43,7 @@ void keep_f32(Ctx& c, std::initializer_list<int> values) {
 
 struct Anchors {
   HostTensor logits;  // [S, 4]: log(a / (1 - a)), FLT_MAX where invalid
-  HostTensor valid;   // [S, 1, 1]: 1 or 0
+  HostTensor valid;   // [S, 1]: 1 or 0
   bool all_valid = true;
 };
 
@@ -68,7 +68,7 @@ Anchors make_anchors(const std::vector<std::pair<int64_t, int64_t>>& levels) {
   const int64_t s = static_cast<int64_t>(v.size());
   for (float f : v) r.all_valid = r.all_valid && f == 1.f;
   r.logits = HostTensor::from_f32({s, 4}, a);
-  r.valid = HostTensor::from_f32({s, 1, 1}, v);
+  r.valid = HostTensor::from_f32({s, 1}, v);
   return r;
 }
 
@@ -89,8 +89,7 @@ void decoder(Ctx& c, const std::vector<int>& maps) {
       fail_input(kFamily, ": '", p, ".0.weight' gives ", s[1], " channels, config key 'd_model' is ", C, " (", cfg.path, ")");
     levels.emplace_back(s[2], s[3]);
     spatial.push_back(s[2]), spatial.push_back(s[3]);
-    const int t = c.transpose(p + ".tokens", c.reshape(p + ".flatten", m, {-1, C, s[2] * s[3]}), {0, 2, 1});
-    tokens.push_back(c.reshape(p + ".as_rows", t, {-1, s[2] * s[3], C, 1}));  // concat along axis 1 of a 4-D value
+    tokens.push_back(c.transpose(p + ".tokens", c.reshape(p + ".flatten", m, {-1, C, s[2] * s[3]}), {0, 2, 1}));
   }
   if (cfg.has_anchor_image_size)
     for (size_t l = 0; l < levels.size(); ++l) {
@@ -99,24 +98,21 @@ void decoder(Ctx& c, const std::vector<int>& maps) {
         fail_input(cfg.path, ": config key 'anchor_image_size' [", cfg.anchor_h, ", ", cfg.anchor_w, "] does not give level ",
                    l, "'s map ", levels[l].first, "x", levels[l].second, " of this input size");
     }
-  const int memory4 = c.node(Op::Concat, "model.memory", tokens, {{"axis", int64_t{1}}});
-  const int64_t S = c.shape(memory4)[1];
-  const int memory = c.reshape("model.memory.rows", memory4, {-1, S, C});
+  const int memory = c.node(Op::Concat, "model.memory", tokens, {{"axis", int64_t{1}}});  // [B, S, C]
+  const int64_t S = c.shape(memory)[1];
   const Anchors anchors = make_anchors(levels);
 
   // memory * valid_mask (skipped when every anchor is valid: an identity).
   int masked = memory;
   if (!anchors.all_valid)
-    masked = c.reshape("model.memory.masked.rows",
-                       c.node(Op::Mul, "model.memory.masked", {memory4, c.batch_constant("model.valid_mask", anchors.valid)}),
-                       {-1, S, C});
+    masked = c.node(Op::Mul, "model.memory.masked", {memory, c.image_constant("model.valid_mask", anchors.valid)});
   int out_memory = c.b.linear("model.enc_output.0", masked);
   out_memory = layer_norm(c, "model.enc_output.1", out_memory);
   const int enc_class = c.b.linear("model.enc_score_head", out_memory);  // [B, S, labels]
   if (c.shape(enc_class)[2] != cfg.num_labels)
     fail_input(kFamily, ": 'model.enc_score_head.weight' has ", c.shape(enc_class)[2], " classes, config num_labels is ",
                cfg.num_labels, " (", cfg.path, ")");
-  const int anchor_logits = c.batch_constant("model.anchors", anchors.logits);
+  const int anchor_logits = c.image_constant("model.anchors", anchors.logits);
   const int coord = c.node(Op::Add, "model.enc_bbox_head.anchors", {mlp(c, "model.enc_bbox_head", out_memory), anchor_logits});
   // top-k of the max class logit per anchor; the max is top_k with k = 1.
   const int best = c.g().add_node_multi(Op::TopK, "model.enc_class_max", {enc_class}, {{"k", int64_t{1}}, {"axis", int64_t{-1}}})[0];
@@ -127,7 +123,7 @@ void decoder(Ctx& c, const std::vector<int>& maps) {
   const int picked = c.node(Op::Gather, "model.reference_points", {coord, topk_ind}, {{"axis", int64_t{1}}});
   int h = c.node(Op::Gather, "model.target", {out_memory, topk_ind}, {{"axis", int64_t{1}}});
   int ref = c.b.act("model.decoder.reference_points.sigmoid", picked, Activation::Sigmoid);
-  keep_f32(c, {enc_class, best_rows, topk_ind, anchor_logits, coord, picked, ref});
+  keep_f32(c, {enc_class, best_rows, topk_ind, coord, picked, ref});  // the anchors: a constant only f32 nodes read
 
   // Decoder layers.
   const int64_t heads = cfg.decoder_heads, hd = C / heads, Q = cfg.num_queries;

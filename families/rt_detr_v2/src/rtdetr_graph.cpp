@@ -102,16 +102,10 @@ HostTensor sincos_2d(int64_t h, int64_t w, int64_t dim, double temperature) {
 
 }  // namespace
 
-int Ctx::batch_constant(const std::string& name, const HostTensor& c) {
-  // linear(ones [B,1,1], w [numel, 1]) = [B, 1, numel]: the constant per image.
-  const int64_t count = c.numel();
-  HostTensor w = c;
-  w.shape = {count, 1};
-  const int wv = b.graph().add_constant(name + ".value", std::move(w));
-  const int flat = node(Op::Linear, name, {ones, wv});
-  std::vector<int64_t> shape{-1};
-  shape.insert(shape.end(), c.shape.begin(), c.shape.end());
-  return reshape(name + ".reshape", flat, shape);
+int Ctx::image_constant(const std::string& name, const HostTensor& c) {
+  HostTensor one = c;
+  one.shape.insert(one.shape.begin(), 1);
+  return b.graph().add_constant(name, std::move(one));
 }
 
 // Multi-head self-attention as transformers' RTDetrV2SelfAttention: q, k from
@@ -135,8 +129,7 @@ std::map<std::string, std::vector<std::string>> quant_parts() {
   // brackets; kiln's graph has what the forward pass computes: the box head
   // of every layer, the class head of the last, the query position head per
   // layer). The convs are the built-in prefix parts (model.backbone,
-  // model.encoder, ...). The per-image constants (batch_constant: a linear of
-  // the [B, 1, 1] ones, 1 input feature) are in no part.
+  // model.encoder, ...).
   return {
       {"aifi", {"model.encoder.encoder.*.layers.*"}},                           // 6: q, k, v, out, fc1, fc2
       {"decoder_self", {"model.decoder.layers.*.self_attn.*_proj"}},            // 12
@@ -174,7 +167,7 @@ int aifi(Ctx& c, const std::string& p, int x) {
   const int64_t C = s[1], h = s[2], w = s[3];
   if (C % 4 != 0) fail_input(kFamily, ": encoder_hidden_dim ", C, " must divide by 4 (2-D sin-cos position embedding)");
   int t = c.transpose(p + ".tokens", c.reshape(p + ".flatten", x, {-1, C, h * w}), {0, 2, 1});
-  const int pos = c.batch_constant(p + ".position_embedding", sincos_2d(h, w, C, c.cfg.positional_encoding_temperature));
+  const int pos = c.image_constant(p + ".position_embedding", sincos_2d(h, w, C, c.cfg.positional_encoding_temperature));
   for (int j = 0; c.b.has(cat(p, ".layers.", j, ".fc1.weight")); ++j) t = encoder_layer(c, cat(p, ".layers.", j), t, pos);
   return c.reshape(p + ".unflatten", c.transpose(p + ".channels", t, {0, 2, 1}), {-1, C, h, w});
 }

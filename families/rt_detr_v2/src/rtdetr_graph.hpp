@@ -41,12 +41,10 @@ struct Config {
 };
 Config parse_config(const nlohmann::json& j, const std::string& path);
 
-// Shared state of one build: the layer builder and a [B, 1, 1] tensor of ones
-// (made once from the input) that broadcasts build-time constants over the batch.
+// Shared state of one build: the layer builder and the config.
 struct Ctx {
   LayerBuilder& b;
   const Config& cfg;
-  int ones = -1;  // [B, 1, 1]
   Graph& g() { return b.graph(); }
   const Shape& shape(int v) { return b.graph().values[v].shape; }
   int node(Op op, const std::string& name, const std::vector<int>& in, Attrs attrs = {}) {
@@ -58,8 +56,9 @@ struct Ctx {
   int transpose(const std::string& name, int x, std::vector<int64_t> perm) {
     return node(Op::Transpose, name, {x}, {{"perm", std::move(perm)}});
   }
-  // The constant c (no batch axis) repeated over the batch: [B, c.shape...].
-  int batch_constant(const std::string& name, const HostTensor& c);
+  // The constant c (no batch axis) as one image, [1, c.shape...]: add and mul
+  // repeat it over the batch (core/broadcast.hpp).
+  int image_constant(const std::string& name, const HostTensor& c);
 };
 
 // The linear groups of the published RT-DETR v2 FP8 study (FIELD-NOTES §4) as

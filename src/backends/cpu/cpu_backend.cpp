@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/cpu/kernels.hpp"
+#include "core/broadcast.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "ir/attrs.hpp"
@@ -156,9 +157,21 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       break;
     }
     case Op::Activation: activation(count, in(0), n.activation(), out); break;
-    case Op::Add: add(count, in(0), in(1), n.activation(), out); break;
+    case Op::Add:
     case Op::Mul:
-      if (g.values[n.inputs[1]].shape == xs) {
+      if (const Shape& bs = g.values[n.inputs[1]].shape; constants_[n.inputs[1]] && broadcasts_per_image(bs, xs)) {
+        // A constant repeated per image (core/broadcast.hpp): expanded once per run, image by image.
+        const std::vector<float> b = broadcast_one_image(std::vector<float>(in(1), in(1) + shape_numel(bs)), bs, xs);
+        const int64_t per = static_cast<int64_t>(b.size());
+        for (int64_t at = 0; at < count; at += per) {
+          if (n.op == Op::Add)
+            add(per, in(0) + at, b.data(), n.activation(), out + at);
+          else
+            for (int64_t i = 0; i < per; ++i) out[at + i] = in(0)[at + i] * b[static_cast<size_t>(i)];
+        }
+      } else if (n.op == Op::Add) {
+        add(count, in(0), in(1), n.activation(), out);
+      } else if (g.values[n.inputs[1]].shape == xs) {
         for (int64_t i = 0; i < count; ++i) out[i] = in(0)[i] * in(1)[i];
       } else {
         mul_channel(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), in(0), in(1), out);
@@ -244,16 +257,20 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       break;
     case Op::Quantize: quantize(count, in(0), quant_scales(out_v), out_v.dtype, out, pool); break;
     case Op::Dequantize: dequantize(count, in(0), quant_scales(g.values[n.inputs[0]]), out, pool); break;
-    case Op::Concat: {
-      if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU concat supports NCHW channel axis only");
-      const int64_t batch = xs[0], hw = xs[2] * xs[3], c_out = out_v.shape[1];
+    case Op::Concat: {  // row-major along any axis: `rows` rows, each the inputs' chunks side by side
+      int64_t axis = n.attr_int("axis");
+      if (axis < 0) axis += static_cast<int64_t>(out_v.shape.size());
+      int64_t rows = 1;
+      for (int64_t d = 0; d < axis; ++d) rows *= out_v.shape[static_cast<size_t>(d)];
+      if (rows == 0) break;
+      const int64_t row_out = count / rows;
       int64_t off = 0;
       for (size_t i = 0; i < n.inputs.size(); ++i) {
-        const int64_t c = g.values[n.inputs[i]].shape[1];
+        const int64_t chunk = shape_numel(g.values[n.inputs[i]].shape) / rows;
         if (!(views && views->parent[n.inputs[i]] == n.outputs[0]))  // in place: its producer wrote it here
-          for (int64_t b = 0; b < batch; ++b)
-            std::memcpy(out + (b * c_out + off) * hw, in(i) + b * c * hw, static_cast<size_t>(c * hw) * sizeof(float));
-        off += c;
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(out + r * row_out + off, in(i) + r * chunk, static_cast<size_t>(chunk) * sizeof(float));
+        off += chunk;
       }
       break;
     }

@@ -167,6 +167,8 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   f.live_until = f.se.live_until;
   plan_deform_inputs(g, f);  // RT-DETR's value/logits reshapes read in place (ms_deform_attn.cpp)
   plan_views_and_windows(m, g, plan, window, batch, f);
+  plan_token_rows(g, f);  // RT-DETR's token rows of NHWC maps and back: the same bytes (shape_ops.cpp)
+  plan_norm_adds(g, f);   // residual adds read by a layer_norm run inside it (norm.cpp)
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs

@@ -1,5 +1,6 @@
 // The CUDA lowering of the elementwise ops (kernels in elementwise.cu).
 #include "backends/cuda/lower.hpp"
+#include "core/broadcast.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -31,6 +32,38 @@ void lower_Activation(Lowering& L, size_t ni) {
   L.step(cat("activation ", activation_name(a)), [=](const Exec& x) { activation(ptr(x, in0), ptr(x, out), dt, count, a, x.stream); });
 }
 
+namespace {
+
+// A constant second operand (constants are uploaded row-major, lower.hpp) in
+// the first operand's stored layout and type, uploaded once per engine: as it
+// is when of equal shape, else one image of it repeated per image
+// (core/broadcast.hpp), which the kernels read at e modulo `period`. Empty
+// when the operand is not a constant.
+struct ConstOperand {
+  const void* at = nullptr;
+  int64_t period = 0;  // 0: equal shapes
+};
+ConstOperand const_operand(Lowering& L, const Node& n) {
+  const Value &a = L.g.values[n.inputs[0]], &b = L.g.values[n.inputs[1]];
+  if (!b.constant) return {};
+  const bool repeats = broadcasts_per_image(b.shape, a.shape);
+  if (!repeats && b.shape != a.shape) return {};
+  std::vector<float> v = repeats ? broadcast_one_image(b.constant->to_f32(), b.shape, a.shape) : b.constant->to_f32();
+  if (stored_nhwc(a)) {  // each image [C, H, W] -> [H, W, C]
+    const int64_t c = a.shape[1], hw = a.shape[2] * a.shape[3];
+    std::vector<float> t(v.size());
+    for (size_t at = 0; at < v.size(); at += static_cast<size_t>(c * hw))
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t p = 0; p < hw; ++p) t[at + static_cast<size_t>(p * c + ch)] = v[at + static_cast<size_t>(ch * hw + p)];
+    v.swap(t);
+  }
+  const int64_t count = static_cast<int64_t>(v.size());
+  const HostTensor h = HostTensor::from_f32_as(b.dtype, {count}, v);
+  return {L.engine_copy(n.name + "#operand", h.blob.data, h.nbytes()), repeats ? count : 0};
+}
+
+}  // namespace
+
 void lower_Add(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
   const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
@@ -40,6 +73,11 @@ void lower_Add(Lowering& L, size_t ni) {
   const int64_t count = shape_numel(ov.shape);
   const Activation a = n.activation();
   const ValuePtr ptr = L.ptr;
+  if (const ConstOperand b = const_operand(L, n); b.at) {
+    if (L.strided(in0) || L.strided(out)) fail_input(n.name, ": CUDA add of a constant on a channel view");
+    L.step("add", [=](const Exec& x) { add(ptr(x, in0), b.at, ptr(x, out), dt, count, a, x.stream, code, b.period); });
+    return;
+  }
   if (L.strided(in0) || L.strided(in1) || L.strided(out)) {
     const int c = as_int(ov.shape[1]);
     const int sa = L.strided(in0) ? L.pixel_stride(in0) : c, sb = L.strided(in1) ? L.pixel_stride(in1) : c;
@@ -57,11 +95,17 @@ void lower_Mul(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
   const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
   const Shape xs = L.g.values[in0].shape;
-  if (L.g.values[in1].shape == xs) fail_input(n.name, ": elementwise mul of equal shapes is not in the CUDA backend yet");
-  if (xs.size() != 4) fail_input(n.name, ": CUDA mul scales the channels of 4-D maps only, not rank ", xs.size());
   const DType dt = L.g.values[in0].dtype;
   const CodeOut code = code_out(L.g, out);
   const ValuePtr ptr = L.ptr;
+  const ConstOperand b = const_operand(L, n);
+  if (b.at || L.g.values[in1].shape == xs) {  // elementwise (activations stored alike), or a constant
+    if (L.strided(in0) || L.strided(in1) || L.strided(out)) fail_input(n.name, ": CUDA elementwise mul on a channel view");
+    const int64_t count = shape_numel(xs);
+    L.step("mul", [=](const Exec& x) { mul(ptr(x, in0), b.at ? b.at : ptr(x, in1), ptr(x, out), dt, count, x.stream, code, b.period); });
+    return;
+  }
+  if (xs.size() != 4) fail_input(n.name, ": CUDA mul scales the channels of 4-D maps only, not rank ", xs.size());
   L.step("mul_channel_nhwc", [=](const Exec& x) {
     mul_channel_nhwc(ptr(x, in0), ptr(x, in1), ptr(x, out), dt, as_int(xs[0]), as_int(xs[2] * xs[3]), as_int(xs[1]), x.stream,
                      code);

@@ -32,6 +32,15 @@ struct AddCodeOp {
     for (int k = 0; k < N; ++k) a[k] = __fmul_rn(act<A>(__fadd_rn(a[k], b[k])), inv_scale);
   }
 };
+// a * b in f32, times f32(1 / scale) when writing codes (1 otherwise: exact).
+struct MulOp {
+  float inv_scale;
+  template <int N>
+  __device__ void operator()(float (&a)[N], const float (&b)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) a[k] = __fmul_rn(__fmul_rn(a[k], b[k]), inv_scale);
+  }
+};
 template <Activation A, bool kFast>
 struct ActOp {
   template <int N>
@@ -43,22 +52,25 @@ struct ActOp {
 
 // y = op(a[, b]) over count elements: full V-packs first, then the scalar
 // tail. Pointers may alias (each element is read and written by one thread),
-// hence no __restrict__ and no read-only cache loads.
+// hence no __restrict__ and no read-only cache loads. b_period > 0: b holds
+// one image of b_period elements, read at e modulo b_period (a constant
+// repeated per image; a multiple of V on the vector path).
 template <typename Ti, typename To, int V, bool kBinary, typename Op>
-__global__ void map_kernel(const Ti* a, const Ti* b, To* y, int64_t count, Op op) {
+__global__ void map_kernel(const Ti* a, const Ti* b, To* y, int64_t count, int64_t b_period, Op op) {
   dev::enter_grid();
   const int64_t packs = count / V;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  auto b_at = [&](int64_t e) { return b + (b_period > 0 ? e % b_period : e); };
   for (int64_t i = tid; i < packs; i += 2 * stride) {
     const int64_t j = i + stride;
     const bool second = j < packs;
     float a0[V], b0[V], a1[V], b1[V];
     load_vec<Ti, V>(a + i * V, a0);
-    if constexpr (kBinary) load_vec<Ti, V>(b + i * V, b0);
+    if constexpr (kBinary) load_vec<Ti, V>(b_at(i * V), b0);
     if (second) {
       load_vec<Ti, V>(a + j * V, a1);
-      if constexpr (kBinary) load_vec<Ti, V>(b + j * V, b1);
+      if constexpr (kBinary) load_vec<Ti, V>(b_at(j * V), b1);
     }
     op(a0, b0);
     store_vec<To, V>(y + i * V, a0);
@@ -70,7 +82,7 @@ __global__ void map_kernel(const Ti* a, const Ti* b, To* y, int64_t count, Op op
   for (int64_t e = packs * V + tid; e < count; e += stride) {
     float s[1], t[1];
     load_vec<Ti, 1>(a + e, s);
-    if constexpr (kBinary) load_vec<Ti, 1>(b + e, t);
+    if constexpr (kBinary) load_vec<Ti, 1>(b_at(e), t);
     op(s, t);
     store_vec<To, 1>(y + e, s);
   }
@@ -82,20 +94,21 @@ struct CopyOp {
 };
 
 template <typename Ti, typename To, bool kBinary, typename Op>
-void launch_map(const void* a, const void* b, void* y, int64_t count, Op op, cudaStream_t stream, const char* name) {
+void launch_map(const void* a, const void* b, void* y, int64_t count, Op op, cudaStream_t stream, const char* name,
+                int64_t b_period = 0) {
   if (count <= 0) return;
   // The pack covers 16 bytes of the wider type so both sides stay vectorised.
   constexpr int kV = dev::kVec16Of<Ti, To>;
-  const bool vec = detail::aligned16(a) && detail::aligned16(y) && (!kBinary || detail::aligned16(b));
+  const bool vec = detail::aligned16(a) && detail::aligned16(y) && (!kBinary || detail::aligned16(b)) && b_period % kV == 0;
   const auto* ta = static_cast<const Ti*>(a);
   const auto* tb = static_cast<const Ti*>(b);
   auto* ty = static_cast<To*>(y);
   if (vec) {
     detail::launch(name, map_kernel<Ti, To, kV, kBinary, Op>, detail::grid_for(count / kV / 2 + 1), detail::kThreads, 0,
-        stream, ta, tb, ty, count, op);
+        stream, ta, tb, ty, count, b_period, op);
   } else {
     detail::launch(name, map_kernel<Ti, To, 1, kBinary, Op>, detail::grid_for(count / 2 + 1), detail::kThreads, 0, stream,
-        ta, tb, ty, count, op);
+        ta, tb, ty, count, b_period, op);
   }
 }
 
@@ -312,7 +325,7 @@ void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, 
 }
 
 void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act_kind, cudaStream_t stream,
-         const CodeOut& code) {
+         const CodeOut& code, int64_t b_period) {
   expect_code_activation(act_kind, code, "add");
   detail::dispatch_float_out(dt, code, "add", [&](auto t, auto o) {
     using T = decltype(t);
@@ -320,10 +333,19 @@ void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activat
     dispatch_out_act<To>(act_kind, [&](auto a_c) {
       constexpr Activation A = decltype(a_c)::value;
       if constexpr (dev::kIsCode<To>)
-        launch_map<T, To, true>(a, b, y, count, AddCodeOp<A>{code.inv_scale}, stream, "add");
+        launch_map<T, To, true>(a, b, y, count, AddCodeOp<A>{code.inv_scale}, stream, "add", b_period);
       else
-        launch_map<T, T, true>(a, b, y, count, AddOp<A, dev::kFastMath<T>>{}, stream, "add");
+        launch_map<T, T, true>(a, b, y, count, AddOp<A, dev::kFastMath<T>>{}, stream, "add", b_period);
     });
+  });
+}
+
+void mul(const void* a, const void* b, void* y, DType dt, int64_t count, cudaStream_t stream, const CodeOut& code,
+         int64_t b_period) {
+  detail::dispatch_float_out(dt, code, "mul", [&](auto t, auto o) {
+    using T = decltype(t);
+    using To = decltype(o);
+    launch_map<T, To, true>(a, b, y, count, MulOp{code.on() ? code.inv_scale : 1.f}, stream, "mul", b_period);
   });
 }
 

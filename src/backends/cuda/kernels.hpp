@@ -66,8 +66,13 @@ struct CodeOut {
 };
 
 // y = act(a + b); y may alias a or b (not when writing codes). Codes: act none or ReLU.
+// b_period > 0: b holds b_period elements read at e modulo b_period (a constant
+// repeated per image, core/broadcast.hpp).
 void add(const void* a, const void* b, void* y, DType dt, int64_t count, Activation act, cudaStream_t stream,
-         const CodeOut& code = {});
+         const CodeOut& code = {}, int64_t b_period = 0);
+// y = a * b, elementwise, b as add's; y may alias a.
+void mul(const void* a, const void* b, void* y, DType dt, int64_t count, cudaStream_t stream, const CodeOut& code = {},
+         int64_t b_period = 0);
 // The same on channel windows: rows = n*h*w pixels of c channels, each tensor
 // with its own pixel stride (elements from one pixel to the next, >= c).
 void add_strided_nhwc(const void* a, int a_stride, const void* b, int b_stride, void* y, int y_stride, int64_t rows, int c,
@@ -174,6 +179,12 @@ void se_mlp_scale(const void* g, const void* w1, const void* b1, const void* w2,
 inline constexpr int kMaxConcatInputs = 8;
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
                           cudaStream_t stream);
+// Row-major concat along any axis: each of y's `rows` rows (rows = the extents
+// before the axis multiplied) is the inputs' rows of chunk_bytes[k] bytes side by
+// side; up to kMaxConcatInputs inputs, one launch moving the widest word every
+// chunk and address allows (RT-DETR's memory: three levels' token rows).
+void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_bytes, void* y, int64_t rows,
+                 cudaStream_t stream);
 
 // A channel concat that writes codes (CodeOut): y[r, begin_k + i] =
 // encode(f32(xs[k][r * strides[k] + i] * inv_scale)), inputs of type xdt, each
@@ -222,9 +233,10 @@ void gather_rows(const void* x, const void* index, DType index_dt, void* y, size
                  int64_t extent, int64_t inner, int64_t k, int64_t* flag, cudaStream_t stream);
 
 // layer_norm over rows of c contiguous elements (norm.cu): statistics in f32,
-// weight/bias [c] in dt or null, one warp per row.
-void layer_norm_rows(const void* x, const void* weight, const void* bias, void* y, DType dt, int64_t rows, int c,
-                     float eps, cudaStream_t stream);
+// weight/bias [c] in dt or null, one warp per row. With x2 (not null, x's
+// shape) the rows are x + x2 rounded to dt first, as an add step stores them.
+void layer_norm_rows(const void* x, const void* x2, const void* weight, const void* bias, void* y, DType dt,
+                     int64_t rows, int c, float eps, cudaStream_t stream);
 // softmax of x seen as [outer, extent, inner] along extent (norm.cu), f32 math,
 // one warp per (outer, inner) row; inner == 1 is the contiguous fast case.
 void softmax_axis(const void* x, void* y, DType dt, int64_t outer, int64_t extent, int64_t inner, cudaStream_t stream);

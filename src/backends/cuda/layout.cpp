@@ -70,6 +70,28 @@ void lower_Concat(Lowering& L, size_t ni) {
   const int out = n.outputs[0];
   const Value& ov = g.values[out];
   const DType dt = ov.dtype;
+  if (!stored_nhwc(ov)) {  // row-major values (RT-DETR's token rows): along any axis, one launch
+    if (code_out(g, out).on()) fail_input(n.name, ": CUDA concat writes codes only as a channel concat of 4-D maps");
+    if (n.inputs.size() > size_t(kMaxConcatInputs))
+      fail_input(n.name, ": CUDA concat of row-major values takes up to ", kMaxConcatInputs, " inputs, not ", n.inputs.size());
+    int64_t axis = n.attr_int("axis");
+    if (axis < 0) axis += static_cast<int64_t>(ov.shape.size());
+    int64_t rows = 1;
+    for (int64_t d = 0; d < axis; ++d) rows *= ov.shape[static_cast<size_t>(d)];
+    std::vector<Operand> ins;
+    std::vector<int64_t> chunks;
+    for (int in : n.inputs) {
+      ins.push_back(operand(L, in));
+      chunks.push_back(rows ? shape_numel(g.values[in].shape) / rows * static_cast<int64_t>(dtype_size(dt)) : 0);
+    }
+    const ValuePtr ptr = L.ptr;
+    L.step("concat_rows", [=](const Exec& x) {
+      std::vector<const void*> srcs;
+      for (const Operand& in : ins) srcs.push_back(in(x));
+      concat_rows(srcs, chunks, ptr(x, out), rows, x.stream);
+    });
+    return;
+  }
   if (n.attr_int("axis") != 1 || ov.shape.size() != 4) fail_input(n.name, ": CUDA concat supports the channel axis of 4-D tensors");
   const int64_t rows = ov.shape[0] * ov.shape[2] * ov.shape[3];
   std::vector<int> ins = n.inputs, cs;

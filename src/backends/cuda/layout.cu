@@ -211,6 +211,45 @@ void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, c
   }
 }
 
+void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_bytes, void* y, int64_t rows,
+                 cudaStream_t stream) {
+  if (xs.size() != chunk_bytes.size() || xs.empty() || xs.size() > size_t(kMaxConcatInputs))
+    fail_runtime("cuda concat_rows: ", xs.size(), " inputs (1..", kMaxConcatInputs, "), ", chunk_bytes.size(), " chunk sizes");
+  // The widest word every chunk and address allows, as copy_channels_nhwc's rows.
+  uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(y));
+  int64_t y_bytes = 0;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    if (chunk_bytes[k] < 0) fail_runtime("cuda concat_rows: input ", k, " has a negative chunk");
+    bits |= uint64_t(reinterpret_cast<uintptr_t>(xs[k])) | uint64_t(chunk_bytes[k]);
+    y_bytes += chunk_bytes[k];
+  }
+  if (rows <= 0 || y_bytes <= 0) return;
+  const int word = bits % 16 == 0 ? 16 : bits % 8 == 0 ? 8 : bits % 4 == 0 ? 4 : bits % 2 == 0 ? 2 : 1;
+  if (y_bytes / word > int64_t(0x7fffffff)) fail_runtime("cuda concat_rows: rows of ", y_bytes, " bytes (at most 2^31 words)");
+  ConcatArgs a{};
+  a.n = int(xs.size());
+  for (int k = 0, begin = 0; k < a.n; ++k) {
+    a.x[k] = xs[k];
+    a.c[k] = int(chunk_bytes[k] / word);
+    a.begin[k] = begin;
+    begin += a.c[k];
+  }
+  const int y_c = int(y_bytes / word);
+  const int64_t total = rows * y_c;
+  auto go = [&](auto w) {
+    using Word = decltype(w);
+    detail::launch("concat_rows", concat_kernel<Word>, detail::grid_for(total), detail::kThreads, 0, stream, a,
+        static_cast<Word*>(y), y_c, total);
+  };
+  switch (word) {
+    case 16: go(uint4{}); break;
+    case 8: go(uint2{}); break;
+    case 4: go(uint32_t{}); break;
+    case 2: go(uint16_t{}); break;
+    default: go(uint8_t{}); break;
+  }
+}
+
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
                           cudaStream_t stream) {
   if (xs.size() != cs.size() || xs.empty()) fail_runtime("cuda concat_channels_nhwc: ", xs.size(), " inputs, ", cs.size(), " channel counts");

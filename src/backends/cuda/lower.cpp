@@ -29,6 +29,14 @@ const void* Lowering::engine_buffer(const std::string& key, const std::function<
   return it->second.get();
 }
 
+const void* Lowering::engine_copy(const std::string& key, const void* data, size_t bytes) {
+  return engine_buffer(key, [&] {
+    DeviceBuffer b(bytes);
+    KILN_CUDA_CHECK(cudaMemcpy(b.get(), data, bytes, cudaMemcpyHostToDevice));
+    return b;
+  });
+}
+
 // Ops of ops.def the CUDA backend does not lower yet: refused naming the
 // node. The op harness keeps the same list (kNotLoweredOnCuda in
 // tests/ops/op_harness.hpp) and checks this file declares exactly those.

@@ -44,6 +44,7 @@ struct GraphFacts {
   std::vector<char> split_done;   // slices copied by the first slice of their run
   std::vector<int> alias;         // value -> the value whose bytes it shares (-1: its own)
   std::map<int, int> live_until;  // value -> the last node index whose step reads it
+  std::map<size_t, size_t> norm_adds;  // layer_norm node -> the add it reads through (fused away, plan_norm_adds)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -115,6 +116,8 @@ struct Lowering {
   void record(const std::string& node, const std::string& tactic, float us = -1.f);
   // A per-engine device buffer (re-laid-out weights ...) made once under `key`.
   const void* engine_buffer(const std::string& key, const std::function<DeviceBuffer()>& make);
+  // engine_buffer holding a copy of `bytes` host bytes.
+  const void* engine_copy(const std::string& key, const void* data, size_t bytes);
   std::string node_name;  // the node being lowered
   // Grows the per-context workspace to at least `bytes` (steps use it one at a time).
   void reserve_workspace(size_t bytes) { p.workspace_bytes = std::max(p.workspace_bytes, bytes); }
@@ -213,6 +216,18 @@ std::string lowering_refusal(const Graph& g);
 // output aliases its input, so the kernel reads the row-major bytes in place
 // (ms_deform_attn.cpp). Called by plan_fusions, not for dense graphs.
 void plan_deform_inputs(const Graph& g, GraphFacts& f);
+// Token rows of a map: transpose(reshape(x, [N, C, H*W]), [0, 2, 1]) with x a
+// 4-D map stored NHWC is [N, H*W, C] row-major, x's own bytes: both nodes are
+// fused away and the tokens alias x (shape_ops.cpp; RT-DETR's encoder input
+// and decoder memory). Called by plan_fusions, not for dense graphs.
+void plan_token_rows(const Graph& g, GraphFacts& f);
+
+// A residual add read only by a layer_norm (RT-DETR's post-norm "LN(x + f(x))",
+// 11 in r18vd) runs inside the layer norm's launch: the add is fused away and
+// the layer norm reads both operands (norm.cpp; layer_norm_rows' x2). Taken
+// for adds of two row-major activations of the layer norm's shape and type,
+// no activation, no codes, the sum no engine output and no channel view.
+void plan_norm_adds(const Graph& g, GraphFacts& f);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);

@@ -26,25 +26,35 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// x2 (null or rows x c): the row is x + x2 as the add step stores it (the sum
+// in f32, rounded once to T), so a residual add fused in here (plan_norm_adds)
+// gives the bits the add step and the layer norm would.
 template <typename T>
-__global__ void layer_norm_kernel(const T* x, const T* weight, const T* bias, T* y, int64_t rows, int c, float eps) {
+__device__ __forceinline__ float row_at(const T* xr, const T* x2r, int i) {
+  return x2r ? to_f32(from_f32<T>(to_f32(xr[i]) + to_f32(x2r[i]))) : to_f32(xr[i]);
+}
+
+template <typename T>
+__global__ void layer_norm_kernel(const T* x, const T* x2, const T* weight, const T* bias, T* y, int64_t rows, int c,
+                                  float eps) {
   dev::enter_grid();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (row >= rows) return;
   const T* xr = x + row * c;
+  const T* x2r = x2 ? x2 + row * c : nullptr;
   float s = 0.f;
-  for (int i = lane; i < c; i += 32) s += to_f32(xr[i]);
+  for (int i = lane; i < c; i += 32) s += row_at(xr, x2r, i);
   const float mean = warp_sum(s) / float(c);
   float q = 0.f;
   for (int i = lane; i < c; i += 32) {
-    const float d = to_f32(xr[i]) - mean;
+    const float d = row_at(xr, x2r, i) - mean;
     q += d * d;
   }
   const float inv = 1.f / sqrtf(warp_sum(q) / float(c) + eps);  // biased variance
   T* yr = y + row * c;
   for (int i = lane; i < c; i += 32) {
-    float v = (to_f32(xr[i]) - mean) * inv;
+    float v = (row_at(xr, x2r, i) - mean) * inv;
     if (weight) v *= to_f32(weight[i]);
     if (bias) v += to_f32(bias[i]);
     yr[i] = from_f32<T>(v);
@@ -76,14 +86,14 @@ int blocks_for_rows(int64_t rows) {
 
 }  // namespace
 
-void layer_norm_rows(const void* x, const void* weight, const void* bias, void* y, DType dt, int64_t rows, int c,
-                     float eps, cudaStream_t stream) {
+void layer_norm_rows(const void* x, const void* x2, const void* weight, const void* bias, void* y, DType dt,
+                     int64_t rows, int c, float eps, cudaStream_t stream) {
   if (rows <= 0 || c <= 0) return;
   detail::dispatch_float(dt, "layer_norm", [&](auto t) {
     using T = decltype(t);
     detail::launch("layer_norm", layer_norm_kernel<T>, blocks_for_rows(rows), kRowsPerBlock * 32, 0, stream,
-                   static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
-                   rows, c, eps);
+                   static_cast<const T*>(x), static_cast<const T*>(x2), static_cast<const T*>(weight),
+                   static_cast<const T*>(bias), static_cast<T*>(y), rows, c, eps);
   });
 }
 

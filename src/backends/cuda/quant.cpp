@@ -62,19 +62,11 @@ ScaleWalk scale_walk(const Value& v) {
 }
 
 const float* device_f32(Lowering& L, const std::string& key, const std::vector<float>& v) {
-  return static_cast<const float*>(L.engine_buffer(key, [&] {
-    DeviceBuffer b(v.size() * sizeof(float));
-    KILN_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-    return b;
-  }));
+  return static_cast<const float*>(L.engine_copy(key, v.data(), v.size() * sizeof(float)));
 }
 
 const void* device_bytes(Lowering& L, const std::string& key, const std::vector<uint8_t>& v) {
-  return L.engine_buffer(key, [&] {
-    DeviceBuffer b(v.size());
-    KILN_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size(), cudaMemcpyHostToDevice));
-    return b;
-  });
+  return L.engine_copy(key, v.data(), v.size());
 }
 
 // The epilogue constants of quantized layer n: quant::layer_epilogue's, the

@@ -7,6 +7,7 @@
 // stored order whatever they are (NHWC for 4-D floats, row-major otherwise);
 // reshape is a byte alias when both sides are row-major (planned in
 // cuda_program.cpp), else one or two strided copies through row-major order.
+#include <algorithm>
 #include <numeric>
 
 #include "backends/cuda/cuda_check.hpp"
@@ -86,6 +87,41 @@ std::string RowMajorIo::kernel(const std::string& name) const {
   for (const auto* side : {&ins_, &outs_})
     for (const Io& io : *side) n += io.nhwc;
   return n ? cat(name, " +", n, " nhwc relayout", n > 1 ? "s" : "") : name;
+}
+
+void plan_token_rows(const Graph& g, GraphFacts& f) {
+  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+  // The one reader of v, when it is op `op` and v is no graph output (else -1).
+  auto only_reader = [&](int v, Op op) {
+    const auto readers = g.consumers(v);
+    return readers.size() == 1 && g.nodes[readers[0]].op == op && !is_output(v) ? static_cast<int>(readers[0]) : -1;
+  };
+  auto swaps_last_two = [&](const Node& t) { return t.attr_ints("perm") == std::vector<int64_t>{0, 2, 1}; };
+  auto flat = [](const Shape& m) { return Shape{m[0], m[1], m[2] * m[3]}; };  // [N, C, H*W] of a map
+  auto plain = [&](int v) { return !g.values[v].constant && !(f.use_views && f.cv.is_view(v)); };
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (n.op != Op::Reshape || f.fused_away[ni]) continue;
+    const int x = n.inputs[0], r = n.outputs[0];
+    const Value &xv = g.values[x], &rv = g.values[r];
+    if (!plain(x)) continue;
+    if (stored_nhwc(xv) && rv.shape == flat(xv.shape)) {  // map -> tokens: reshape, then transpose
+      const int ti = only_reader(r, Op::Transpose);
+      if (ti < 0 || !swaps_last_two(g.nodes[ti])) continue;
+      f.fused_away[ni] = 1, f.fused_away[static_cast<size_t>(ti)] = 1;
+      f.alias[r] = x;  // never read: no bytes of its own
+      f.alias[g.nodes[ti].outputs[0]] = x;
+    } else if (stored_nhwc(rv) && n.op == Op::Reshape && xv.producer >= 0) {  // tokens -> map: transpose, then reshape
+      const Node& t = g.nodes[xv.producer];
+      const int tokens = t.inputs[0];
+      if (t.op != Op::Transpose || !swaps_last_two(t) || xv.shape != flat(rv.shape) || only_reader(x, Op::Reshape) < 0 ||
+          stored_nhwc(g.values[tokens]) || !plain(tokens))
+        continue;
+      f.fused_away[ni] = 1, f.fused_away[static_cast<size_t>(xv.producer)] = 1;
+      f.alias[x] = tokens;
+      f.alias[r] = tokens;
+    }
+  }
 }
 
 void lower_Transpose(Lowering& L, size_t ni) {
