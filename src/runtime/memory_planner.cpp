@@ -23,7 +23,7 @@ std::vector<int> roots(const Graph& g, const std::function<int(int)>& alias_of) 
 }  // namespace
 
 std::vector<Lifetime> value_lifetimes(const Graph& g, const std::function<int(int)>& alias_of,
-                                      const std::map<int, int>& live_until) {
+                                      const std::map<int, int>& live_until, const std::map<int, int>& live_from) {
   const int nv = static_cast<int>(g.values.size());
   const std::vector<int> root = roots(g, alias_of);
   const int end = static_cast<int>(g.nodes.size());
@@ -42,6 +42,7 @@ std::vector<Lifetime> value_lifetimes(const Graph& g, const std::function<int(in
     for (int in : g.nodes[i].inputs) life[root[in]].last = std::max(life[root[in]].last, i);
   for (int o : g.outputs) life[root[o]].last = end;
   for (const auto& [v, until] : live_until) life[root[v]].last = std::max(life[root[v]].last, until);
+  for (const auto& [v, from] : live_from) life[root[v]].first = std::min(life[root[v]].first, from);
   for (int v = 0; v < nv; ++v) {
     if (g.values[v].constant) life[v] = Lifetime{};
     else if (root[v] != v) life[v] = life[root[v]];
@@ -51,10 +52,10 @@ std::vector<Lifetime> value_lifetimes(const Graph& g, const std::function<int(in
 
 MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
                                   const std::function<int(int)>& alias_of, size_t alignment,
-                                  const std::map<int, int>& live_until) {
+                                  const std::map<int, int>& live_until, const std::map<int, int>& live_from) {
   const int nv = static_cast<int>(g.values.size());
   const std::vector<int> root = roots(g, alias_of);
-  const std::vector<Lifetime> life = value_lifetimes(g, alias_of, live_until);
+  const std::vector<Lifetime> life = value_lifetimes(g, alias_of, live_until, live_from);
   struct Item {
     int value;
     size_t bytes;

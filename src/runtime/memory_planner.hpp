@@ -30,9 +30,10 @@ struct Lifetime {
 
 // Per value id: the lifetime of the buffer holding it (a view's is its
 // root's, covering every view's writes and reads); constants get {0, -1}.
-// alias_of and live_until as for plan_memory_with_views.
+// alias_of, live_until and live_from as for plan_memory_with_views.
 std::vector<Lifetime> value_lifetimes(const Graph& g, const std::function<int(int)>& alias_of,
-                                      const std::map<int, int>& live_until = {});
+                                      const std::map<int, int>& live_until = {},
+                                      const std::map<int, int>& live_from = {});
 
 // bytes_of gives the storage size of a non-constant value (backends store
 // activations differently: the CPU backend keeps f32 even for f16 graphs).
@@ -43,9 +44,12 @@ MemoryPlan plan_memory(const Graph& g, const std::function<size_t(const Value&)>
 // any of its views is read.
 // `live_until` (value -> node index) keeps a value alive through a later
 // node than its last reader, for backends that fuse nodes and read an input
-// at a later step.
+// at a later step; `live_from` (value -> node index) makes a value's buffer
+// live from an earlier node than its producer, for a fused step that writes
+// it early (the CUDA box refinement writes its cast's output).
 MemoryPlan plan_memory_with_views(const Graph& g, const std::function<size_t(const Value&)>& bytes_of,
                                   const std::function<int(int)>& alias_of, size_t alignment = 64,
-                                  const std::map<int, int>& live_until = {});
+                                  const std::map<int, int>& live_until = {},
+                                  const std::map<int, int>& live_from = {});
 
 }  // namespace kiln

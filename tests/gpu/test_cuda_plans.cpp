@@ -8,7 +8,8 @@
 // - the per-thread PDL default that engine contexts set per batch size;
 // - RT-DETR's ms_deform_attn inputs read in place (plan_deform_inputs) and its
 //   feature maps and token rows sharing bytes (plan_token_rows), and its
-//   residual adds inside their layer norms (plan_norm_adds).
+//   residual and position adds inside their layer norms (plan_norm_adds) and box
+//   refinements as one launch (plan_box_refines).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -318,6 +319,35 @@ TEST(LayoutAssignment, FlattenAliasesOnlyWhereBytesAgree) {
   }
 }
 
+// Calls f(name, dt, graph) for every RT-DETR v2 fixture in f32 and f16, the
+// graph shaped as CUDA builds shape it.
+template <typename F>
+void for_each_rtdetr_graph(F&& f) {
+  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
+  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
+    for (DType dt : {DType::F32, DType::F16}) {
+      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
+      f(name, dt, g);
+    }
+}
+
+// The facts of g after one plan function alone (nothing fused before it).
+GraphFacts planned(const Graph& g, void (*plan)(const Graph&, GraphFacts&)) {
+  GraphFacts f;
+  f.fused_away.assign(g.nodes.size(), 0);
+  f.folded_cast.assign(g.nodes.size(), 0);
+  f.alias.assign(g.values.size(), -1);
+  plan(g, f);
+  return f;
+}
+
+// The first node of op `op` whose name ends with `suffix` (null when none).
+const Node* first_node(const Graph& g, Op op, const std::string& suffix) {
+  for (const Node& n : g.nodes)
+    if (n.op == op && n.name.ends_with(suffix)) return &n;
+  return nullptr;
+}
+
 // RT-DETR v2 on CUDA (ms_deform_attn.cpp, plan_deform_inputs): in every
 // fixture, f32 and f16 as CUDA builds shape it, each ms_deform_attn reads its
 // value and logits (4-D, stored NHWC by the layout rule) as the row-major
@@ -325,45 +355,36 @@ TEST(LayoutAssignment, FlattenAliasesOnlyWhereBytesAgree) {
 // alias their inputs. A reshaped value that is also an engine output stays
 // stored (NHWC) and is read through the workspace.
 TEST(DeformPlan, RtDetrValueAndLogitsAreReadInPlace) {
-  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
-  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
-    for (DType dt : {DType::F32, DType::F16}) {
-      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
-      auto facts = [&] {
-        GraphFacts f;
-        f.fused_away.assign(g.nodes.size(), 0);
-        f.alias.assign(g.values.size(), -1);
-        plan_deform_inputs(g, f);
-        return f;
-      };
-      const GraphFacts f = facts();
-      int deform = 0;
-      for (const Node& n : g.nodes) {
-        if (n.op != Op::MsDeformAttn) continue;
-        ++deform;
-        for (int v : {n.inputs[0], n.inputs[3]}) {
-          const int pr = g.values[v].producer;
-          ASSERT_GE(pr, 0) << n.name;
-          EXPECT_EQ(g.nodes[pr].op, Op::Reshape) << n.name;
-          EXPECT_TRUE(f.fused_away[pr]) << g.nodes[pr].name;
-          EXPECT_EQ(f.alias[v], g.nodes[pr].inputs[0]) << g.nodes[pr].name;
-          EXPECT_FALSE(stored_nhwc(g.values[g.nodes[pr].inputs[0]])) << g.nodes[pr].name;
-        }
-        EXPECT_EQ(f.alias[n.inputs[1]], -1) << n.name;  // ref and offsets are not touched
-        EXPECT_EQ(f.alias[n.inputs[2]], -1) << n.name;
+  for_each_rtdetr_graph([](const std::string& name, DType, Graph& g) {
+    auto facts = [&] { return planned(g, plan_deform_inputs); };
+    const GraphFacts f = facts();
+    int deform = 0;
+    for (const Node& n : g.nodes) {
+      if (n.op != Op::MsDeformAttn) continue;
+      ++deform;
+      for (int v : {n.inputs[0], n.inputs[3]}) {
+        const int pr = g.values[v].producer;
+        ASSERT_GE(pr, 0) << n.name;
+        EXPECT_EQ(g.nodes[pr].op, Op::Reshape) << n.name;
+        EXPECT_TRUE(f.fused_away[pr]) << g.nodes[pr].name;
+        EXPECT_EQ(f.alias[v], g.nodes[pr].inputs[0]) << g.nodes[pr].name;
+        EXPECT_FALSE(stored_nhwc(g.values[g.nodes[pr].inputs[0]])) << g.nodes[pr].name;
       }
-      EXPECT_EQ(std::count(f.fused_away.begin(), f.fused_away.end(), 1), 2 * deform) << name;
-      EXPECT_GT(deform, 0) << name;
-      // The first layer's value also an engine output: not fused.
-      const Node* core = g.find_node("model.decoder.layers.0.encoder_attn.core");
-      ASSERT_NE(core, nullptr);
-      const int value = core->inputs[0];
-      g.mark_output(value);
-      const GraphFacts f2 = facts();
-      EXPECT_FALSE(f2.fused_away[g.values[value].producer]) << name;
-      EXPECT_EQ(f2.alias[value], -1) << name;
-      EXPECT_TRUE(f2.fused_away[g.values[core->inputs[3]].producer]) << name;  // logits still read in place
+      EXPECT_EQ(f.alias[n.inputs[1]], -1) << n.name;  // ref and offsets are not touched
+      EXPECT_EQ(f.alias[n.inputs[2]], -1) << n.name;
     }
+    EXPECT_EQ(std::count(f.fused_away.begin(), f.fused_away.end(), 1), 2 * deform) << name;
+    EXPECT_GT(deform, 0) << name;
+    // The first layer's value also an engine output: not fused.
+    const Node* core = g.find_node("model.decoder.layers.0.encoder_attn.core");
+    ASSERT_NE(core, nullptr);
+    const int value = core->inputs[0];
+    g.mark_output(value);
+    const GraphFacts f2 = facts();
+    EXPECT_FALSE(f2.fused_away[g.values[value].producer]) << name;
+    EXPECT_EQ(f2.alias[value], -1) << name;
+    EXPECT_TRUE(f2.fused_away[g.values[core->inputs[3]].producer]) << name;  // logits still read in place
+  });
 }
 
 // RT-DETR v2 on CUDA (shape_ops.cpp, plan_token_rows): a feature map turned
@@ -373,107 +394,143 @@ TEST(DeformPlan, RtDetrValueAndLogitsAreReadInPlace) {
 // pair are fused away and alias their source; a pair whose intermediate value
 // is an engine output is left alone.
 TEST(TokenRowsPlan, RtDetrMapsAndTokensShareBytes) {
-  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
-  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
-    for (DType dt : {DType::F32, DType::F16}) {
-      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
-      auto facts = [&] {
-        GraphFacts f;
-        f.fused_away.assign(g.nodes.size(), 0);
-        f.alias.assign(g.values.size(), -1);
-        plan_token_rows(g, f);
-        return f;
-      };
-      const GraphFacts f = facts();
-      auto fused = [&](const GraphFacts& ff, const std::string& node) {
-        const Node* n = g.find_node(node);
-        EXPECT_NE(n, nullptr) << node;
-        return n != nullptr && ff.fused_away[static_cast<size_t>(n - g.nodes.data())] != 0;
-      };
-      auto out = [&](const std::string& node) { return g.find_node(node)->outputs[0]; };
-      auto in = [&](const std::string& node) { return g.find_node(node)->inputs[0]; };
-      int pairs = 0;
-      for (const Node& n : g.nodes) {
-        if (n.op != Op::Transpose || !n.name.ends_with(".tokens")) continue;
-        const std::string p = n.name.substr(0, n.name.size() - 7);  // map -> tokens
-        EXPECT_TRUE(fused(f, p + ".flatten")) << name << " " << p;
-        EXPECT_TRUE(fused(f, p + ".tokens")) << name << " " << p;
-        EXPECT_EQ(f.alias[out(p + ".tokens")], in(p + ".flatten")) << name << " " << p;
-        EXPECT_TRUE(stored_nhwc(g.values[in(p + ".flatten")])) << p;
-        ++pairs;
-      }
-      for (const Node& n : g.nodes) {
-        if (n.op != Op::Reshape || !n.name.ends_with(".unflatten")) continue;
-        const std::string p = n.name.substr(0, n.name.size() - 10);  // tokens -> map
-        EXPECT_TRUE(fused(f, p + ".channels")) << name << " " << p;
-        EXPECT_TRUE(fused(f, p + ".unflatten")) << name << " " << p;
-        EXPECT_EQ(f.alias[out(p + ".unflatten")], in(p + ".channels")) << name << " " << p;
-        ++pairs;
-      }
-      EXPECT_EQ(pairs, 5) << name;  // AIFI in and out, three decoder input levels
-      EXPECT_EQ(std::count(f.fused_away.begin(), f.fused_away.end(), 1), 2 * pairs) << name;
-      // An intermediate [N, C, HW] value that is also an engine output: that pair stays.
-      const Node* first = nullptr;
-      for (const Node& n : g.nodes)
-        if (n.op == Op::Reshape && n.name.ends_with(".flatten")) {
-          first = &n;
-          break;
-        }
-      ASSERT_NE(first, nullptr);
-      const std::string p = first->name.substr(0, first->name.size() - 8);
-      g.mark_output(first->outputs[0]);
-      const GraphFacts f2 = facts();
-      EXPECT_FALSE(fused(f2, p + ".flatten")) << name;
-      EXPECT_FALSE(fused(f2, p + ".tokens")) << name;
-      EXPECT_EQ(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1), 2 * pairs - 2) << name;
+  for_each_rtdetr_graph([](const std::string& name, DType, Graph& g) {
+    auto facts = [&] { return planned(g, plan_token_rows); };
+    const GraphFacts f = facts();
+    auto fused = [&](const GraphFacts& ff, const std::string& node) {
+      const Node* n = g.find_node(node);
+      EXPECT_NE(n, nullptr) << node;
+      return n != nullptr && ff.fused_away[static_cast<size_t>(n - g.nodes.data())] != 0;
+    };
+    auto out = [&](const std::string& node) { return g.find_node(node)->outputs[0]; };
+    auto in = [&](const std::string& node) { return g.find_node(node)->inputs[0]; };
+    int pairs = 0;
+    for (const Node& n : g.nodes) {
+      if (n.op != Op::Transpose || !n.name.ends_with(".tokens")) continue;
+      const std::string p = n.name.substr(0, n.name.size() - 7);  // map -> tokens
+      EXPECT_TRUE(fused(f, p + ".flatten")) << name << " " << p;
+      EXPECT_TRUE(fused(f, p + ".tokens")) << name << " " << p;
+      EXPECT_EQ(f.alias[out(p + ".tokens")], in(p + ".flatten")) << name << " " << p;
+      EXPECT_TRUE(stored_nhwc(g.values[in(p + ".flatten")])) << p;
+      ++pairs;
     }
+    for (const Node& n : g.nodes) {
+      if (n.op != Op::Reshape || !n.name.ends_with(".unflatten")) continue;
+      const std::string p = n.name.substr(0, n.name.size() - 10);  // tokens -> map
+      EXPECT_TRUE(fused(f, p + ".channels")) << name << " " << p;
+      EXPECT_TRUE(fused(f, p + ".unflatten")) << name << " " << p;
+      EXPECT_EQ(f.alias[out(p + ".unflatten")], in(p + ".channels")) << name << " " << p;
+      ++pairs;
+    }
+    EXPECT_EQ(pairs, 5) << name;  // AIFI in and out, three decoder input levels
+    EXPECT_EQ(std::count(f.fused_away.begin(), f.fused_away.end(), 1), 2 * pairs) << name;
+    // An intermediate [N, C, HW] value that is also an engine output: that pair stays.
+    const Node* first = first_node(g, Op::Reshape, ".flatten");
+    ASSERT_NE(first, nullptr);
+    const std::string p = first->name.substr(0, first->name.size() - 8);
+    g.mark_output(first->outputs[0]);
+    const GraphFacts f2 = facts();
+    EXPECT_FALSE(fused(f2, p + ".flatten")) << name;
+    EXPECT_FALSE(fused(f2, p + ".tokens")) << name;
+    EXPECT_EQ(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1), 2 * pairs - 2) << name;
+  });
 }
 
 // RT-DETR v2 on CUDA (norm.cpp, plan_norm_adds): every post-norm residual
 // add (the encoder's and each decoder layer's `*.residual`) runs inside the
-// layer norm that reads it, and lives until that layer norm's step; a sum that
-// is also an engine output keeps its own launch.
-TEST(NormAddPlan, RtDetrResidualsRunInsideTheirLayerNorms) {
-  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
-  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
-    for (DType dt : {DType::F32, DType::F16}) {
-      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
-      auto facts = [&] {
-        GraphFacts f;
-        f.fused_away.assign(g.nodes.size(), 0);
-        f.alias.assign(g.values.size(), -1);
-        plan_norm_adds(g, f);
-        return f;
-      };
-      const GraphFacts f = facts();
-      size_t residuals = 0;
-      for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-        const Node& n = g.nodes[ni];
-        if (n.op != Op::Add || !n.name.ends_with(".residual")) continue;
+// layer norm that reads it, and lives until that layer norm's step; each
+// decoder layer's `encoder_attn.pos_add` (the self-attention's layer norm
+// output + the query position, computed before it) is written by that layer
+// norm's launch, its buffer live from there. A residual sum that is also an
+// engine output keeps its own launch; the self-attention's pos_add reads a
+// position computed after the previous layer's norm and stays.
+TEST(NormAddPlan, RtDetrResidualsAndPositionsRunInsideTheirLayerNorms) {
+  for_each_rtdetr_graph([](const std::string& name, DType, Graph& g) {
+    auto facts = [&] { return planned(g, plan_norm_adds); };
+    const GraphFacts f = facts();
+    size_t residuals = 0, positions = 0;
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+      const Node& n = g.nodes[ni];
+      if (n.op != Op::Add) continue;
+      if (n.name.ends_with(".residual")) {
         ++residuals;
         EXPECT_TRUE(f.fused_away[ni]) << name << " " << n.name;
         const auto readers = g.consumers(n.outputs[0]);
         ASSERT_EQ(readers.size(), 1u) << n.name;
         EXPECT_EQ(g.nodes[readers[0]].op, Op::LayerNorm) << n.name;
         ASSERT_EQ(f.norm_adds.count(readers[0]), 1u) << n.name;
-        EXPECT_EQ(f.norm_adds.at(readers[0]), ni) << n.name;
+        EXPECT_EQ(f.norm_adds.at(readers[0]).residual, ni) << n.name;
         for (int in : n.inputs) EXPECT_GE(f.live_until.at(in), static_cast<int>(readers[0])) << n.name;
+      } else if (n.name.starts_with("model.decoder.layers.") && n.name.ends_with(".encoder_attn.pos_add")) {
+        ++positions;
+        EXPECT_TRUE(f.fused_away[ni]) << name << " " << n.name;
+        const int norm = g.values[n.inputs[0]].producer;
+        ASSERT_GE(norm, 0) << n.name;
+        EXPECT_EQ(g.nodes[norm].op, Op::LayerNorm) << n.name;
+        ASSERT_EQ(f.norm_adds.count(norm), 1u) << n.name;
+        EXPECT_EQ(f.norm_adds.at(norm).pos, ni) << n.name;
+        EXPECT_EQ(f.norm_adds.at(norm).pos_value, n.inputs[1]) << n.name;
+        EXPECT_EQ(f.live_from.at(n.outputs[0]), norm) << n.name;
+      } else {
+        EXPECT_FALSE(f.fused_away[ni]) << name << " " << n.name;  // AIFI's constant, the self-attention's
       }
-      EXPECT_GE(residuals, 5u) << name;  // AIFI's two, three per decoder layer
-      EXPECT_EQ(f.norm_adds.size(), residuals) << name;
-      EXPECT_EQ(static_cast<size_t>(std::count(f.fused_away.begin(), f.fused_away.end(), 1)), residuals) << name;
-      const Node* first = nullptr;
-      for (const Node& n : g.nodes)
-        if (n.op == Op::Add && n.name.ends_with(".residual")) {
-          first = &n;
-          break;
-        }
-      ASSERT_NE(first, nullptr);
-      g.mark_output(first->outputs[0]);
-      const GraphFacts f2 = facts();
-      EXPECT_FALSE(f2.fused_away[static_cast<size_t>(first - g.nodes.data())]) << name;
-      EXPECT_EQ(f2.norm_adds.size(), residuals - 1) << name;
     }
+    EXPECT_GE(residuals, 5u) << name;  // AIFI's two, three per decoder layer
+    EXPECT_GE(positions, 1u) << name;  // one per decoder layer
+    EXPECT_EQ(static_cast<size_t>(std::count(f.fused_away.begin(), f.fused_away.end(), 1)), residuals + positions) << name;
+    const Node* first = first_node(g, Op::Add, ".residual");
+    ASSERT_NE(first, nullptr);
+    g.mark_output(first->outputs[0]);
+    const GraphFacts f2 = facts();
+    EXPECT_FALSE(f2.fused_away[static_cast<size_t>(first - g.nodes.data())]) << name;
+    EXPECT_EQ(static_cast<size_t>(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1)), residuals + positions - 1)
+        << name;
+  });
+}
+
+// RT-DETR v2 on CUDA (elementwise.cpp, plan_box_refines): each decoder
+// layer's box refinement (`bbox_embed.<i>.add`) takes in its inverse_sigmoid,
+// and in 16-bit graphs the cast that widens the delta and the cast that
+// narrows the new reference for the next layer (none after the last layer);
+// the narrowed value's buffer lives from the add's step.
+TEST(BoxRefinePlan, RtDetrRefinementsAreOneLaunchEach) {
+  for_each_rtdetr_graph([](const std::string& name, DType dt, Graph& g) {
+    const GraphFacts f = planned(g, plan_box_refines);
+    size_t layers = 0, narrowed = 0;
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+      const Node& n = g.nodes[ni];
+      if (n.op != Op::Add || !n.name.starts_with("model.decoder.bbox_embed.")) continue;
+      ++layers;
+      ASSERT_EQ(f.box_refines.count(ni), 1u) << name << " " << n.name;
+      const BoxRefine& r = f.box_refines.at(ni);
+      ASSERT_NE(r.inverse, kNoNode) << n.name;
+      EXPECT_EQ(g.nodes[r.inverse].op, Op::InverseSigmoid) << n.name;
+      EXPECT_TRUE(f.fused_away[r.inverse]) << n.name;
+      EXPECT_EQ(g.values[r.ref].dtype, DType::F32) << n.name;
+      if (dt == DType::F32) {
+        EXPECT_EQ(r.widen, kNoNode) << n.name;
+        EXPECT_EQ(r.narrow, kNoNode) << n.name;
+        EXPECT_EQ(r.delta, n.inputs[0]) << n.name;
+        continue;
+      }
+      ASSERT_NE(r.widen, kNoNode) << n.name;
+      EXPECT_EQ(g.nodes[r.widen].op, Op::Cast) << n.name;
+      EXPECT_TRUE(f.fused_away[r.widen]) << n.name;
+      EXPECT_EQ(g.values[r.delta].dtype, DType::F16) << n.name;
+      if (r.narrow == kNoNode) continue;
+      ++narrowed;
+      EXPECT_EQ(g.nodes[r.narrow].op, Op::Cast) << n.name;
+      EXPECT_TRUE(f.fused_away[r.narrow]) << n.name;
+      const int out = g.nodes[r.narrow].outputs[0];
+      EXPECT_EQ(g.values[out].dtype, DType::F16) << n.name;
+      EXPECT_EQ(f.live_from.at(out), static_cast<int>(ni)) << n.name;
+      EXPECT_GE(f.live_until.at(r.delta), static_cast<int>(r.narrow)) << n.name;
+      EXPECT_GE(f.live_until.at(r.ref), static_cast<int>(r.narrow)) << n.name;
+    }
+    EXPECT_GE(layers, 1u) << name;
+    EXPECT_EQ(f.box_refines.size(), layers) << name;  // no other add matches
+    if (dt == DType::F16) EXPECT_EQ(narrowed, layers - 1) << name;  // the last layer's boxes are an output, in f32
+  });
 }
 
 // Contexts open a PdlDefault scope per call (on up to batch 4): scopes nest,

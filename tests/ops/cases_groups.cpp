@@ -10,6 +10,8 @@
 //  - their 8-bit forms (issue 13): the quantize pass over a Res2Net block, a
 //    stem pool and a squeeze-excitation gate before a 1x1, so the chain adds,
 //    the concat, the max pool and the gate write codes (passes/quantize.cpp)
+//  - RT-DETR's post-norm residual add + layer_norm (+ query position), and its box refinement
+//    (cast, inverse_sigmoid, add + sigmoid, cast: one CUDA launch)
 #include <cmath>
 #include <optional>
 
@@ -169,6 +171,52 @@ void add_group_cases(std::vector<OpCase>& out) {
         }
       }
       for (DType code : {DType::F8E4M3, DType::I8}) add_code_writer_groups(out, dt, n, code);
+      // RT-DETR's post-norm residual, layer_norm(x + r), and its query +
+      // position after the norm: CUDA runs both adds inside the layer norm's
+      // launch (plan_norm_adds); rows of 256 as r18vd's.
+      for (const Shape& s : {Shape{n, 300, 256}, Shape{n, 5, 13}, Shape{n, 24}})
+        for (bool with_pos : {false, true}) {
+          Group gr(with_pos ? "residual_layer_norm_pos" : "residual_layer_norm", shape_tag(s), dt);
+          const int64_t ch = s.back();
+          const int sum = gr.b.node(Op::Add, "residual", {gr.b.input("x", s), gr.b.input("r", s)});
+          gr.c.input_lo = 1.f, gr.c.input_hi = 2.f;  // the sum's mean 3: the mean subtraction matters
+          const int y = gr.b.node(Op::LayerNorm, "norm", {sum, gr.b.weight("weight", {ch}, 0.5f, 1.5f),
+                                                           gr.b.weight("bias", {ch}, -0.5f, 0.5f)},
+                                  {{"eps", 1e-5}});
+          if (!with_pos) {
+            out.push_back(gr.done(y));
+            continue;
+          }
+          const int query = gr.b.node(Op::Add, "pos_add", {y, gr.b.input("pos", s)});
+          gr.c.graph = gr.b.finish(std::vector<int>{y, query});
+          mark_fusions(gr.c.graph, FusionOptions{});
+          out.push_back(std::move(gr.c));
+        }
+      // RT-DETR's box refinement in its f32 island: ref' = sigmoid(f32(delta) +
+      // inverse_sigmoid(ref)), and ref' narrowed for the next layer in 16-bit
+      // graphs; CUDA runs the four nodes as one box_refine launch
+      // (plan_box_refines). ref spills past [0, 1] (the clamp).
+      for (const char* act : {"sigmoid", "none"}) {
+        Group gr("box_refine", std::string(act) + "_" + bt, dt);
+        const Shape s{n, 30, 4};
+        int delta = gr.b.input("delta", s);
+        if (dt != DType::F32) delta = gr.b.node(Op::Cast, "delta.to_f32", {delta}, {{"dtype", std::string("f32")}});
+        const int ref = gr.b.input_as("ref", DType::F32, s);
+        const int inv = gr.b.node(Op::InverseSigmoid, "inverse_sigmoid", {ref}, {{"eps", 1e-5}});
+        Attrs a;
+        if (std::string(act) != "none") a["activation"] = std::string(act);
+        const int y = gr.b.node(Op::Add, "refine", {delta, inv}, a);
+        gr.c.input_range["delta"] = {-3.f, 3.f};
+        gr.c.input_range["ref"] = {-0.05f, 1.05f};
+        if (dt == DType::F32) {
+          out.push_back(gr.done(y));
+          continue;
+        }
+        const int narrow = gr.b.node(Op::Cast, "refine.to_narrow", {y}, {{"dtype", std::string(dtype_name(dt))}});
+        gr.c.graph = gr.b.finish(std::vector<int>{y, narrow});
+        mark_fusions(gr.c.graph, FusionOptions{});
+        out.push_back(std::move(gr.c));
+      }
       struct Se {
         const char* tag;
         int64_t c, cr;

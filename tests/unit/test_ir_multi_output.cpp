@@ -391,6 +391,38 @@ TEST(MultiOutput, MemoryPlannerGivesEveryOutputItsOwnLifetime) {
   EXPECT_EQ(p.arena_bytes, 3 * 4096 * sizeof(float));
 }
 
+// live_until / live_from (a fused step that reads a value after its last
+// reader, or writes one before its producer): the lifetimes stretch, and the
+// planner keeps the stretched buffers apart. A chain a -> b -> c -> d -> e:
+// unstretched, b's and d's buffers never meet and may share bytes.
+TEST(MemoryPlanner, LiveFromAndLiveUntilStretchLifetimes) {
+  Graph g;
+  const int x = g.add_input("x", DType::F32, {1, 1024});
+  int v = x;
+  std::vector<int> chain;
+  for (const char* name : {"a", "b", "c", "d", "e"}) {
+    v = g.add_node(Op::Activation, name, {v}, {{"activation", std::string("relu")}});
+    chain.push_back(v);
+  }
+  g.mark_output(v);
+  const auto none = [](int) { return -1; };
+  const int b = chain[1], d = chain[3];
+  EXPECT_EQ(value_lifetimes(g, none)[b].last, 2);
+  EXPECT_EQ(value_lifetimes(g, none)[d].first, 3);
+  const auto life = value_lifetimes(g, none, {{b, 3}}, {{d, 1}});
+  EXPECT_EQ(life[b].last, 3);
+  EXPECT_EQ(life[d].first, 1);
+  EXPECT_EQ(life[b].first, 1);  // the other ends stay
+  EXPECT_EQ(life[d].last, 4);
+  const auto bytes = [](const Value& val) { return static_cast<size_t>(shape_numel(val.shape)) * 4; };
+  const MemoryPlan loose = plan_memory_with_views(g, bytes, none);
+  const MemoryPlan tight = plan_memory_with_views(g, bytes, none, 64, {}, {{d, 1}});
+  EXPECT_EQ(loose.arena_bytes, 2 * 1024 * 4u);  // two buffers in turn
+  // d written at node 1 meets b (nodes 1-2) and c (2-3): three buffers apart.
+  for (int u : {b, chain[2]}) EXPECT_NE(tight.offsets[u], tight.offsets[d]) << g.values[u].name;
+  EXPECT_EQ(tight.arena_bytes, 3 * 1024 * 4u);
+}
+
 // ------------------------------------------------------------ engine
 
 TEST(MultiOutput, CpuEngineRunMatchesThePlainReference) {

@@ -169,6 +169,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_views_and_windows(m, g, plan, window, batch, f);
   plan_token_rows(g, f);  // RT-DETR's token rows of NHWC maps and back: the same bytes (shape_ops.cpp)
   plan_norm_adds(g, f);   // residual adds read by a layer_norm run inside it (norm.cpp)
+  plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
@@ -229,7 +230,7 @@ void plan_program_memory(CudaEngine::Program& p, const Graph& g, const GraphFact
   p.memory = plan_memory_with_views(
       g, value_bytes,
       [&](int v) { return f.alias[v] >= 0 ? f.alias[v] : (f.use_views && f.cv.is_view(v) ? f.cv.parent[v] : -1); }, 64,
-      f.live_until);
+      f.live_until, f.live_from);
   p.views_used = f.use_views ? f.cv.slices_as_views + f.cv.concat_inputs_in_place : 0;
   p.channel_views = f.use_views;
   for (size_t i = 0; i < f.blocks.size(); ++i)

@@ -1,4 +1,6 @@
 // The CUDA lowering of the elementwise ops (kernels in elementwise.cu).
+#include <algorithm>
+
 #include "backends/cuda/lower.hpp"
 #include "core/broadcast.hpp"
 #include "core/error.hpp"
@@ -64,8 +66,73 @@ ConstOperand const_operand(Lowering& L, const Node& n) {
 
 }  // namespace
 
+void plan_box_refines(const Graph& g, GraphFacts& f) {
+  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+  auto free_node = [&](size_t i) { return !f.fused_away[i] && !f.folded_cast[i]; };
+  auto is_float = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
+  // The producer of v when it is `op`, v is read by `reader` alone and is no engine output; else kNoNode.
+  auto sole_producer = [&](int v, Op op, size_t reader) {
+    const int p = g.values[v].producer;
+    const auto readers = g.consumers(v);
+    if (p < 0 || g.nodes[p].op != op || !free_node(static_cast<size_t>(p)) || readers.size() != 1 || static_cast<size_t>(readers[0]) != reader ||
+        is_output(v))
+      return kNoNode;
+    return static_cast<size_t>(p);
+  };
+  for (size_t ai = 0; ai < g.nodes.size(); ++ai) {
+    const Node& add = g.nodes[ai];
+    if (add.op != Op::Add || !free_node(ai)) continue;
+    const int y = add.outputs[0];
+    const Value& yv = g.values[y];
+    const Activation a = add.activation();
+    if (yv.dtype != DType::F32 || (a != Activation::None && a != Activation::Sigmoid) || code_out(g, y).on()) continue;
+    BoxRefine r;
+    r.inverse = sole_producer(add.inputs[1], Op::InverseSigmoid, ai);
+    if (r.inverse == kNoNode) continue;
+    r.ref = g.nodes[r.inverse].inputs[0];
+    const Value& d0 = g.values[add.inputs[0]];
+    if (g.values[r.ref].dtype != DType::F32 || g.values[r.ref].shape != yv.shape || d0.constant || d0.shape != yv.shape)
+      continue;
+    r.widen = sole_producer(add.inputs[0], Op::Cast, ai);
+    r.delta = r.widen == kNoNode ? add.inputs[0] : g.nodes[r.widen].inputs[0];
+    if (!is_float(g.values[r.delta].dtype) || d0.dtype != DType::F32) continue;
+    for (size_t c : g.consumers(y)) {
+      const Node& cn = g.nodes[c];
+      const DType to = g.values[cn.outputs[0]].dtype;
+      if (cn.op == Op::Cast && free_node(c) && c > ai && (to == DType::F16 || to == DType::BF16)) {
+        r.narrow = c;
+        break;
+      }
+    }
+    const size_t last = r.narrow == kNoNode ? ai : r.narrow;
+    for (size_t fused : {r.widen, r.inverse, r.narrow})
+      if (fused != kNoNode) f.fused_away[fused] = 1;
+    for (int v : {r.delta, r.ref, y}) f.live_until[v] = std::max(f.live_until[v], static_cast<int>(last));
+    if (r.narrow != kNoNode) f.live_from[g.nodes[r.narrow].outputs[0]] = static_cast<int>(ai);
+    f.box_refines[ai] = r;
+  }
+}
+
 void lower_Add(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
+  if (const auto fused = L.f.box_refines.find(ni); fused != L.f.box_refines.end()) {  // plan_box_refines
+    const BoxRefine r = fused->second;
+    const Graph& g = L.g;
+    for (size_t k : {r.widen, r.inverse, r.narrow})
+      if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (box_refine, no launch of its own)"));
+    const int y = n.outputs[0], narrow = r.narrow == kNoNode ? -1 : g.nodes[r.narrow].outputs[0];
+    const DType delta_dt = g.values[r.delta].dtype, narrow_dt = narrow < 0 ? DType::F16 : g.values[narrow].dtype;
+    const float eps = static_cast<float>(g.nodes[r.inverse].attr_float("eps", 1e-5));
+    const int64_t count = shape_numel(g.values[y].shape);
+    const Activation a = n.activation();
+    const ValuePtr ptr = L.ptr;
+    const int delta = r.delta, ref = r.ref;
+    L.step("box_refine", [=](const Exec& x) {
+      box_refine(ptr(x, delta), delta_dt, static_cast<const float*>(ptr(x, ref)), eps, static_cast<float*>(ptr(x, y)),
+                 narrow < 0 ? nullptr : ptr(x, narrow), narrow_dt, count, a, x.stream);
+    });
+    return;
+  }
   const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
   const Value& ov = L.g.values[out];
   const DType dt = L.g.values[in0].dtype;  // the inputs' type; the output's unless the add writes codes

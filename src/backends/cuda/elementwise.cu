@@ -214,19 +214,59 @@ void int_cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaS
   });
 }
 
+__device__ __forceinline__ float inverse_sigmoid_f32(float x, float eps) {
+  const float v = fminf(fmaxf(x, 0.f), 1.f);
+  return logf(fmaxf(v, eps) / fmaxf(1.f - v, eps));
+}
+
 struct InverseSigmoidOp {
   float eps;
   template <int N>
   __device__ void operator()(float (&a)[N], const float (&)[N]) const {
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      const float v = fminf(fmaxf(a[k], 0.f), 1.f);
-      a[k] = logf(fmaxf(v, eps) / fmaxf(1.f - v, eps));
-    }
+    for (int k = 0; k < N; ++k) a[k] = inverse_sigmoid_f32(a[k], eps);
   }
 };
 
+// The inverse_sigmoid, the f32 add (AddOp's f32 math: no fast exp) and both
+// casts of the unfused nodes, element by element: the same bits. Counts are
+// small (queries x 4), so one element a thread.
+template <typename Td, typename Tn, Activation A>
+__global__ void box_refine_kernel(const Td* delta, const float* ref, float eps, float* y, Tn* y_narrow, int64_t count) {
+  dev::enter_grid();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += stride) {
+    const float v = act<A, false>(dev::to_f32(delta[e]) + inverse_sigmoid_f32(ref[e], eps));
+    y[e] = v;
+    if (y_narrow) y_narrow[e] = dev::from_f32<Tn>(v);
+  }
+}
+
 }  // namespace
+
+void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, float* y, void* y_narrow, DType narrow_dt,
+                int64_t count, Activation act_kind, cudaStream_t stream) {
+  if (count <= 0) return;
+  if (act_kind != Activation::None && act_kind != Activation::Sigmoid)
+    fail_runtime("cuda box_refine: activation ", activation_name(act_kind), " (none or sigmoid)");
+  if (y_narrow && narrow_dt != DType::F16 && narrow_dt != DType::BF16)
+    fail_runtime("cuda box_refine: narrow output ", dtype_name(narrow_dt), " (f16 or bf16)");
+  detail::dispatch_float(delta_dt, "box_refine", [&](auto d) {
+    using Td = decltype(d);
+    auto go = [&](auto n, auto a_c) {
+      using Tn = decltype(n);
+      constexpr Activation A = decltype(a_c)::value;
+      detail::launch("box_refine", box_refine_kernel<Td, Tn, A>, detail::grid_for(count), detail::kThreads, 0, stream,
+          static_cast<const Td*>(delta), ref, eps, y, static_cast<Tn*>(y_narrow), count);
+    };
+    auto with_act = [&](auto n) {
+      if (act_kind == Activation::Sigmoid) go(n, std::integral_constant<Activation, Activation::Sigmoid>{});
+      else go(n, std::integral_constant<Activation, Activation::None>{});
+    };
+    if (narrow_dt == DType::BF16) with_act(__nv_bfloat16{});
+    else with_act(__half{});
+  });
+}
 
 void inverse_sigmoid(const void* x, void* y, DType dt, int64_t count, float eps, cudaStream_t stream) {
   detail::dispatch_float(dt, "inverse_sigmoid", [&](auto t) {

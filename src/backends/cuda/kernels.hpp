@@ -234,14 +234,21 @@ void gather_rows(const void* x, const void* index, DType index_dt, void* y, size
 
 // layer_norm over rows of c contiguous elements (norm.cu): statistics in f32,
 // weight/bias [c] in dt or null, one warp per row. With x2 (not null, x's
-// shape) the rows are x + x2 rounded to dt first, as an add step stores them.
-void layer_norm_rows(const void* x, const void* x2, const void* weight, const void* bias, void* y, DType dt,
-                     int64_t rows, int c, float eps, cudaStream_t stream);
+// shape) the rows are x + x2 rounded to dt first, as an add step stores them;
+// with y_pos (not null) y + pos is written there too, as an add step would.
+void layer_norm_rows(const void* x, const void* x2, const void* weight, const void* bias, void* y, const void* pos,
+                     void* y_pos, DType dt, int64_t rows, int c, float eps, cudaStream_t stream);
 // softmax of x seen as [outer, extent, inner] along extent (norm.cu), f32 math,
 // one warp per (outer, inner) row; inner == 1 is the contiguous fast case.
 void softmax_axis(const void* x, void* y, DType dt, int64_t outer, int64_t extent, int64_t inner, cudaStream_t stream);
 // log(max(x', eps) / max(1 - x', eps)) with x' = clamp(x, 0, 1), f32 math (elementwise.cu).
 void inverse_sigmoid(const void* x, void* y, DType dt, int64_t count, float eps, cudaStream_t stream);
+// RT-DETR's box refinement in one launch (elementwise.cu, plan_box_refines):
+// y = act(f32(delta) + inverse_sigmoid(ref, eps)) in f32 (act none or
+// sigmoid), and with y_narrow (not null) y rounded to narrow_dt (f16/bf16)
+// too; the bits of the cast, inverse_sigmoid, add and cast kernels it replaces.
+void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, float* y, void* y_narrow, DType narrow_dt,
+                int64_t count, Activation act_kind, cudaStream_t stream);
 
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by

@@ -37,6 +37,25 @@
 
 namespace kiln::cuda {
 
+// RT-DETR's box refinement around one f32 add, y = act(f32(delta) +
+// inverse_sigmoid(ref)), as one launch (plan_box_refines): the nodes it
+// takes in (kNoNode where absent) and the values it reads and writes.
+struct BoxRefine {
+  size_t widen = kNoNode;   // cast delta -> f32 read only by the add
+  size_t inverse = kNoNode; // inverse_sigmoid(ref) read only by the add
+  size_t narrow = kNoNode;  // cast of y to 16 bits (written by the same launch)
+  int delta = -1, ref = -1;
+};
+
+// The adds a layer_norm's launch takes in (plan_norm_adds; kNoNode where none):
+// the residual add it reads through, and an add of its output and a value
+// computed before it (RT-DETR's query + position), written by the same launch.
+struct NormAdds {
+  size_t residual = kNoNode;
+  size_t pos = kNoNode;
+  int pos_value = -1;  // the add's other operand
+};
+
 // The facts of one shaped graph that decide how its nodes run.
 struct GraphFacts {
   std::vector<char> fused_away;   // nodes with no step of their own
@@ -44,7 +63,9 @@ struct GraphFacts {
   std::vector<char> split_done;   // slices copied by the first slice of their run
   std::vector<int> alias;         // value -> the value whose bytes it shares (-1: its own)
   std::map<int, int> live_until;  // value -> the last node index whose step reads it
-  std::map<size_t, size_t> norm_adds;  // layer_norm node -> the add it reads through (fused away, plan_norm_adds)
+  std::map<int, int> live_from;   // value -> the first node index whose step writes it (before its producer)
+  std::map<size_t, NormAdds> norm_adds;  // layer_norm node -> the adds run inside it (plan_norm_adds)
+  std::map<size_t, BoxRefine> box_refines;  // add node -> its fused box refinement (plan_box_refines)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -222,12 +243,27 @@ void plan_deform_inputs(const Graph& g, GraphFacts& f);
 // and decoder memory). Called by plan_fusions, not for dense graphs.
 void plan_token_rows(const Graph& g, GraphFacts& f);
 
-// A residual add read only by a layer_norm (RT-DETR's post-norm "LN(x + f(x))",
-// 11 in r18vd) runs inside the layer norm's launch: the add is fused away and
-// the layer norm reads both operands (norm.cpp; layer_norm_rows' x2). Taken
-// for adds of two row-major activations of the layer norm's shape and type,
-// no activation, no codes, the sum no engine output and no channel view.
+// Adds around a layer_norm run inside its launch (norm.cpp; layer_norm_rows'
+// x2 and y_pos), both fused away:
+// - a residual add read only by the layer norm (post-norm "LN(x + f(x))", 11 in
+//   r18vd): the layer norm reads both operands;
+// - an add of the layer norm's output and a value produced before the layer
+//   norm (RT-DETR's decoder "query + position" after the self-attention's layer
+//   norm, one per layer): the launch writes the sum too (its buffer lives from
+//   the layer norm's step, GraphFacts::live_from).
+// Taken for adds of row-major activations of the layer norm's shape and type,
+// no activation, no codes; the residual sum no engine output.
 void plan_norm_adds(const Graph& g, GraphFacts& f);
+
+// RT-DETR's box refinement, ref' = sigmoid(delta + inverse_sigmoid(ref)) with
+// its f32 island's casts (16-bit delta widened, ref' narrowed for the next
+// layer's query head): four launches per decoder layer as nodes, one here
+// (elementwise.cpp; box_refine in kernels.hpp). Taken for an f32 add with
+// activation none or sigmoid whose second input is an inverse_sigmoid of an
+// f32 value of its shape read by it alone, and whose first is an f32 value or
+// a cast to f32 read by it alone; a cast of the sum to f16/bf16 is written by
+// the same launch (its buffer lives from the add's step, GraphFacts::live_from).
+void plan_box_refines(const Graph& g, GraphFacts& f);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);

@@ -10,29 +10,55 @@
 
 namespace kiln::cuda {
 
+namespace {
+
+// Whether add node `ai` is a plain sum of row-major values of y's shape and
+// type: no activation, no codes, no constant or channel-view operand.
+bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y) {
+  const Node& add = g.nodes[ai];
+  if (add.op != Op::Add || f.fused_away[ai] || add.activation() != Activation::None || code_out(g, add.outputs[0]).on() ||
+      g.values[add.outputs[0]].dtype != y.dtype || stored_nhwc(y))
+    return false;
+  for (int in : add.inputs) {
+    const Value& iv = g.values[in];
+    if (iv.constant || iv.shape != y.shape || iv.dtype != y.dtype || (f.use_views && f.cv.is_view(in))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void plan_norm_adds(const Graph& g, GraphFacts& f) {
+  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (n.op != Op::LayerNorm || f.fused_away[ni]) continue;
-    const int sum = n.inputs[0];
-    const Value& sv = g.values[sum];
-    if (sv.producer < 0 || stored_nhwc(sv) || g.consumers(sum).size() != 1 ||
-        std::find(g.outputs.begin(), g.outputs.end(), sum) != g.outputs.end())
-      continue;
-    const auto ai = static_cast<size_t>(sv.producer);
-    const Node& add = g.nodes[ai];
-    if (add.op != Op::Add || f.fused_away[ai] || add.activation() != Activation::None || code_out(g, sum).on() ||
-        sv.dtype != g.values[n.outputs[0]].dtype || f.alias[sum] >= 0)
-      continue;
-    bool plain = true;
-    for (int in : add.inputs) {
-      const Value& iv = g.values[in];
-      plain = plain && !iv.constant && iv.shape == sv.shape && iv.dtype == sv.dtype && !(f.use_views && f.cv.is_view(in));
+    const int sum = n.inputs[0], y = n.outputs[0];
+    const Value &sv = g.values[sum], &yv = g.values[y];
+    NormAdds fused;
+    if (sv.producer >= 0 && g.consumers(sum).size() == 1 && !is_output(sum) && f.alias[sum] < 0 &&
+        plain_add(g, f, static_cast<size_t>(sv.producer), yv))
+      fused.residual = static_cast<size_t>(sv.producer);
+    for (size_t ai : g.consumers(y)) {
+      if (!plain_add(g, f, ai, yv) || ai == fused.residual) continue;
+      const Node& add = g.nodes[ai];
+      const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+      const int p = g.values[other].producer;
+      if (other == y || p >= static_cast<int>(ni) || f.alias[add.outputs[0]] >= 0) continue;
+      fused.pos = ai, fused.pos_value = other;
+      break;
     }
-    if (!plain) continue;
-    f.fused_away[ai] = 1;
-    f.norm_adds[ni] = ai;
-    for (int in : add.inputs) f.live_until[in] = std::max(f.live_until[in], static_cast<int>(ni));
+    if (fused.residual == kNoNode && fused.pos == kNoNode) continue;
+    if (fused.residual != kNoNode) {
+      f.fused_away[fused.residual] = 1;
+      for (int in : g.nodes[fused.residual].inputs) f.live_until[in] = std::max(f.live_until[in], static_cast<int>(ni));
+    }
+    if (fused.pos != kNoNode) {
+      f.fused_away[fused.pos] = 1;
+      const int out = g.nodes[fused.pos].outputs[0];
+      f.live_from[out] = std::min(f.live_from.count(out) ? f.live_from[out] : static_cast<int>(ni), static_cast<int>(ni));
+    }
+    f.norm_adds[ni] = fused;
   }
 }
 
@@ -45,16 +71,24 @@ void lower_LayerNorm(Lowering& L, size_t ni) {
   const bool has_w = n.inputs.size() > 1, has_b = n.inputs.size() > 2;
   const float eps = static_cast<float>(n.attr_float("eps", 1e-5));
   const DType dt = yv.dtype;
-  if (const auto fused = L.f.norm_adds.find(ni); fused != L.f.norm_adds.end()) {  // layer_norm(a + r), plan_norm_adds
-    const Node& add = L.g.nodes[fused->second];
-    L.record(add.name, cat("inside ", n.name, " (no launch of its own)"));
-    const RowMajorIo io(L, {}, {n.outputs[0]});
-    L.reserve_workspace(io.scratch_bytes());
-    const Operand a = operand(L, add.inputs[0]), r = operand(L, add.inputs[1]);
-    L.step(io.kernel("add_layer_norm"), [=](const Exec& x) {
-      layer_norm_rows(a(x), r(x), has_w ? w(x) : nullptr, has_b ? b(x) : nullptr, io.out(x, 0), dt, rows, as_int(c), eps,
+  if (const auto it = L.f.norm_adds.find(ni); it != L.f.norm_adds.end()) {  // plan_norm_adds: row-major values only
+    const NormAdds fused = it->second;
+    const Graph& g = L.g;
+    for (size_t k : {fused.residual, fused.pos})
+      if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (no launch of its own)"));
+    const int y = n.outputs[0];
+    const Operand a = operand(L, fused.residual == kNoNode ? n.inputs[0] : g.nodes[fused.residual].inputs[0]);
+    const Operand r = fused.residual == kNoNode ? Operand{} : operand(L, g.nodes[fused.residual].inputs[1]);
+    const Operand pos = fused.pos == kNoNode ? Operand{} : operand(L, fused.pos_value);
+    const int y_pos = fused.pos == kNoNode ? -1 : g.nodes[fused.pos].outputs[0];
+    const bool has_r = fused.residual != kNoNode;
+    const ValuePtr ptr = L.ptr;
+    std::string kernel = has_r ? "add_layer_norm" : "layer_norm";
+    if (y_pos >= 0) kernel += "_pos";
+    L.step(kernel, [=](const Exec& x) {
+      layer_norm_rows(a(x), has_r ? r(x) : nullptr, has_w ? w(x) : nullptr, has_b ? b(x) : nullptr, ptr(x, y),
+                      y_pos >= 0 ? pos(x) : nullptr, y_pos >= 0 ? ptr(x, y_pos) : nullptr, dt, rows, as_int(c), eps,
                       x.stream);
-      io.store(x);
     });
     return;
   }
@@ -62,8 +96,8 @@ void lower_LayerNorm(Lowering& L, size_t ni) {
   L.reserve_workspace(io.scratch_bytes());
   L.step(io.kernel("layer_norm"), [=](const Exec& x) {
     io.load(x);
-    layer_norm_rows(io.in(x, 0), nullptr, has_w ? w(x) : nullptr, has_b ? b(x) : nullptr, io.out(x, 0), dt, rows,
-                    as_int(c), eps, x.stream);
+    layer_norm_rows(io.in(x, 0), nullptr, has_w ? w(x) : nullptr, has_b ? b(x) : nullptr, io.out(x, 0), nullptr, nullptr,
+                    dt, rows, as_int(c), eps, x.stream);
     io.store(x);
   });
 }
