@@ -45,6 +45,9 @@ struct CompileOptions {
 struct LayerTime {
   std::string name;
   double ms = 0;
+  // What one engine call launches for this layer, in order (CUDA: kernel
+  // function names, memset/memcpy nodes by kind; empty on the CPU).
+  std::vector<std::string> kernels;
 };
 
 // Classification's post-processing where the logits are (run_images): per

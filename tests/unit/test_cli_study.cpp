@@ -95,6 +95,37 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
   auto rr = testing::run_kiln("study quant --report-from " + (out / "study.json").string() + " -o " + again.string());
   ASSERT_EQ(rr.code, 0) << rr.all();
   EXPECT_EQ(slurp(again / "REPORT.md"), md);
+  // Profiles that name their kernels (CUDA since session 18): the group table
+  // counts kernels, and the report lists the launches per kernel and the
+  // layers launching more than one. Here the CPU run's profiles, given names.
+  {
+    nlohmann::json k = j;
+    for (auto& [p, prof] : k["profiles"].items()) {
+      for (auto& l : prof["layers"]) l["kernels"] = {"kiln::cuda::map_kernel"};
+      prof["layers"][1]["kernels"] = {"sm90_xmma_gemm", "kiln::cuda::quant_epilogue_kernel"};
+      for (auto& g : prof["groups"]) g["kernels"] = g["steps"];
+    }
+    // The second layer's group gets its extra kernel.
+    for (auto& [p, prof] : k["profiles"].items()) {
+      const std::string second = prof["layers"][1]["name"];
+      for (auto& g : prof["groups"])
+        if (second.starts_with(g["group"].get<std::string>())) {
+          g["kernels"] = g["kernels"].get<int>() + 1;
+          break;
+        }
+    }
+    std::ofstream(out / "study_kernels.json") << k.dump();
+    const fs::path listed = out / "listed";
+    rr = testing::run_kiln("study quant --report-from " + (out / "study_kernels.json").string() + " -o " + listed.string());
+    ASSERT_EQ(rr.code, 0) << rr.all();
+    const std::string km = slurp(listed / "REPORT.md");
+    EXPECT_NE(km.find("| fp8 ms (kernels) |"), std::string::npos) << km;
+    EXPECT_NE(km.find("Launches per call by kernel"), std::string::npos) << km;
+    const std::string second = k["profiles"]["fp8"]["layers"][1]["name"];
+    EXPECT_NE(km.find("`" + second + "` (sm90_xmma_gemm + kiln::cuda::quant_epilogue_kernel)"), std::string::npos) << km;
+    const size_t layers = k["profiles"]["fp8"]["layers"].size();
+    EXPECT_NE(km.find("- fp8: " + std::to_string(layers - 1) + "× `kiln::cuda::map_kernel`"), std::string::npos) << km;
+  }
   // A file that is not a study's: an input error naming it, nothing written.
   std::ofstream(out / "bad.json") << "{\"speed\": 3";
   rr = testing::run_kiln("study quant --report-from " + (out / "bad.json").string() + " -o " + (out / "bad").string());

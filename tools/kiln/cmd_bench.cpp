@@ -50,15 +50,22 @@ struct Candidate {
 void print_profile(const nlohmann::json& p) {
   std::cout << "  per-layer profile (" << p["rounds"].get<int>() << " rounds, layers run one by one: total "
             << p["total_ms"].get<double>() << " ms)\n";
-  for (const auto& g : p["groups"])
+  for (const auto& g : p["groups"]) {
     std::cout << "    " << std::left << std::setw(24) << g["group"].get<std::string>() << std::right << std::setw(10)
-              << g["ms"].get<double>() << " ms\n";
+              << g["ms"].get<double>() << " ms";
+    if (g.contains("kernels")) std::cout << ", " << g["kernels"].get<int>() << " kernels";
+    std::cout << "\n";
+  }
   std::vector<nlohmann::json> top(p["layers"].begin(), p["layers"].end());
   std::sort(top.begin(), top.end(), [](const nlohmann::json& a, const nlohmann::json& b) { return a["ms"].get<double>() > b["ms"].get<double>(); });
   std::cout << "    slowest layers:\n";
   for (size_t i = 0; i < std::min<size_t>(10, top.size()); ++i)
     std::cout << "      " << std::left << std::setw(32) << top[i]["name"].get<std::string>() << std::right << std::setw(10)
               << top[i]["ms"].get<double>() << " ms\n";
+  const auto census = kernel_census(p);
+  if (census.empty()) return;
+  std::cout << "    launches per call by kernel:\n";
+  for (const auto& [name, n] : census) std::cout << "      " << std::setw(4) << n << "  " << name << "\n";
 }
 
 }  // namespace

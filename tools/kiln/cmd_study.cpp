@@ -379,7 +379,13 @@ std::string render_report(const nlohmann::json& r) {
   for (const auto& [p, prof] : profiles.items())
     for (const auto& g : prof["groups"])
       if (std::find(order.begin(), order.end(), g["group"].get<std::string>()) == order.end()) order.push_back(g["group"]);
-  for (const auto& [p, prof] : profiles.items()) md << " " << p << " ms (steps) |";
+  // Profiles since session 18 also list each layer's kernels (CUDA): the
+  // counts are then kernels per call, else steps.
+  bool listed = !profiles.empty();
+  for (const auto& [p, prof] : profiles.items())
+    for (const auto& g : prof["groups"]) listed = listed && g.contains("kernels");
+  const char* unit = listed ? "kernels" : "steps";
+  for (const auto& [p, prof] : profiles.items()) md << " " << p << " ms (" << unit << ") |";
   md << "\n|---|";
   for (size_t i = 0; i < profiles.size(); ++i) md << "---|";
   md << "\n";
@@ -387,12 +393,35 @@ std::string render_report(const nlohmann::json& r) {
     md << "| " << g << " |";
     for (const auto& [p, prof] : profiles.items()) {
       double ms = 0;
-      int steps = 0;
+      int count = 0;
       for (const auto& x : prof["groups"])
-        if (x["group"] == g) ms += x["ms"].get<double>(), steps += x["steps"].get<int>();
-      md << " " << fmt(ms) << " (" << steps << ") |";
+        if (x["group"] == g) ms += x["ms"].get<double>(), count += x[unit].get<int>();
+      md << " " << fmt(ms) << " (" << count << ") |";
     }
     md << "\n";
+  }
+  if (listed) {
+    // What the counts are made of: launches per kernel, and the layers that
+    // launch more than one (a two-kernel path, a quantize, a relayout).
+    md << "\nLaunches per call by kernel, and the layers launching more than one kernel:\n\n";
+    for (const auto& [p, prof] : profiles.items()) {
+      md << "- " << p << ":";
+      const auto census = kernel_census(prof);
+      for (size_t i = 0; i < census.size(); ++i) md << (i ? ", " : " ") << census[i].second << "× `" << census[i].first << "`";
+      std::vector<std::string> multi;
+      for (const auto& l : prof["layers"])
+        if (l.value("kernels", J::array()).size() > 1) {
+          std::string ks;
+          for (const auto& k : l["kernels"]) ks += (ks.empty() ? "" : " + ") + k.get<std::string>();
+          multi.push_back("`" + l["name"].get<std::string>() + "` (" + ks + ")");
+        }
+      if (!multi.empty()) {
+        md << "; " << multi.size() << " layers launch more than one:";
+        for (size_t i = 0; i < multi.size() && i < 12; ++i) md << (i ? ", " : " ") << multi[i];
+        if (multi.size() > 12) md << ", …";
+      }
+      md << "\n";
+    }
   }
   md << "\n## Recipe variants\n\n"
      << (std::any_of(r.at("speed").begin(), r.at("speed").end(),

@@ -32,24 +32,43 @@ inline std::string group_of(const std::string& name) {
   return numeric ? head + "." + second : head;
 }
 
+// Layers carry "kernels" (the names of what one call launches for them) and
+// groups a kernel count where the backend lists them (CUDA).
 inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
   auto layers = profile_layers(ctx, inputs, rounds);
   nlohmann::json lj = nlohmann::json::array();
   std::vector<std::pair<std::string, double>> groups;
-  std::map<size_t, int> counts;  // steps per group
+  std::map<size_t, int> counts, kernels;  // steps and kernels per group
+  const bool listed = std::any_of(layers.begin(), layers.end(), [](const LayerTime& l) { return !l.kernels.empty(); });
   double total = 0;
   for (const auto& l : layers) {
-    lj.push_back({{"name", l.name}, {"ms", l.ms}});
+    nlohmann::json one = {{"name", l.name}, {"ms", l.ms}};
+    if (listed) one["kernels"] = l.kernels;
+    lj.push_back(std::move(one));
     std::string g = group_of(l.name);
     if (groups.empty() || groups.back().first != g) groups.push_back({g, 0.0});
     groups.back().second += l.ms;
     ++counts[groups.size() - 1];
+    kernels[groups.size() - 1] += static_cast<int>(l.kernels.size());
     total += l.ms;
   }
   nlohmann::json gj = nlohmann::json::array();
-  for (size_t i = 0; i < groups.size(); ++i)
+  for (size_t i = 0; i < groups.size(); ++i) {
     gj.push_back({{"group", groups[i].first}, {"ms", groups[i].second}, {"steps", counts[i]}});
+    if (listed) gj.back()["kernels"] = kernels[i];
+  }
   return {{"rounds", rounds}, {"total_ms", total}, {"groups", gj}, {"layers", lj}};
+}
+
+// Kernels per launch kind over a profile's layers ("kiln::cuda::map_kernel": 12),
+// most first; empty when the profile lists none.
+inline std::vector<std::pair<std::string, int>> kernel_census(const nlohmann::json& profile) {
+  std::map<std::string, int> n;
+  for (const auto& l : profile.value("layers", nlohmann::json::array()))
+    for (const auto& k : l.value("kernels", nlohmann::json::array())) ++n[k.get<std::string>()];
+  std::vector<std::pair<std::string, int>> out(n.begin(), n.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
 }
 
 }  // namespace kiln::cli

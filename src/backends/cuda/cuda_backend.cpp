@@ -128,9 +128,13 @@ class CudaBackendContext : public BackendContext {
   double timed_call_ms(int64_t batch) override { return ctx_.timed_replay_ms(batch); }
   std::vector<LayerTime> profile(int64_t batch, int rounds) override {
     std::vector<LayerTime> out;
-    for (auto& [name, ms] : ctx_.profile(batch, rounds)) {
-      if (!out.empty() && out.back().name == name) out.back().ms += ms;  // several launches of one node
-      else out.push_back({name, ms});
+    for (auto& s : ctx_.profile(batch, rounds)) {
+      if (!out.empty() && out.back().name == s.name) {  // several steps of one node
+        out.back().ms += s.ms;
+        out.back().kernels.insert(out.back().kernels.end(), s.kernels.begin(), s.kernels.end());
+      } else {
+        out.push_back({s.name, s.ms, s.kernels});
+      }
     }
     return out;
   }

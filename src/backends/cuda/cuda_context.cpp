@@ -6,6 +6,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/cuda/cuda_program.hpp"
+#include "backends/cuda/kernel_names.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
 
@@ -334,7 +335,7 @@ double CudaContext::timed_replay_ms(int64_t batch) {
   return ms;
 }
 
-std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, int rounds) {
+std::vector<CudaContext::StepProfile> CudaContext::profile(int64_t batch, int rounds) {
   Impl& m = *impl_;
   m.check_pending();
   BatchState& st = m.state(batch);
@@ -358,9 +359,11 @@ std::vector<std::pair<std::string, double>> CudaContext::profile(int64_t batch, 
       ms[i] += t / rounds;
     }
   }
+  KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
+  const auto kernels = kernels_by_step(m.stream.s, ns, [&](size_t i) { p.steps[i](x); });
   m.finish(m.stream.s);
-  std::vector<std::pair<std::string, double>> out;
-  for (size_t i = 0; i < ns; ++i) out.push_back({p.step_names.at(i), ms[i]});
+  std::vector<StepProfile> out;
+  for (size_t i = 0; i < ns; ++i) out.push_back({p.step_names.at(i), ms[i], kernels[i]});
   return out;
 }
 

@@ -121,8 +121,15 @@ class CudaContext {
   double timed_replay_ms(int64_t batch);
   size_t graph_nodes(int64_t batch);
   // Per-step GPU time (ms, mean over `rounds` eager runs, events between
-  // steps), labelled with node names. Eager launches: the sum exceeds a graph replay.
-  std::vector<std::pair<std::string, double>> profile(int64_t batch, int rounds);
+  // steps), labelled with node names, and the kernels each step launches
+  // (kernel_names.hpp: a diagnostic capture after the timed rounds). Eager
+  // launches: the sum exceeds a graph replay.
+  struct StepProfile {
+    std::string name;
+    double ms = 0;
+    std::vector<std::string> kernels;
+  };
+  std::vector<StepProfile> profile(int64_t batch, int rounds);
   MemoryReport memory(int64_t batch);
   // Program builds (batch sizes not built at load) and graph captures of
   // this context's calls so far (phase_counters.hpp).

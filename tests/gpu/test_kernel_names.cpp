@@ -1,0 +1,99 @@
+// What an engine call launches, named (kernel_names.hpp): the demangled short
+// names (no GPU needed), and on the GPU the per-layer kernel lists of
+// `kiln bench --profile` adding up to the captured graph's node count, with
+// RT-DETR's fused adds and box refinements where the plan puts them.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "backends/cuda/kernel_names.hpp"
+#include "bundle/builder.hpp"
+#include "core/npy.hpp"
+#include "kiln/kiln.hpp"
+#include "runtime/engine_impl.hpp"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kFixtures = fs::path(KILN_FIXTURES_DIR);
+
+TEST(KernelNames, ShortNamesKeepScopeAndDropArguments) {
+  // Device symbols as nvcc mangles them (anonymous namespaces as _GLOBAL__N_...).
+  EXPECT_EQ(cuda::short_kernel_name("_ZN4kiln4cuda47_GLOBAL__N__4b273e4c_14_elementwise_cu_97f8db3810map_kernelIfaLi1ELb1E"
+                                    "NS1_5MulOpEEEvPKT_S6_PT0_llT3_"),
+            "kiln::cuda::map_kernel");
+  EXPECT_EQ(cuda::short_kernel_name("_ZN4kiln4cuda39_GLOBAL__N__5eaf9eb3_7_norm_cu_0160fec417layer_norm_kernelIfEEvPKT_"
+                                    "S5_S5_S5_PS3_S5_S6_lif"),
+            "kiln::cuda::layer_norm_kernel");
+  EXPECT_EQ(cuda::short_kernel_name("_ZN7cutlass13device_kernelIiEEvNT_6ParamsE"), "cutlass::device_kernel");
+  // cuDNN's and cuBLASLt's kernels are extern "C" names: kept as they are.
+  EXPECT_EQ(cuda::short_kernel_name("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64"),
+            "sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64");
+  EXPECT_EQ(cuda::short_kernel_name("_Z"), "_Z");  // not a valid mangling: as given
+}
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// One f16 CUDA engine of a fixture at its input's batch, run once and profiled.
+struct Profiled {
+  size_t kernels_per_call = 0;
+  std::vector<LayerTime> layers;
+};
+Profiled profile_fixture(const std::string& fixture) {
+  const fs::path out = fs::temp_directory_path() / ("kiln_kernel_names_" + std::to_string(::getpid()) + ".bundle");
+  BuildOptions o;
+  o.model = (kFixtures / fixture).string();
+  o.backend = "cuda";
+  o.precision = DType::F16;
+  o.opt_level = 1;
+  const HostTensor x = read_npy(kFixtures / fixture / "input.npy");
+  o.batch = x.shape[0];
+  build_bundle(o, out);
+  auto e = Engine::load(out.string());
+  auto ctx = e->create_context();
+  const std::vector<Tensor> in = {{"pixel_values", x.shape, x.to_f32()}};
+  ctx->run(in);
+  Profiled p;
+  p.kernels_per_call = kernels_per_call(*ctx);
+  p.layers = profile_layers(*ctx, in, 1);
+  fs::remove(out);
+  return p;
+}
+
+TEST(KernelNames, ProfileListsEveryNodeOfTheCapturedCall) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string fixture : {"resnet/bottleneck", "rt_detr_v2/bottleneck_2l"}) {
+    const Profiled p = profile_fixture(fixture);
+    size_t listed = 0;
+    for (const LayerTime& l : p.layers) {
+      listed += l.kernels.size();
+      for (const std::string& k : l.kernels) {
+        EXPECT_FALSE(k.empty()) << fixture << " " << l.name;
+        EXPECT_NE(k, "kernel") << fixture << " " << l.name << ": the driver named no kernel";
+      }
+    }
+    EXPECT_EQ(listed, p.kernels_per_call) << fixture;
+    if (fixture.starts_with("resnet/")) continue;
+    // RT-DETR: residual adds and box refinements have no layer of their own.
+    int norms = 0, refines = 0;
+    for (const LayerTime& l : p.layers) {
+      EXPECT_FALSE(l.name.ends_with(".residual")) << l.name;
+      EXPECT_FALSE(l.name.ends_with(".inverse_sigmoid")) << l.name;
+      if (l.name.ends_with("layer_norm") && l.kernels == std::vector<std::string>{"kiln::cuda::layer_norm_kernel"}) ++norms;
+      if (l.name.starts_with("model.decoder.bbox_embed.") && l.name.ends_with(".add")) {
+        EXPECT_EQ(l.kernels, std::vector<std::string>{"kiln::cuda::box_refine_kernel"}) << l.name;
+        ++refines;
+      }
+    }
+    EXPECT_GE(norms, 5) << "AIFI's two and three per decoder layer, each one launch";
+    EXPECT_EQ(refines, 2) << "one per decoder layer";
+  }
+}
+
+}  // namespace
+}  // namespace kiln
