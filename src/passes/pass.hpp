@@ -43,6 +43,11 @@ int fold_parallel_convs(Graph& g);
 int fuse_activation(Graph& g);
 int fuse_residual_add(Graph& g);
 int eliminate_dead_nodes(Graph& g);
+// Linears reading one input whose results attention / ms_deform_attn read as
+// rows -> one linear over the concatenated weights and a slice of it per
+// original result (merge_parallel_linears.cpp says which). Float linears only:
+// it runs after the quantize pass, before set_precision.
+int merge_parallel_linears(Graph& g);
 // Widens channel chunks (Res2Net's split widths) to a multiple of `align`
 // channels with zero weights; exact. For backends whose fast kernels need
 // aligned channel rows (CUDA: 16 bytes). align <= 1: no-op. align_8bit > 1:
@@ -98,6 +103,7 @@ struct PipelineOptions {
   int64_t channel_align = 0;    // pad_channels alignment in channels (0: pass not run)
   int64_t channel_align_8bit = 0;  // the same for values of 1-byte codes (8-bit layers' outputs)
   FusionOptions fusions;        // fusion marks, set last (after precision: they describe the final graph)
+  bool merge_linears = true;    // merge_parallel_linears (off: the checkpoint's linears one by one)
   // 8-bit quantization (kiln build --quantize): run on the f32 graph after the
   // BatchNorm and activation folds, before pad_channels and set_precision; it
   // selects, calibrates and calls quantize_layers (bundle/builder.cpp). Empty: not run.

@@ -61,6 +61,7 @@ std::vector<Pass> default_pipeline(const PipelineOptions& opts) {
     p.push_back({"pad_channels", [a = opts.channel_align, a8 = opts.channel_align_8bit](Graph& g) {
                    return pad_channels(g, a, a8);
                  }});
+  if (opts.merge_linears) p.push_back({"merge_parallel_linears", merge_parallel_linears});
   if (opts.precision != DType::F32)
     p.push_back({"set_precision", [dt = opts.precision](Graph& g) { return set_precision(g, dt); }});
   if (opts.fusions.input_add) p.push_back({"fuse_conv_input_add", fuse_conv_input_add});

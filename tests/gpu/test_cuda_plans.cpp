@@ -9,7 +9,8 @@
 // - RT-DETR's ms_deform_attn inputs read in place (plan_deform_inputs) and its
 //   feature maps and token rows sharing bytes (plan_token_rows), and its
 //   residual and position adds inside their layer norms (plan_norm_adds) and box
-//   refinements as one launch (plan_box_refines).
+//   refinements as one launch (plan_box_refines), and the slices of its merged
+//   projections read in place (plan_row_windows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -530,6 +531,55 @@ TEST(BoxRefinePlan, RtDetrRefinementsAreOneLaunchEach) {
     EXPECT_GE(layers, 1u) << name;
     EXPECT_EQ(f.box_refines.size(), layers) << name;  // no other add matches
     if (dt == DType::F16) EXPECT_EQ(narrowed, layers - 1) << name;  // the last layer's boxes are an output, in f32
+  });
+}
+
+// RT-DETR v2 on CUDA (shape_ops.cpp, plan_row_windows): every slice of a
+// merged projection (merge_parallel_linears: q and k, the sampling offsets
+// and attention logits, the decoder layers' values) is fused away and read in
+// place as a window of each row of the projection, which lives until the
+// last reader; a slice that is also an engine output is copied.
+TEST(RowWindowPlan, RtDetrSlicesOfMergedProjectionsAreReadInPlace) {
+  auto plan = [](const Graph& g, GraphFacts& f) {
+    for (const Node& n : g.nodes)  // plan_fusions' byte aliases first
+      if (n.op == Op::Reshape && reshape_is_alias(g, n)) f.alias[n.outputs[0]] = n.inputs[0];
+    plan_deform_inputs(g, f);
+    plan_row_windows(g, f);
+  };
+  for_each_rtdetr_graph([&](const std::string& name, DType, Graph& g) {
+    const GraphFacts f = planned(g, plan);
+    size_t slices = 0, layers = 0;
+    for (const Node& n : g.nodes) layers += n.op == Op::MsDeformAttn;
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+      const Node& n = g.nodes[ni];
+      if (n.op != Op::Slice) continue;
+      const int src = n.inputs[0];
+      const int p = g.values[src].producer;
+      ASSERT_GE(p, 0) << n.name;
+      EXPECT_EQ(g.nodes[p].op, Op::Linear) << n.name;
+      EXPECT_NE(g.nodes[p].name.find('{'), std::string::npos) << n.name << " slices " << g.nodes[p].name;
+      ++slices;
+      EXPECT_TRUE(f.fused_away[ni]) << name << " " << n.name;
+      ASSERT_EQ(f.windows.count(n.outputs[0]), 1u) << n.name;
+      const RowWindow& w = f.windows.at(n.outputs[0]);
+      EXPECT_EQ(w.src, src) << n.name;
+      EXPECT_EQ(w.offset, n.attr_int("start")) << n.name;
+      EXPECT_EQ(w.ld, g.values[src].shape.back()) << n.name;
+      EXPECT_EQ(w.slice, ni) << n.name;
+      EXPECT_EQ(f.alias[n.outputs[0]], src) << n.name;  // no bytes of its own
+      int last = -1;  // the readers: attention, or ms_deform_attn through a reshape
+      for (int c : g.consumers(n.outputs[0]))
+        for (int d : g.nodes[c].op == Op::Reshape ? g.consumers(g.nodes[c].outputs[0]) : std::vector<int>{c}) last = std::max(last, d);
+      EXPECT_GE(f.live_until.at(src), last) << n.name;
+    }
+    // AIFI's q and k; each layer's q, k, offsets, logits; the values where there are two layers or more.
+    EXPECT_EQ(slices, 2 + 4 * layers + (layers > 1 ? layers : 0)) << name;
+    const Node* first = first_node(g, Op::Slice, ".q_proj");
+    ASSERT_NE(first, nullptr);
+    g.mark_output(first->outputs[0]);
+    const GraphFacts f2 = planned(g, plan);
+    EXPECT_FALSE(f2.fused_away[static_cast<size_t>(first - g.nodes.data())]) << name;
+    EXPECT_EQ(f2.windows.size(), slices - 1) << name;
   });
 }
 

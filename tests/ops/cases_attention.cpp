@@ -93,6 +93,37 @@ void add_attention_cases(std::vector<OpCase>& out) {
     c.graph = b.finish(linear("self_attn.out_proj", att));
     out.push_back(std::move(c));
   }
+  // q and k as slices of one projection of x + pos (weights [2C, C]): CUDA's
+  // attention reads both in place, rows 2C apart (plan_row_windows). Head
+  // width 4 (the exact kernel) and 32 (tensor cores in f16/bf16).
+  struct Merged {
+    const char* tag;
+    int64_t n, l, c, heads;
+  };
+  for (DType dt : kCaseTypes)
+    for (const Merged& m : {Merged{"h4_d4", 1, 12, 16, 4}, Merged{"h2_d32_b2", 2, 30, 64, 2}}) {
+      OpCase c;
+      c.name = std::string("group_attention_qk_windows_") + m.tag + "_" + dtype_name(dt);
+      c.group = "group:attention_qk_windows";
+      c.dtype = dt;
+      c.limit = limit_for(Measure::MaxRel, dt, 1e-5, 4e-3, 2e-2);
+      CaseBuilder b(c.name, dt);
+      const int x = b.input("x", {m.n, m.l, m.c});
+      const int qk_in = b.node(Op::Add, "self_attn.pos_add", {x, b.input("pos", {m.n, m.l, m.c})});
+      const float r = 2.f / static_cast<float>(m.c);
+      auto linear = [&](const std::string& name, int in, int64_t rows) {
+        return b.node(Op::Linear, name, {in, b.weight(name + ".weight", {rows, m.c}, -r, r), b.weight(name + ".bias", {rows}, -0.1f, 0.1f)});
+      };
+      const int qk = linear("self_attn.qk_proj", qk_in, 2 * m.c);
+      auto half = [&](const char* name, int64_t start) {
+        return b.node(Op::Slice, name, {qk}, {{"axis", int64_t{-1}}, {"start", start}, {"end", start + m.c}});
+      };
+      const int att = b.node(Op::Attention, "self_attn.attention",
+                             {half("self_attn.q", 0), half("self_attn.k", m.c), linear("self_attn.v_proj", x, m.c)},
+                             {{"heads", m.heads}, {"scale", 0.5}});
+      c.graph = b.finish(linear("self_attn.out_proj", att, m.c));
+      out.push_back(std::move(c));
+    }
 }
 
 }  // namespace kiln::ops

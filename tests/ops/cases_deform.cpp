@@ -3,7 +3,8 @@
 // level only; boxes partly outside [0, 1] and offsets up to 8 / points so that
 // many samples fall partly or wholly outside their map (zero padding, and the
 // clamp of the discrete method); both methods, every storage type. Group
-// cases: value and logits as reshapes of row-major tensors (RT-DETR's form).
+// cases: value and logits as reshapes of row-major tensors (RT-DETR's form),
+// offsets and logits as slices of one projection.
 #include "op_harness.hpp"
 
 namespace kiln::ops {
@@ -61,6 +62,49 @@ void add_deform_row_cases(std::vector<OpCase>& out) {
       }
 }
 
+// RT-DETR's projections merged (merge_parallel_linears): two decoder layers'
+// values as slices of one projection of the memory [N, S, 2 * heads * D], and
+// each layer's sampling offsets and attention logits as slices of one
+// projection of its query [N, Q, heads * P * 3]. CUDA reads every slice in
+// place, rows the projection's row length apart (plan_row_windows).
+void add_deform_window_cases(std::vector<OpCase>& out) {
+  for (DType dt : kCaseTypes) {
+    const int64_t n = 2, q = 7, heads = 2, d = 8, p = 6, c = 16, hp = heads * p, hd = heads * d;
+    const std::vector<int64_t> hw = {6, 5, 3, 3}, points = {4, 2};
+    const int64_t s = 6 * 5 + 3 * 3;
+    OpCase oc;
+    oc.name = std::string("group_deform_windows_") + dtype_name(dt);
+    oc.group = "group:deform_windows";
+    oc.dtype = dt;
+    oc.limit = deform_limit(dt);
+    CaseBuilder b(oc.name, dt);
+    auto reshape = [&](const std::string& name, int x, std::vector<int64_t> shape) {
+      return b.node(Op::Reshape, name, {x}, {{"shape", std::move(shape)}});
+    };
+    auto slice = [&](const std::string& name, int x, int64_t start, int64_t end) {
+      return b.node(Op::Slice, name, {x}, {{"axis", int64_t{2}}, {"start", start}, {"end", end}});
+    };
+    auto linear = [&](const std::string& name, int x, int64_t rows) {
+      return b.node(Op::Linear, name, {x, b.weight(name + ".weight", {rows, c}, -0.4f, 0.4f), b.weight(name + ".bias", {rows}, -0.5f, 0.5f)});
+    };
+    const int values = linear("value_proj", b.input("memory", {n, s, c}), 2 * hd);
+    const int ref = b.input("ref", {n, q, 4});
+    oc.input_range["ref"] = {0.f, 1.f};
+    std::vector<int> ys;
+    for (int64_t l = 0; l < 2; ++l) {
+      const std::string e = "decoder.layers." + std::to_string(l) + ".encoder_attn";
+      const int proj = linear(e + ".offsets_and_weights", b.input("query" + std::to_string(l), {n, q, c}), 3 * hp);
+      const int value = reshape(e + ".value.heads", slice(e + ".value_proj", values, l * hd, (l + 1) * hd), {-1, s, heads, d});
+      const int off = reshape(e + ".offsets", slice(e + ".sampling_offsets", proj, 0, 2 * hp), {-1, q, heads, p, 2});
+      const int logits = reshape(e + ".logits", slice(e + ".attention_weights", proj, 2 * hp, 3 * hp), {-1, q, heads, p});
+      ys.push_back(b.node(Op::MsDeformAttn, e + ".core", {value, ref, off, logits},
+                          {{"spatial_shapes", hw}, {"points", points}, {"offset_scale", 0.5}, {"method", std::string("default")}}));
+    }
+    oc.graph = b.finish(ys);
+    out.push_back(std::move(oc));
+  }
+}
+
 }  // namespace
 
 void add_deform_cases(std::vector<OpCase>& out) {
@@ -92,6 +136,7 @@ void add_deform_cases(std::vector<OpCase>& out) {
         out.push_back(std::move(c));
       }
   add_deform_row_cases(out);
+  add_deform_window_cases(out);
 }
 
 }  // namespace kiln::ops

@@ -14,16 +14,10 @@ OpCase start(const std::string& op, const std::string& tag, DType dt) {
   return c;
 }
 
-// What the CPU and CUDA backends lower of slice: axis 1 of 4-D tensors.
-void channel_axis_only(OpCase& c, int64_t axis, size_t rank) {
-  if (axis == 1 && rank == 4) return;
-  c.cpu = cpu_refuses_non_channel_axis();
-  c.cuda = cuda_refuses_non_channel_axis();
-}
-
-// Of concat: the CPU any axis (row-major), CUDA any axis of row-major values
-// (ranks other than 4) and the channel axis of 4-D maps (stored NHWC).
-void concat_axes(OpCase& c, int64_t axis, size_t rank) {
+// What the backends lower of concat and slice: the CPU any axis (row-major),
+// CUDA any axis of row-major values (ranks other than 4) and the channel axis
+// of 4-D maps (stored NHWC).
+void axes_lowered(OpCase& c, int64_t axis, size_t rank) {
   if (rank == 4 && axis != 1) c.cuda = cuda_refuses_non_channel_axis();
 }
 
@@ -68,7 +62,7 @@ void add_shape_cases(std::vector<OpCase>& out) {
       std::vector<int> ins;
       for (size_t k = 0; k < s.ins.size(); ++k) ins.push_back(b.input("x" + std::to_string(k), s.ins[k]));
       c.graph = b.finish(b.node(Op::Concat, "concat", ins, {{"axis", s.axis}}));
-      concat_axes(c, s.axis, s.ins[0].size());
+      axes_lowered(c, s.axis, s.ins[0].size());
       out.push_back(std::move(c));
     }
 
@@ -84,12 +78,15 @@ void add_shape_cases(std::vector<OpCase>& out) {
         {"axis2", {1, 3, 6, 4}, 2, 1, 4},
         {"axis3", {2, 3, 2, 7}, 3, 2, 7},           {"r2_axis1", {3, 13}, 1, 2, 9},
         {"r3_axis_neg1", {2, 3, 5}, -1, 1, 4},      {"r5_axis4", {1, 2, 3, 2, 4}, 4, 0, 3},
+        // RT-DETR's merged projections: the sampling offsets and logits, q and k.
+        {"r3_offsets_b2", {2, 7, 36}, 2, 0, 24},    {"r3_logits_b2", {2, 7, 36}, 2, 24, 36},
+        {"r3_axis1_b3", {3, 6, 5}, 1, 2, 5},
     };
     for (const SliceSpec& s : slice_specs) {
       OpCase c = start("slice", s.tag, dt);
       CaseBuilder b(c.name, dt);
       c.graph = b.finish(b.node(Op::Slice, "slice", {b.input("x", s.x)}, {{"axis", s.axis}, {"start", s.start}, {"end", s.end}}));
-      channel_axis_only(c, s.axis, s.x.size());
+      axes_lowered(c, s.axis, s.x.size());
       if (s.axis == 0 && s.end > 1)
         c.cpu = {Expect::Refuses,
                  "the runtime also plans every graph at batch 1 (plan_for_batch's per-image graph, engine.cpp), where a "

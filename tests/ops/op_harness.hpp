@@ -65,12 +65,9 @@ inline Declared cuda_refuses_batch_norm_rank() {
   return {Expect::Refuses, "CUDA batch_norm takes NHWC maps and [N, C] rows, channels innermost (elementwise.cpp)",
           "CUDA batch_norm takes 2-D or 4-D values"};
 }
-inline Declared cpu_refuses_non_channel_axis() {
-  return {Expect::Refuses, "CPU slice takes the channel axis of 4-D tensors (cpu_backend.cpp)", "supports NCHW channel axis only"};
-}
 inline Declared cuda_refuses_non_channel_axis() {
   return {Expect::Refuses,
-          "CUDA slice, and concat of 4-D maps, take the channel axis of 4-D tensors (layout.cpp; concat of other ranks: any axis)",
+          "CUDA concat and slice of 4-D maps (stored NHWC) take the channel axis (layout.cpp; other ranks: any axis)",
           "supports the channel axis of 4-D tensors"};
 }
 // The message is the CUDA program builder's default (cuda_program.cpp:

@@ -82,7 +82,9 @@ inline ModelSource model_source(const fs::path& dir, const Checkpoint& ckpt) {
   return src;
 }
 
-inline Graph fixture_graph(const fs::path& dir, DType precision, int64_t channel_align, const std::string& family) {
+// `merge_linears` false: the graph the quantize pass sees (before merge_parallel_linears).
+inline Graph fixture_graph(const fs::path& dir, DType precision, int64_t channel_align, const std::string& family,
+                           bool merge_linears = true) {
   Checkpoint ckpt = Checkpoint::open(dir);
   const ModelSource src = model_source(dir, ckpt);
   const Family& f = family_registry().select(src);
@@ -94,6 +96,7 @@ inline Graph fixture_graph(const fs::path& dir, DType precision, int64_t channel
   po.verify = true;
   po.precision = precision;
   po.channel_align = channel_align;
+  po.merge_linears = merge_linears;
   run_pipeline(g, po);
   return g;
 }

@@ -102,6 +102,59 @@ TEST(Passes, FoldParallelConvsMergesCentredKernels) {
   }
 }
 
+// merge_parallel_linears: q_proj and k_proj of one input, read by an
+// attention, become one linear and two slices named as the linears, with the
+// same numbers on the CPU; a linear with an activation or one read by
+// anything but attention / ms_deform_attn stays; linears group by input.
+TEST(Passes, MergeParallelLinearsJoinsProjectionsOfOneInput) {
+  std::mt19937 rng(11);
+  auto build = [&](int variant) {
+    Graph g;
+    const int x = g.add_input("x", DType::F32, {2, 5, 8});
+    const int qk_in = g.add_node(Op::Add, "pos_add", {x, g.add_input("pos", DType::F32, {2, 5, 8})});
+    auto linear = [&](const std::string& name, int in, Attrs a = {}) {
+      return g.add_node(Op::Linear, name, {in, g.add_constant(name + ".weight", random_tensor({8, 8}, rng)),
+                                           g.add_constant(name + ".bias", random_tensor({8}, rng))}, a);
+    };
+    const int q = linear("attn.q_proj", qk_in);
+    Attrs act;
+    if (variant == 1) act["activation"] = std::string("relu");
+    const int k = linear("attn.k_proj", variant == 3 ? x : qk_in, act);
+    const int v = linear("attn.v_proj", x);
+    const int att = g.add_node(Op::Attention, "attn.attention", {q, k, v}, {{"heads", int64_t{2}}, {"scale", 0.5}});
+    g.mark_output(att);
+    if (variant == 2) g.mark_output(g.add_node(Op::Activation, "k.relu", {k}, {{"activation", std::string("relu")}}));
+    return g;
+  };
+  Graph g = build(0);
+  const std::vector<float> x = input_for(g, rng), pos = x;
+  const auto before = run_cpu(g, {x, pos});
+  EXPECT_EQ(merge_parallel_linears(g), 2);
+  verify_graph(g, "merge_parallel_linears");
+  EXPECT_EQ(g.count_ops(Op::Linear), 2);  // {q_proj,k_proj} and v_proj
+  EXPECT_EQ(g.count_ops(Op::Slice), 2);
+  const Node* merged = g.find_node("attn.{q_proj,k_proj}");
+  ASSERT_NE(merged, nullptr);
+  EXPECT_EQ(g.values[merged->inputs[1]].shape, (Shape{16, 8}));
+  for (const char* name : {"attn.q_proj", "attn.k_proj"}) {
+    const Node* s = g.find_node(name);
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->op, Op::Slice) << name;
+    EXPECT_EQ(s->inputs[0], merged->outputs[0]) << name;
+  }
+  const auto after = run_cpu(g, {x, pos});
+  EXPECT_LT(max_abs_diff(after[0], before[0]), 1e-6f * std::max(1.f, max_abs(before[0])));
+  EXPECT_EQ(merge_parallel_linears(g), 0) << "idempotent";
+  for (int variant : {1, 2}) {  // k with an activation; k also read by a relu
+    Graph h = build(variant);
+    EXPECT_EQ(merge_parallel_linears(h), 0) << variant;
+  }
+  Graph h = build(3);  // k of x: k and v merge, q stays
+  EXPECT_EQ(merge_parallel_linears(h), 2);
+  EXPECT_NE(h.find_node("attn.{k_proj,v_proj}"), nullptr);
+  EXPECT_EQ(h.find_node("attn.q_proj")->op, Op::Linear);
+}
+
 TEST(Passes, FoldBatchNormKeepsNumbersAndRemovesBn) {
   for (bool bias : {false, true}) {
     std::mt19937 rng(1);

@@ -188,9 +188,10 @@ TEST(RtDetrStructure, NodeCountsAfterPasses) {
 // The published RT-DETR v2 FP8 study's seven linear groups (FIELD-NOTES §4)
 // are recipe parts: each names exactly its linears of the graph kiln builds,
 // no linear is in two parts, and together they are every linear. (The
-// study's counts are for 3 decoder layers; bottleneck_2l has 2.)
+// study's counts are for 3 decoder layers; bottleneck_2l has 2.) On the graph
+// the quantize pass sees: before merge_parallel_linears joins linears.
 TEST(RtDetrQuantParts, NameTheStudysLinearGroups) {
-  const Graph g = optimized("bottleneck_2l");
+  const Graph g = testing::fixture_graph(kFixtures / "bottleneck_2l", DType::F32, 0, "rt_detr_v2", false);
   const quant::PartTable parts = rtdetr::quant_parts();
   const size_t layers = 2;
   const std::map<std::string, size_t> want = {
@@ -218,7 +219,7 @@ TEST(RtDetrQuantParts, NameTheStudysLinearGroups) {
   size_t linears = 0, candidates = 0;
   for (const Node& n : g.nodes) {
     candidates += quant::is_quantization_candidate(g, n);
-    // Not the per-image constants (a linear of the [B, 1, 1] ones: one input feature).
+    // Every linear of K > 1 (none of K = 1 remains since the per-image constants became add/mul operands).
     linears += n.op == Op::Linear && quant::is_quantization_candidate(g, n) && g.values[n.inputs[1]].shape[1] > 1;
   }
   EXPECT_EQ(seen.size(), linears) << "a linear in no part";

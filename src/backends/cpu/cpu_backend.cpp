@@ -284,9 +284,22 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       // A window of its input: nothing to copy. (A slice whose output is written
       // in place into a concat is a view of the concat, not of its input: it copies.)
       if (views && views->is_view(n.outputs[0]) && views->parent[n.outputs[0]] == n.inputs[0]) return;
-      if (n.attr_int("axis") != 1 || xs.size() != 4) fail_runtime(n.name, ": CPU slice supports NCHW channel axis only");
       int64_t start = n.attr_int("start"), end = n.attr_int("end");
-      slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);
+      if (n.attr_int("axis") == 1 && xs.size() == 4) {
+        slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);
+        break;
+      }
+      // Any other axis, row-major: `rows` rows of x, each giving the window [start, end) * inner.
+      int64_t axis = n.attr_int("axis");
+      if (axis < 0) axis += static_cast<int64_t>(xs.size());
+      int64_t rows = 1, inner = 1;
+      for (size_t d = 0; d < xs.size(); ++d) {
+        if (static_cast<int64_t>(d) < axis) rows *= xs[d];
+        if (static_cast<int64_t>(d) > axis) inner *= xs[d];
+      }
+      const int64_t row_in = xs[static_cast<size_t>(axis)] * inner, chunk = (end - start) * inner;
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(out + r * chunk, in(0) + r * row_in + start * inner, static_cast<size_t>(chunk) * sizeof(float));
       break;
     }
     default: fail_runtime(n.name, ": the CPU backend has no kernel for op ", op_name(n.op));

@@ -22,6 +22,21 @@ void lower_Attention(Lowering& L, size_t ni) {
                d.lk, " keys, head width ", d.d, "); build with --backend cpu");
   const RowMajorIo io(L, {n.inputs[0], n.inputs[1], n.inputs[2]}, {n.outputs[0]});
   L.reserve_workspace(io.scratch_bytes());
+  // Inputs that are row windows (plan_row_windows: q and k as slices of one
+  // projection) are read in place: the source's address + the window's
+  // offset, rows the source's row length apart.
+  struct Window {
+    bool on = false;
+    Operand src;
+    size_t offset = 0;  // bytes
+  };
+  Window w[3];
+  for (int k = 0; k < 3; ++k)
+    if (const RowWindow* rw = row_window(L, n.inputs[static_cast<size_t>(k)])) {
+      w[k] = {true, operand(L, rw->src), static_cast<size_t>(rw->offset) * dtype_size(dt)};
+      (k == 0 ? s.q_ld : k == 1 ? s.k_ld : s.v_ld) = rw->ld;
+      L.record(g.nodes[rw->slice].name, cat("read in place by ", n.name, " (a window of each row, no copy)"));
+    }
   // Tensor cores unless a pointer turns out misaligned at run time; the
   // exact kernel then runs instead (its limits are checked above).
   const char* kernel = attention_uses_mma(s, dt)   ? "kiln attention (tensor cores)"
@@ -29,7 +44,10 @@ void lower_Attention(Lowering& L, size_t ni) {
                                                    : "kiln attention (k, v from L2)";
   L.step(io.kernel(kernel), [=](const Exec& x) {
     io.load(x);
-    attention(io.in(x, 0), io.in(x, 1), io.in(x, 2), io.out(x, 0), dt, s, x.stream);
+    auto in = [&](int k) -> const void* {
+      return w[k].on ? static_cast<const char*>(w[k].src(x)) + w[k].offset : io.in(x, static_cast<size_t>(k));
+    };
+    attention(in(0), in(1), in(2), io.out(x, 0), dt, s, x.stream);
     io.store(x);
   });
 }

@@ -64,9 +64,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
   dev::enter_grid();
   extern __shared__ float smem[];
   const int h = blockIdx.y, lk = s.lk, d = s.d, dv = s.dv;
-  const int64_t n = blockIdx.z, cq = int64_t(s.heads) * d, cv = int64_t(s.heads) * dv;
-  const T* kh = k + n * lk * cq + int64_t(h) * d;  // row j, channel c: kh[j * cq + c]
-  const T* vh = v + n * lk * cv + int64_t(h) * dv;
+  const int64_t n = blockIdx.z, cv = int64_t(s.heads) * dv;  // y's row; q, k, v rows s.q_ld, s.k_ld, s.v_ld apart
+  const T* kh = k + n * lk * s.k_ld + int64_t(h) * d;  // row j, channel c: kh[j * s.k_ld + c]
+  const T* vh = v + n * lk * s.v_ld + int64_t(h) * dv;
   // k transposed with an odd row stride: the lanes' reads kt[c * ldk + j]
   // (j = lane + 32t) and the loader's writes (one c per thread) hit 32 banks.
   const int ldk = lk | 1;
@@ -84,20 +84,20 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
       for (int i = threadIdx.x; i < lk * dq; i += blockDim.x) {
         const int j = i / dq, c0 = (i % dq) * V;
         float f[V];
-        dev::load_vec<T, V>(kh + int64_t(j) * cq + c0, f);
+        dev::load_vec<T, V>(kh + int64_t(j) * s.k_ld + c0, f);
 #pragma unroll
         for (int e = 0; e < V; ++e) kt[(c0 + e) * ldk + j] = f[e];
       }
       for (int i = threadIdx.x; i < lk * dvq; i += blockDim.x) {
         const int j = i / dvq, c0 = (i % dvq) * V;
         float f[V];
-        dev::load_vec<T, V>(vh + int64_t(j) * cv + c0, f);
+        dev::load_vec<T, V>(vh + int64_t(j) * s.v_ld + c0, f);
 #pragma unroll
         for (int e = 0; e < V; ++e) vs[j * dv + c0 + e] = f[e];
       }
     } else {
-      for (int i = threadIdx.x; i < lk * d; i += blockDim.x) kt[(i % d) * ldk + i / d] = to_f32(kh[int64_t(i / d) * cq + i % d]);
-      for (int i = threadIdx.x; i < lk * dv; i += blockDim.x) vs[i] = to_f32(vh[int64_t(i / dv) * cv + i % dv]);
+      for (int i = threadIdx.x; i < lk * d; i += blockDim.x) kt[(i % d) * ldk + i / d] = to_f32(kh[int64_t(i / d) * s.k_ld + i % d]);
+      for (int i = threadIdx.x; i < lk * dv; i += blockDim.x) vs[i] = to_f32(vh[int64_t(i / dv) * s.v_ld + i % dv]);
     }
     __syncthreads();
   }
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
   float* qq = qw + warp * d;
   const int first = blockIdx.x * kQueriesPerBlock, last = min(s.lq, first + kQueriesPerBlock);
   for (int i = first + warp; i < last; i += kWarps) {
-    const T* qi = q + (n * s.lq + i) * cq + int64_t(h) * d;
+    const T* qi = q + (n * s.lq + i) * s.q_ld + int64_t(h) * d;
     for (int c = lane; c < d; c += 32) qq[c] = to_f32(qi[c]);
     __syncwarp();
     float mx = -FLT_MAX;
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
       if (kShared)
         for (int c = 0; c < d; ++c) acc += qq[c] * kt[c * ldk + j];
       else
-        for (int c = 0; c < d; ++c) acc += qq[c] * to_f32(kh[int64_t(j) * cq + c]);
+        for (int c = 0; c < d; ++c) acc += qq[c] * to_f32(kh[int64_t(j) * s.k_ld + c]);
       acc *= s.scale;
       p[j] = acc;
       mx = fmaxf(mx, acc);
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restr
       if (kShared)
         for (int j = 0; j < lk; ++j) acc += p[j] * vs[j * dv + c];
       else
-        for (int j = 0; j < lk; ++j) acc += p[j] * to_f32(vh[int64_t(j) * cv + c]);
+        for (int j = 0; j < lk; ++j) acc += p[j] * to_f32(vh[int64_t(j) * s.v_ld + c]);
       yi[c] = from_f32<T>(acc * inv);
     }
     __syncwarp();  // p and qq are free for the warp's next query
@@ -223,9 +223,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* 
   const int split = warp % kSplit;
   const int row0 = blockIdx.x * kRows + (warp / kSplit) * 16;  // the warp's first query
   const int h = blockIdx.y, lq = s.lq, lk = s.lk, d = s.d, dv = s.dv, nd = d >> 4, nv = dv >> 4;
-  const int64_t n = blockIdx.z, cq = int64_t(s.heads) * d, cv = int64_t(s.heads) * dv;
-  const T* kh = k + n * lk * cq + int64_t(h) * d;  // key j, channel c: kh[j * cq + c]
-  const T* vh = v + n * lk * cv + int64_t(h) * dv;
+  const int64_t n = blockIdx.z, cv = int64_t(s.heads) * dv;  // y's row; q, k, v rows s.q_ld, s.k_ld, s.v_ld apart
+  const T* kh = k + n * lk * s.k_ld + int64_t(h) * d;  // key j, channel c: kh[j * s.k_ld + c]
+  const T* vh = v + n * lk * s.v_ld + int64_t(h) * dv;
   // Keys are loaded up to a whole 16-key chunk (rows past lk zero-filled, so
   // a masked weight never meets garbage: 0 * NaN); chunks past that are
   // skipped. Row strides d + 8, dv + 8 elements: an odd number of 16-byte
@@ -244,11 +244,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* 
       const int kq = d >> 3, vq = dv >> 3;  // 16-byte pieces per row
       for (int i = threadIdx.x; i < rows * kq; i += kMmaWarps * 32) {
         const int r = i / kq, c = (i - r * kq) * 8, j = j0 + r;
-        cp_async16(smem_u32(kd + r * ldk + c), kh + int64_t(j < lk ? j : 0) * cq + c, j < lk);
+        cp_async16(smem_u32(kd + r * ldk + c), kh + int64_t(j < lk ? j : 0) * s.k_ld + c, j < lk);
       }
       for (int i = threadIdx.x; i < rows * vq; i += kMmaWarps * 32) {
         const int r = i / vq, c = (i - r * vq) * 8, j = j0 + r;
-        cp_async16(smem_u32(vd + r * ldv + c), vh + int64_t(j < lk ? j : 0) * cv + c, j < lk);
+        cp_async16(smem_u32(vd + r * ldv + c), vh + int64_t(j < lk ? j : 0) * s.v_ld + c, j < lk);
       }
     }
     cp_async_commit();
@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* 
   uint32_t qa[kChunks][4];
   {
     const int r0 = row0 + g, r1 = r0 + 8;
-    const T* q0 = q + (n * lq + min(r0, lq - 1)) * cq + int64_t(h) * d + 2 * t;
-    const T* q1 = q + (n * lq + min(r1, lq - 1)) * cq + int64_t(h) * d + 2 * t;
+    const T* q0 = q + (n * lq + min(r0, lq - 1)) * s.q_ld + int64_t(h) * d + 2 * t;
+    const T* q1 = q + (n * lq + min(r1, lq - 1)) * s.q_ld + int64_t(h) * d + 2 * t;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const bool in = c < nd;
@@ -474,15 +474,23 @@ bool attention_uses_mma(const AttentionShape& s, DType dt) {
 bool attention_kv_in_shared(const AttentionShape& s) { return smem_bytes(s, true) <= kMaxAttentionSmem; }
 bool attention_fits(const AttentionShape& s) { return smem_bytes(s, false) <= kMaxAttentionSmem; }
 
-void attention(const void* q, const void* k, const void* v_, void* y, DType dt, const AttentionShape& s, cudaStream_t stream) {
+void attention(const void* q, const void* k, const void* v_, void* y, DType dt, const AttentionShape& shape,
+               cudaStream_t stream) {
+  AttentionShape s = shape;
   if (s.n <= 0) return;
+  if (!s.q_ld) s.q_ld = int64_t(s.heads) * s.d;
+  if (!s.k_ld) s.k_ld = int64_t(s.heads) * s.d;
+  if (!s.v_ld) s.v_ld = int64_t(s.heads) * s.dv;
+  if (s.q_ld < int64_t(s.heads) * s.d || s.k_ld < int64_t(s.heads) * s.d || s.v_ld < int64_t(s.heads) * s.dv)
+    fail_runtime("cuda attention: row strides ", s.q_ld, "/", s.k_ld, "/", s.v_ld, " below the rows' ", s.heads, " heads");
   if (s.n > 65535 || s.heads > 65535 || s.lq < 1 || s.lk < 1 || s.d < 1 || s.dv < 1)
     fail_runtime("cuda attention: unsupported shape (n ", s.n, ", heads ", s.heads, ", lq ", s.lq, ", lk ", s.lk, ", d ", s.d,
                  ", dv ", s.dv, ")");
   // Tensor cores when the rows allow 16-byte copies and 32-bit fragment
   // loads; a misaligned view falls back to the exact kernel (same limits).
   using detail::aligned16;
-  if (attention_uses_mma(s, dt) && aligned16(q) && aligned16(k) && aligned16(v_) && aligned16(y)) {
+  const bool rows16 = s.q_ld % 8 == 0 && s.k_ld % 8 == 0 && s.v_ld % 8 == 0;  // 16-byte rows of 2-byte elements
+  if (attention_uses_mma(s, dt) && rows16 && aligned16(q) && aligned16(k) && aligned16(v_) && aligned16(y)) {
     const int chunks = mma_chunks(s), split = mma_split(s);
     auto go = [&](auto t) {
       using T = decltype(t);
@@ -504,7 +512,8 @@ void attention(const void* q, const void* k, const void* v_, void* y, DType dt, 
   detail::dispatch_float(dt, "attention", [&](auto t) {
     using T = decltype(t);
     const int per16 = 16 / int(sizeof(T));
-    a.vec = s.d % per16 == 0 && s.dv % per16 == 0 && aligned16(k) && aligned16(v_);
+    a.vec = s.d % per16 == 0 && s.dv % per16 == 0 && s.k_ld % per16 == 0 && s.v_ld % per16 == 0 && aligned16(k) &&
+            aligned16(v_);
     auto kernel = shared_kv ? attention_kernel<T, true> : attention_kernel<T, false>;
     KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     detail::launch("attention", kernel, grid, kWarps * 32, smem, stream, static_cast<const T*>(q), static_cast<const T*>(k),

@@ -170,6 +170,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_token_rows(g, f);  // RT-DETR's token rows of NHWC maps and back: the same bytes (shape_ops.cpp)
   plan_norm_adds(g, f);   // residual adds read by a layer_norm run inside it (norm.cpp)
   plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)
+  plan_row_windows(g, f);  // slices of one projection read in place by attention / ms_deform_attn (shape_ops.cpp)
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs

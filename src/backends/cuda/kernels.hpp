@@ -292,6 +292,11 @@ struct DeformAttnShape {
   int points[kMaxDeformLevels] = {};
   float offset_scale = 0.5f;
   bool discrete = false;
+  // Elements between consecutive rows: value's tokens, offsets' and logits'
+  // queries; 0 is packed (heads * d, heads * p * 2, heads * p). More where an
+  // operand is a window of a wider row (plan_row_windows: offsets and logits
+  // as slices of one projection).
+  int64_t value_ld = 0, off_ld = 0, logit_ld = 0;
 };
 void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
                     const DeformAttnShape& s, cudaStream_t stream);
@@ -314,6 +319,11 @@ struct AttentionShape {
   int64_t n = 1;
   int lq = 1, lk = 1, heads = 1, d = 1, dv = 1;
   float scale = 1.f;
+  // Elements between consecutive token rows of q, k and v: 0 is heads * d
+  // (heads * dv for v), rows packed; more where an operand is a window of a
+  // wider row (plan_row_windows: q and k as slices of one projection). Images
+  // are lq (lk) rows apart. y is always packed.
+  int64_t q_ld = 0, k_ld = 0, v_ld = 0;
   bool vec = false;  // set by attention(): k and v rows load as 16-byte vectors
 };
 inline constexpr size_t kMaxAttentionSmem = 200 * 1024;

@@ -141,6 +141,25 @@ void lower_Slice(Lowering& L, size_t ni) {
   const int in0 = n.inputs[0], out = n.outputs[0];
   const Shape xs = g.values[in0].shape;
   const DType dt = g.values[out].dtype;
+  if (!stored_nhwc(g.values[in0])) {  // row-major (RT-DETR's token rows): any axis, each row's window copied
+    if (g.is_constant(in0)) fail_input(n.name, ": CUDA slice of a constant is not supported (constants are not activations)");
+    if (code_out(g, out).on()) fail_input(n.name, ": CUDA slice writes codes only as a channel slice of 4-D maps");
+    int64_t axis = n.attr_int("axis");
+    if (axis < 0) axis += static_cast<int64_t>(xs.size());
+    int64_t rows = 1, inner = 1;
+    for (size_t d = 0; d < xs.size(); ++d) {
+      if (static_cast<int64_t>(d) < axis) rows *= xs[d];
+      if (static_cast<int64_t>(d) > axis) inner *= xs[d];
+    }
+    const int64_t xc = xs[static_cast<size_t>(axis)] * inner, begin = n.attr_int("start") * inner,
+                  c = (n.attr_int("end") - n.attr_int("start")) * inner;
+    if (xc > int64_t(0x7fffffff)) fail_input(n.name, ": CUDA slice rows of ", xc, " elements (at most 2^31 - 1)");
+    const ValuePtr ptr = L.ptr;
+    L.step("copy_rows", [=](const Exec& x) {
+      copy_channels_nhwc(ptr(x, in0), as_int(xc), as_int(begin), ptr(x, out), as_int(c), 0, as_int(c), rows, dt, x.stream);
+    });
+    return;
+  }
   if (n.attr_int("axis") != 1 || xs.size() != 4) fail_input(n.name, ": CUDA slice supports the channel axis of 4-D tensors");
   // A window of its input, or copied by the first slice of its run. A slice
   // whose output is written in place into a concat (a view of the concat, not

@@ -56,6 +56,15 @@ struct NormAdds {
   int pos_value = -1;  // the add's other operand
 };
 
+// A slice along the last axis of a row-major value, read in place by its
+// readers as a window of each row (plan_row_windows): the value, the
+// window's first element in a row, and the row's length.
+struct RowWindow {
+  int src = -1;
+  int64_t offset = 0, ld = 0;
+  size_t slice = kNoNode;  // the slice node
+};
+
 // The facts of one shaped graph that decide how its nodes run.
 struct GraphFacts {
   std::vector<char> fused_away;   // nodes with no step of their own
@@ -66,6 +75,7 @@ struct GraphFacts {
   std::map<int, int> live_from;   // value -> the first node index whose step writes it (before its producer)
   std::map<size_t, NormAdds> norm_adds;  // layer_norm node -> the adds run inside it (plan_norm_adds)
   std::map<size_t, BoxRefine> box_refines;  // add node -> its fused box refinement (plan_box_refines)
+  std::map<int, RowWindow> windows;  // slice output -> the row window its readers read (plan_row_windows)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -264,6 +274,20 @@ void plan_norm_adds(const Graph& g, GraphFacts& f);
 // a cast to f32 read by it alone; a cast of the sum to f16/bf16 is written by
 // the same launch (its buffer lives from the add's step, GraphFacts::live_from).
 void plan_box_refines(const Graph& g, GraphFacts& f);
+
+// Slices along the last axis of a row-major activation whose readers can
+// read a window of each row in place (RT-DETR's q and k as slices of one
+// projection, the sampling offsets and attention logits as slices of
+// another): attention (any input), and ms_deform_attn's offsets and logits
+// through the reshape that aliases them. Such a slice is fused away, its
+// output a RowWindow of the source and a byte alias of it (never written: no
+// arena bytes of its own; the source lives until the last reader); the readers take the source's address plus the offset and the row length
+// as their row stride (shape_ops.cpp). Called by plan_fusions after
+// plan_deform_inputs.
+void plan_row_windows(const Graph& g, GraphFacts& f);
+// The row window input v of a reader is, following reshapes that alias their
+// input (the ms_deform_attn reshapes); null when v is no window.
+const RowWindow* row_window(const Lowering& L, int v);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);

@@ -48,7 +48,7 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
               bh = to_f32(ref[nq * 4 + 3]);
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
     const int h = i / s.p, p = i - h * s.p;
-    const T* lg = logits + (nq * s.heads + h) * s.p;
+    const T* lg = logits + nq * s.logit_ld + int64_t(h) * s.p;
     float mx = -INFINITY;
     for (int k = 0; k < s.p; ++k) mx = fmaxf(mx, to_f32(lg[k]));
     float sum = 0.f;
@@ -57,7 +57,7 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
     const int l = level_of(s, p);
     const int64_t H = s.level_h[l], W = s.level_w[l], start = s.level_start[l];
     const float scale = __fdiv_rn(1.f, float(s.points[l]));  // transformers' n_points_scale
-    const T* o = off + ((nq * s.heads + h) * s.p + p) * 2;
+    const T* o = off + nq * s.off_ld + (int64_t(h) * s.p + p) * 2;
     const float lx = __fadd_rn(bx, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[0]), scale), bw), s.offset_scale));
     const float ly = __fadd_rn(by, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[1]), scale), bh), s.offset_scale));
     float* w4 = wgt + 4 * i;
@@ -85,12 +85,12 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
   const int hd = s.heads * s.d;
   for (int c = threadIdx.x; c < hd; c += blockDim.x) {
     const int h = c / s.d;
-    const T* v = value + n * s.s * hd + c;  // row r of this channel at v + r * hd
+    const T* v = value + n * s.s * s.value_ld + c;  // row r of this channel at v + r * value_ld
     const float* w = wgt + 4 * h * s.p;
     const int* r = row + 4 * h * s.p;
     float acc = 0.f;
     for (int k = 0; k < 4 * s.p; ++k)
-      if (r[k] >= 0) acc += w[k] * to_f32(v[int64_t(r[k]) * hd]);
+      if (r[k] >= 0) acc += w[k] * to_f32(v[int64_t(r[k]) * s.value_ld]);
     y[nq * hd + c] = from_f32<T>(acc);
   }
 }
@@ -98,9 +98,15 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
 }  // namespace
 
 void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
-                    const DeformAttnShape& s, cudaStream_t stream) {
+                    const DeformAttnShape& shape, cudaStream_t stream) {
+  DeformAttnShape s = shape;
   const int64_t blocks = s.n * s.q;
   if (blocks <= 0) return;
+  if (!s.value_ld) s.value_ld = int64_t(s.heads) * s.d;
+  if (!s.off_ld) s.off_ld = int64_t(s.heads) * s.p * 2;
+  if (!s.logit_ld) s.logit_ld = int64_t(s.heads) * s.p;
+  if (s.value_ld < int64_t(s.heads) * s.d || s.off_ld < int64_t(s.heads) * s.p * 2 || s.logit_ld < int64_t(s.heads) * s.p)
+    fail_runtime("cuda ms_deform_attn: row strides ", s.value_ld, "/", s.off_ld, "/", s.logit_ld, " below the rows");
   if (blocks > int64_t(0x7fffffff)) fail_runtime("cuda ms_deform_attn: ", blocks, " queries is too many");
   const int pairs = s.heads * s.p, hd = s.heads * s.d;
   if (pairs > kMaxDeformPairs || s.levels < 1 || s.levels > kMaxDeformLevels)

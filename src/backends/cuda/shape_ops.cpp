@@ -124,6 +124,62 @@ void plan_token_rows(const Graph& g, GraphFacts& f) {
   }
 }
 
+namespace {
+
+// The value a reshape output v aliases (the reshape's input), or -1.
+int reshape_alias_source(const Graph& g, const GraphFacts& f, int v) {
+  const int p = g.values[v].producer;
+  if (p < 0 || g.nodes[p].op != Op::Reshape || f.alias[v] != g.nodes[p].inputs[0]) return -1;
+  return g.nodes[p].inputs[0];
+}
+
+}  // namespace
+
+void plan_row_windows(const Graph& g, GraphFacts& f) {
+  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (n.op != Op::Slice || f.fused_away[ni]) continue;
+    const int x = n.inputs[0], y = n.outputs[0];
+    const Value &xv = g.values[x], &yv = g.values[y];
+    int64_t axis = n.attr_int("axis");
+    if (axis < 0) axis += static_cast<int64_t>(xv.shape.size());
+    if (stored_nhwc(xv) || xv.constant || axis + 1 != static_cast<int64_t>(xv.shape.size()) || is_output(y) ||
+        code_out(g, y).on() || xv.dtype != yv.dtype || f.alias[y] >= 0)
+      continue;
+    // Every reader reads windows: attention directly, ms_deform_attn's value
+    // (0), offsets (2) and logits (3) through a reshape aliasing y.
+    int last = -1;
+    bool ok = !g.consumers(y).empty();
+    for (int c : g.consumers(y)) {
+      const Node& r = g.nodes[c];
+      if (r.op == Op::Attention) {
+        last = std::max(last, c);
+        continue;
+      }
+      const int ro = r.outputs[0];
+      ok = ok && r.op == Op::Reshape && reshape_alias_source(g, f, ro) == y && !is_output(ro) && !g.consumers(ro).empty();
+      for (int d : ok ? g.consumers(ro) : std::vector<int>{}) {
+        const Node& dn = g.nodes[d];
+        ok = ok && dn.op == Op::MsDeformAttn && dn.inputs[1] != ro;  // value, offsets or logits; not ref
+        last = std::max(last, d);
+      }
+      if (!ok) break;
+    }
+    if (!ok || last < 0) continue;
+    f.fused_away[ni] = 1;
+    f.windows[y] = RowWindow{x, n.attr_int("start"), xv.shape.back(), ni};
+    f.alias[y] = x;  // no bytes of its own (never written): x lives as long as y's readers
+    f.live_until[x] = std::max(f.live_until[x], last);
+  }
+}
+
+const RowWindow* row_window(const Lowering& L, int v) {
+  if (const int src = reshape_alias_source(L.g, L.f, v); src >= 0) v = src;
+  const auto it = L.f.windows.find(v);
+  return it == L.f.windows.end() ? nullptr : &it->second;
+}
+
 void lower_Transpose(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
   const Value &xv = L.g.values[n.inputs[0]], &yv = L.g.values[n.outputs[0]];
