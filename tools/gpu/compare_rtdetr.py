@@ -145,13 +145,12 @@ def check_finite(args):
 
 # Layer groups of RT-DETR v2 by node name (families/rt_detr_v2/README.md names the nodes).
 GROUPS = [
-    ("input", ("pixel_values", "batch_ones")),
+    ("input", ("pixel_values",)),
     ("backbone", ("model.backbone.",)),
     ("AIFI", ("model.encoder.encoder.",)),
     ("encoder", ("model.encoder_input_proj.", "model.encoder.")),
-    ("query selection", ("model.decoder_input_proj.", "model.memory", "model.valid_mask", "model.enc_",
-                         "model.anchors", "model.topk", "model.reference_points", "model.target",
-                         "model.decoder.reference_points")),
+    ("query selection", ("model.decoder_input_proj.", "model.memory", "model.enc_", "model.topk",
+                         "model.reference_points", "model.target", "model.decoder.reference_points")),
     ("decoder", ("model.decoder.",)),
     ("output", ("logits", "pred_boxes")),  # the casts to f32 of 16-bit engines
 ]
