@@ -24,16 +24,14 @@
 namespace kiln {
 namespace {
 
-bool is_output(const Graph& g, int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); }
-
 // Whether every reader of v reads rows that a slice of a wider row can give in place.
 bool read_as_rows(const Graph& g, int v) {
   const auto readers = g.consumers(v);
-  if (readers.empty() || is_output(g, v)) return false;
+  if (readers.empty() || g.is_graph_output(v)) return false;
   for (int r : readers) {
     const Node& n = g.nodes[r];
     if (n.op == Op::Attention) continue;
-    if (n.op != Op::Reshape || is_output(g, n.outputs[0])) return false;
+    if (n.op != Op::Reshape || g.is_graph_output(n.outputs[0])) return false;
     const int ro = n.outputs[0];
     const auto deform = g.consumers(ro);
     if (deform.empty()) return false;

@@ -258,10 +258,7 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
     case Op::Quantize: quantize(count, in(0), quant_scales(out_v), out_v.dtype, out, pool); break;
     case Op::Dequantize: dequantize(count, in(0), quant_scales(g.values[n.inputs[0]]), out, pool); break;
     case Op::Concat: {  // row-major along any axis: `rows` rows, each the inputs' chunks side by side
-      int64_t axis = n.attr_int("axis");
-      if (axis < 0) axis += static_cast<int64_t>(out_v.shape.size());
-      int64_t rows = 1;
-      for (int64_t d = 0; d < axis; ++d) rows *= out_v.shape[static_cast<size_t>(d)];
+      const int64_t rows = split_at(out_v.shape, axis_attr(n, out_v.shape.size(), 1)).outer;
       if (rows == 0) break;
       const int64_t row_out = count / rows;
       int64_t off = 0;
@@ -289,17 +286,11 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
         slice_channels(as_int(xs[0]), as_int(xs[1]), as_int(xs[2] * xs[3]), as_int(start), as_int(end - start), in(0), out);
         break;
       }
-      // Any other axis, row-major: `rows` rows of x, each giving the window [start, end) * inner.
-      int64_t axis = n.attr_int("axis");
-      if (axis < 0) axis += static_cast<int64_t>(xs.size());
-      int64_t rows = 1, inner = 1;
-      for (size_t d = 0; d < xs.size(); ++d) {
-        if (static_cast<int64_t>(d) < axis) rows *= xs[d];
-        if (static_cast<int64_t>(d) > axis) inner *= xs[d];
-      }
-      const int64_t row_in = xs[static_cast<size_t>(axis)] * inner, chunk = (end - start) * inner;
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(out + r * chunk, in(0) + r * row_in + start * inner, static_cast<size_t>(chunk) * sizeof(float));
+      // Any other axis, row-major: `outer` rows of x, each giving the window [start, end) * inner.
+      const AxisSplit a = split_at(xs, axis_attr(n, xs.size(), 1));
+      const int64_t row_in = a.extent * a.inner, chunk = (end - start) * a.inner;
+      for (int64_t r = 0; r < a.outer; ++r)
+        std::memcpy(out + r * chunk, in(0) + r * row_in + start * a.inner, static_cast<size_t>(chunk) * sizeof(float));
       break;
     }
     default: fail_runtime(n.name, ": the CPU backend has no kernel for op ", op_name(n.op));

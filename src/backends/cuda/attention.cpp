@@ -23,20 +23,10 @@ void lower_Attention(Lowering& L, size_t ni) {
   const RowMajorIo io(L, {n.inputs[0], n.inputs[1], n.inputs[2]}, {n.outputs[0]});
   L.reserve_workspace(io.scratch_bytes());
   // Inputs that are row windows (plan_row_windows: q and k as slices of one
-  // projection) are read in place: the source's address + the window's
-  // offset, rows the source's row length apart.
-  struct Window {
-    bool on = false;
-    Operand src;
-    size_t offset = 0;  // bytes
-  };
-  Window w[3];
-  for (int k = 0; k < 3; ++k)
-    if (const RowWindow* rw = row_window(L, n.inputs[static_cast<size_t>(k)])) {
-      w[k] = {true, operand(L, rw->src), static_cast<size_t>(rw->offset) * dtype_size(dt)};
-      (k == 0 ? s.q_ld : k == 1 ? s.k_ld : s.v_ld) = rw->ld;
-      L.record(g.nodes[rw->slice].name, cat("read in place by ", n.name, " (a window of each row, no copy)"));
-    }
+  // projection) are read in place, rows the projection's row length apart.
+  WindowRead w[3];
+  for (size_t k = 0; k < 3; ++k)
+    if ((w[k] = window_read(L, n, k)).on) (k == 0 ? s.q_ld : k == 1 ? s.k_ld : s.v_ld) = w[k].ld;
   // Tensor cores unless a pointer turns out misaligned at run time; the
   // exact kernel then runs instead (its limits are checked above).
   const char* kernel = attention_uses_mma(s, dt)   ? "kiln attention (tensor cores)"
@@ -44,9 +34,7 @@ void lower_Attention(Lowering& L, size_t ni) {
                                                    : "kiln attention (k, v from L2)";
   L.step(io.kernel(kernel), [=](const Exec& x) {
     io.load(x);
-    auto in = [&](int k) -> const void* {
-      return w[k].on ? static_cast<const char*>(w[k].src(x)) + w[k].offset : io.in(x, static_cast<size_t>(k));
-    };
+    auto in = [&](size_t k) { return w[k].on ? w[k].at(x) : io.in(x, k); };
     attention(in(0), in(1), in(2), io.out(x, 0), dt, s, x.stream);
     io.store(x);
   });

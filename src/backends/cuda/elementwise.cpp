@@ -67,7 +67,6 @@ ConstOperand const_operand(Lowering& L, const Node& n) {
 }  // namespace
 
 void plan_box_refines(const Graph& g, GraphFacts& f) {
-  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
   auto free_node = [&](size_t i) { return !f.fused_away[i] && !f.folded_cast[i]; };
   auto is_float = [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; };
   // The producer of v when it is `op`, v is read by `reader` alone and is no engine output; else kNoNode.
@@ -75,7 +74,7 @@ void plan_box_refines(const Graph& g, GraphFacts& f) {
     const int p = g.values[v].producer;
     const auto readers = g.consumers(v);
     if (p < 0 || g.nodes[p].op != op || !free_node(static_cast<size_t>(p)) || readers.size() != 1 || static_cast<size_t>(readers[0]) != reader ||
-        is_output(v))
+        g.is_graph_output(v))
       return kNoNode;
     return static_cast<size_t>(p);
   };

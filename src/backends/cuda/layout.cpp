@@ -2,6 +2,7 @@
 // (NCHW f32 -> NHWC), Flatten, Concat and Slice with channel views and
 // split runs.
 #include "backends/cuda/lower.hpp"
+#include "ir/attrs.hpp"
 #include "core/error.hpp"
 #include "ir/fusion_marks.hpp"
 
@@ -74,10 +75,7 @@ void lower_Concat(Lowering& L, size_t ni) {
     if (code_out(g, out).on()) fail_input(n.name, ": CUDA concat writes codes only as a channel concat of 4-D maps");
     if (n.inputs.size() > size_t(kMaxConcatInputs))
       fail_input(n.name, ": CUDA concat of row-major values takes up to ", kMaxConcatInputs, " inputs, not ", n.inputs.size());
-    int64_t axis = n.attr_int("axis");
-    if (axis < 0) axis += static_cast<int64_t>(ov.shape.size());
-    int64_t rows = 1;
-    for (int64_t d = 0; d < axis; ++d) rows *= ov.shape[static_cast<size_t>(d)];
+    const int64_t rows = split_at(ov.shape, axis_attr(n, ov.shape.size(), 1)).outer;
     std::vector<Operand> ins;
     std::vector<int64_t> chunks;
     for (int in : n.inputs) {
@@ -144,15 +142,9 @@ void lower_Slice(Lowering& L, size_t ni) {
   if (!stored_nhwc(g.values[in0])) {  // row-major (RT-DETR's token rows): any axis, each row's window copied
     if (g.is_constant(in0)) fail_input(n.name, ": CUDA slice of a constant is not supported (constants are not activations)");
     if (code_out(g, out).on()) fail_input(n.name, ": CUDA slice writes codes only as a channel slice of 4-D maps");
-    int64_t axis = n.attr_int("axis");
-    if (axis < 0) axis += static_cast<int64_t>(xs.size());
-    int64_t rows = 1, inner = 1;
-    for (size_t d = 0; d < xs.size(); ++d) {
-      if (static_cast<int64_t>(d) < axis) rows *= xs[d];
-      if (static_cast<int64_t>(d) > axis) inner *= xs[d];
-    }
-    const int64_t xc = xs[static_cast<size_t>(axis)] * inner, begin = n.attr_int("start") * inner,
-                  c = (n.attr_int("end") - n.attr_int("start")) * inner;
+    const AxisSplit a = split_at(xs, axis_attr(n, xs.size(), 1));
+    const int64_t rows = a.outer, xc = a.extent * a.inner, begin = n.attr_int("start") * a.inner,
+                  c = (n.attr_int("end") - n.attr_int("start")) * a.inner;
     if (xc > int64_t(0x7fffffff)) fail_input(n.name, ": CUDA slice rows of ", xc, " elements (at most 2^31 - 1)");
     const ValuePtr ptr = L.ptr;
     L.step("copy_rows", [=](const Exec& x) {

@@ -288,6 +288,17 @@ void plan_row_windows(const Graph& g, GraphFacts& f);
 // The row window input v of a reader is, following reshapes that alias their
 // input (the ms_deform_attn reshapes); null when v is no window.
 const RowWindow* row_window(const Lowering& L, int v);
+// Input `k` of `reader` as the kernel reads it when it is a row window: the
+// source's address + the window's offset, rows `ld` elements apart (`on`
+// false otherwise: the caller reads it as usual). Records the slice's note.
+struct WindowRead {
+  bool on = false;
+  Operand src;
+  size_t offset = 0;  // bytes
+  int64_t ld = 0;     // elements
+  const void* at(const Exec& x) const { return static_cast<const char*>(src(x)) + offset; }
+};
+WindowRead window_read(Lowering& L, const Node& reader, size_t k);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);

@@ -97,25 +97,13 @@ void lower_MsDeformAttn(Lowering& L, size_t ni) {
   L.reserve_workspace(io.scratch_bytes());
   // Value, offsets and logits that are row windows (plan_row_windows: slices
   // of one projection) are read in place, rows the projection's row length apart.
-  struct Window {
-    bool on = false;
-    Operand src;
-    size_t offset = 0;  // bytes
-  };
-  Window w[4];
+  WindowRead w[4];
   DeformAttnShape ks = s;
-  for (int k : {0, 2, 3})
-    if (const RowWindow* rw = row_window(L, n.inputs[static_cast<size_t>(k)])) {
-      w[k] = {true, operand(L, rw->src), static_cast<size_t>(rw->offset) * dtype_size(dt)};
-      (k == 0 ? ks.value_ld : k == 2 ? ks.off_ld : ks.logit_ld) = rw->ld;
-      L.record(g.nodes[rw->slice].name, cat("read in place by ", n.name, " (a window of each row, no copy)"));
-    }
+  for (size_t k : {0, 2, 3})
+    if ((w[k] = window_read(L, n, k)).on) (k == 0 ? ks.value_ld : k == 2 ? ks.off_ld : ks.logit_ld) = w[k].ld;
   L.step(io.kernel(d.discrete ? "ms_deform_attn discrete" : "ms_deform_attn"), [=](const Exec& x) {
     io.load(x);
-    auto in = [&](int k) -> const void* {
-      if (w[k].on) return static_cast<const char*>(w[k].src(x)) + w[k].offset;
-      return io.in(x, static_cast<size_t>(k));
-    };
+    auto in = [&](size_t k) { return w[k].on ? w[k].at(x) : io.in(x, k); };
     ms_deform_attn(in(0), in(1), in(2), in(3), io.out(x, 0), dt, ks, x.stream);
     io.store(x);
   });

@@ -29,14 +29,13 @@ bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y) {
 }  // namespace
 
 void plan_norm_adds(const Graph& g, GraphFacts& f) {
-  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (n.op != Op::LayerNorm || f.fused_away[ni]) continue;
     const int sum = n.inputs[0], y = n.outputs[0];
     const Value &sv = g.values[sum], &yv = g.values[y];
     NormAdds fused;
-    if (sv.producer >= 0 && g.consumers(sum).size() == 1 && !is_output(sum) && f.alias[sum] < 0 &&
+    if (sv.producer >= 0 && g.consumers(sum).size() == 1 && !g.is_graph_output(sum) && f.alias[sum] < 0 &&
         plain_add(g, f, static_cast<size_t>(sv.producer), yv))
       fused.residual = static_cast<size_t>(sv.producer);
     for (size_t ai : g.consumers(y)) {

@@ -90,11 +90,10 @@ std::string RowMajorIo::kernel(const std::string& name) const {
 }
 
 void plan_token_rows(const Graph& g, GraphFacts& f) {
-  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
   // The one reader of v, when it is op `op` and v is no graph output (else -1).
   auto only_reader = [&](int v, Op op) {
     const auto readers = g.consumers(v);
-    return readers.size() == 1 && g.nodes[readers[0]].op == op && !is_output(v) ? static_cast<int>(readers[0]) : -1;
+    return readers.size() == 1 && g.nodes[readers[0]].op == op && !g.is_graph_output(v) ? static_cast<int>(readers[0]) : -1;
   };
   auto swaps_last_two = [&](const Node& t) { return t.attr_ints("perm") == std::vector<int64_t>{0, 2, 1}; };
   auto flat = [](const Shape& m) { return Shape{m[0], m[1], m[2] * m[3]}; };  // [N, C, H*W] of a map
@@ -136,15 +135,13 @@ int reshape_alias_source(const Graph& g, const GraphFacts& f, int v) {
 }  // namespace
 
 void plan_row_windows(const Graph& g, GraphFacts& f) {
-  auto is_output = [&](int v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (n.op != Op::Slice || f.fused_away[ni]) continue;
     const int x = n.inputs[0], y = n.outputs[0];
     const Value &xv = g.values[x], &yv = g.values[y];
-    int64_t axis = n.attr_int("axis");
-    if (axis < 0) axis += static_cast<int64_t>(xv.shape.size());
-    if (stored_nhwc(xv) || xv.constant || axis + 1 != static_cast<int64_t>(xv.shape.size()) || is_output(y) ||
+    const int64_t axis = axis_attr(n, xv.shape.size(), 1);
+    if (stored_nhwc(xv) || xv.constant || axis + 1 != static_cast<int64_t>(xv.shape.size()) || g.is_graph_output(y) ||
         code_out(g, y).on() || xv.dtype != yv.dtype || f.alias[y] >= 0)
       continue;
     // Every reader reads windows: attention directly, ms_deform_attn's value
@@ -158,7 +155,7 @@ void plan_row_windows(const Graph& g, GraphFacts& f) {
         continue;
       }
       const int ro = r.outputs[0];
-      ok = ok && r.op == Op::Reshape && reshape_alias_source(g, f, ro) == y && !is_output(ro) && !g.consumers(ro).empty();
+      ok = ok && r.op == Op::Reshape && reshape_alias_source(g, f, ro) == y && !g.is_graph_output(ro) && !g.consumers(ro).empty();
       for (int d : ok ? g.consumers(ro) : std::vector<int>{}) {
         const Node& dn = g.nodes[d];
         ok = ok && dn.op == Op::MsDeformAttn && dn.inputs[1] != ro;  // value, offsets or logits; not ref
@@ -178,6 +175,14 @@ const RowWindow* row_window(const Lowering& L, int v) {
   if (const int src = reshape_alias_source(L.g, L.f, v); src >= 0) v = src;
   const auto it = L.f.windows.find(v);
   return it == L.f.windows.end() ? nullptr : &it->second;
+}
+
+WindowRead window_read(Lowering& L, const Node& reader, size_t k) {
+  const RowWindow* rw = row_window(L, reader.inputs[k]);
+  if (!rw) return {};
+  L.record(L.g.nodes[rw->slice].name, cat("read in place by ", reader.name, " (a window of each row, no copy)"));
+  const size_t elem = dtype_size(L.g.values[rw->src].dtype);
+  return {true, operand(L, rw->src), static_cast<size_t>(rw->offset) * elem, rw->ld};
 }
 
 void lower_Transpose(Lowering& L, size_t ni) {
