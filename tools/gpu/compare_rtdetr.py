@@ -170,15 +170,21 @@ def profile(args):
         return emit(args, {"label": args.label, "kind": "profile", "pass": False, "error": "no profile in the bench JSON"})
     totals = {g: 0.0 for g, _ in GROUPS}
     totals["other"] = 0.0
+    kernels = {g: 0 for g in totals}  # launches per group, where the profile names them (kiln since session 18)
+    listed = any("kernels" in layer for layer in p["layers"])
     for layer in p["layers"]:
         totals[group_of(layer["name"])] += layer["ms"]
+        kernels[group_of(layer["name"])] += len(layer.get("kernels", []))
     width = max(len(g) for g in totals)
     for g, ms in totals.items():
         if ms > 0 or g != "other":
-            print(f"  {g:<{width}}  {ms:8.4f} ms")
+            print(f"  {g:<{width}}  {ms:8.4f} ms" + (f"  {kernels[g]:4d} kernels" if listed else ""))
     print(f"  {'sum':<{width}}  {sum(totals.values()):8.4f} ms (layers run one by one; engine_ms is the replayed graph)")
-    return emit(args, {"label": args.label, "kind": "profile", "groups_ms": totals, "rounds": p.get("rounds"),
-                       "engine_ms": r.get("engine_ms"), "kernels_per_call": r.get("kernels_per_call"), "pass": True})
+    line = {"label": args.label, "kind": "profile", "groups_ms": totals, "rounds": p.get("rounds"),
+            "engine_ms": r.get("engine_ms"), "kernels_per_call": r.get("kernels_per_call"), "pass": True}
+    if listed:
+        line["groups_kernels"] = kernels
+    return emit(args, line)
 
 
 def main():
