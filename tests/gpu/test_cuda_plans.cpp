@@ -442,11 +442,12 @@ TEST(TokenRowsPlan, RtDetrMapsAndTokensShareBytes) {
 // layer norm that reads it, and lives until that layer norm's step; each
 // decoder layer's `encoder_attn.pos_add` (the self-attention's layer norm
 // output + the query position, computed before it) is written by that layer
-// norm's launch, its buffer live from there. A residual sum that is also an
+// norm's launch, its buffer live from there, as is the f32 copy of the
+// encoder output's layer norm in 16-bit graphs. A residual sum that is also an
 // engine output keeps its own launch; the self-attention's pos_add reads a
 // position computed after the previous layer's norm and stays.
 TEST(NormAddPlan, RtDetrResidualsAndPositionsRunInsideTheirLayerNorms) {
-  for_each_rtdetr_graph([](const std::string& name, DType, Graph& g) {
+  for_each_rtdetr_graph([](const std::string& name, DType dt, Graph& g) {
     auto facts = [&] { return planned(g, plan_norm_adds); };
     const GraphFacts f = facts();
     size_t residuals = 0, positions = 0;
@@ -476,15 +477,31 @@ TEST(NormAddPlan, RtDetrResidualsAndPositionsRunInsideTheirLayerNorms) {
         EXPECT_FALSE(f.fused_away[ni]) << name << " " << n.name;  // AIFI's constant, the self-attention's
       }
     }
+    // 16-bit graphs: the encoder output's layer norm also writes its f32 copy for the score head.
+    size_t widened = 0;
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+      const Node& n = g.nodes[ni];
+      if (n.op != Op::Cast || g.values[n.inputs[0]].producer < 0) continue;
+      const int norm = g.values[n.inputs[0]].producer;
+      if (g.nodes[norm].op != Op::LayerNorm) continue;
+      ++widened;
+      EXPECT_TRUE(f.fused_away[ni]) << name << " " << n.name;
+      ASSERT_EQ(f.norm_adds.count(norm), 1u) << n.name;
+      EXPECT_EQ(f.norm_adds.at(norm).widen, ni) << n.name;
+      EXPECT_EQ(f.live_from.at(n.outputs[0]), norm) << n.name;
+    }
+    EXPECT_EQ(widened, dt == DType::F16 ? 1u : 0u) << name;  // model.enc_output.1.to_f32
     EXPECT_GE(residuals, 5u) << name;  // AIFI's two, three per decoder layer
     EXPECT_GE(positions, 1u) << name;  // one per decoder layer
-    EXPECT_EQ(static_cast<size_t>(std::count(f.fused_away.begin(), f.fused_away.end(), 1)), residuals + positions) << name;
+    EXPECT_EQ(static_cast<size_t>(std::count(f.fused_away.begin(), f.fused_away.end(), 1)), residuals + positions + widened)
+        << name;
     const Node* first = first_node(g, Op::Add, ".residual");
     ASSERT_NE(first, nullptr);
     g.mark_output(first->outputs[0]);
     const GraphFacts f2 = facts();
     EXPECT_FALSE(f2.fused_away[static_cast<size_t>(first - g.nodes.data())]) << name;
-    EXPECT_EQ(static_cast<size_t>(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1)), residuals + positions - 1)
+    EXPECT_EQ(static_cast<size_t>(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1)),
+              residuals + positions + widened - 1)
         << name;
   });
 }

@@ -10,7 +10,7 @@
 //  - their 8-bit forms (issue 13): the quantize pass over a Res2Net block, a
 //    stem pool and a squeeze-excitation gate before a 1x1, so the chain adds,
 //    the concat, the max pool and the gate write codes (passes/quantize.cpp)
-//  - RT-DETR's post-norm residual add + layer_norm (+ query position), and its box refinement
+//  - RT-DETR's post-norm residual add + layer_norm (+ query position, + f32 copy), and its box refinement
 //    (cast, inverse_sigmoid, add + sigmoid, cast: one CUDA launch)
 #include <cmath>
 #include <optional>
@@ -192,6 +192,19 @@ void add_group_cases(std::vector<OpCase>& out) {
           mark_fusions(gr.c.graph, FusionOptions{});
           out.push_back(std::move(gr.c));
         }
+      // RT-DETR's encoder output: a 16-bit layer norm read as it is and as an
+      // f32 copy (the score head's f32 island): CUDA writes both in one launch.
+      if (dt != DType::F32) {
+        Group gr("layer_norm_widen", bt, dt);
+        const Shape s{n, 40, 24};
+        const int y = gr.b.node(Op::LayerNorm, "enc_output.1", {gr.b.input("x", s), gr.b.weight("weight", {24}, 0.5f, 1.5f),
+                                                               gr.b.weight("bias", {24}, -0.5f, 0.5f)},
+                                {{"eps", 1e-5}});
+        const int wide = gr.b.node(Op::Cast, "enc_output.1.to_f32", {y}, {{"dtype", std::string("f32")}});
+        gr.c.graph = gr.b.finish(std::vector<int>{y, wide});
+        mark_fusions(gr.c.graph, FusionOptions{});
+        out.push_back(std::move(gr.c));
+      }
       // RT-DETR's box refinement in its f32 island: ref' = sigmoid(f32(delta) +
       // inverse_sigmoid(ref)), and ref' narrowed for the next layer in 16-bit
       // graphs; CUDA runs the four nodes as one box_refine launch

@@ -233,11 +233,22 @@ void gather_rows(const void* x, const void* index, DType index_dt, void* y, size
                  int64_t extent, int64_t inner, int64_t k, int64_t* flag, cudaStream_t stream);
 
 // layer_norm over rows of c contiguous elements (norm.cu): statistics in f32,
-// weight/bias [c] in dt or null, one warp per row. With x2 (not null, x's
-// shape) the rows are x + x2 rounded to dt first, as an add step stores them;
-// with y_pos (not null) y + pos is written there too, as an add step would.
-void layer_norm_rows(const void* x, const void* x2, const void* weight, const void* bias, void* y, const void* pos,
-                     void* y_pos, DType dt, int64_t rows, int c, float eps, cudaStream_t stream);
+// weight/bias [c] in dt or null, one warp per row. The other pointers are
+// optional (null: not read or written), each what the step it stands for
+// would compute (plan_norm_adds): x2 (x's shape): the rows are x + x2 rounded
+// to dt first, as an add step stores them; y_pos: y + pos, as an add step;
+// y_f32: y widened to f32, as a cast step.
+struct LayerNormIo {
+  const void* x = nullptr;
+  const void* x2 = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  void* y = nullptr;
+  const void* pos = nullptr;
+  void* y_pos = nullptr;
+  float* y_f32 = nullptr;
+};
+void layer_norm_rows(const LayerNormIo& io, DType dt, int64_t rows, int c, float eps, cudaStream_t stream);
 // softmax of x seen as [outer, extent, inner] along extent (norm.cu), f32 math,
 // one warp per (outer, inner) row; inner == 1 is the contiguous fast case.
 void softmax_axis(const void* x, void* y, DType dt, int64_t outer, int64_t extent, int64_t inner, cudaStream_t stream);

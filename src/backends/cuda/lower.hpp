@@ -54,6 +54,7 @@ struct NormAdds {
   size_t residual = kNoNode;
   size_t pos = kNoNode;
   int pos_value = -1;  // the add's other operand
+  size_t widen = kNoNode;  // a cast of the 16-bit output to f32, written by the same launch
 };
 
 // A slice along the last axis of a row-major value, read in place by its
@@ -260,7 +261,9 @@ void plan_token_rows(const Graph& g, GraphFacts& f);
 // - an add of the layer norm's output and a value produced before the layer
 //   norm (RT-DETR's decoder "query + position" after the self-attention's layer
 //   norm, one per layer): the launch writes the sum too (its buffer lives from
-//   the layer norm's step, GraphFacts::live_from).
+//   the layer norm's step, GraphFacts::live_from);
+// - a cast of a 16-bit layer norm's output to f32 (RT-DETR's enc_output.1 feeding
+//   the f32 score head), written by the same launch (live_from likewise).
 // Taken for adds of row-major activations of the layer norm's shape and type,
 // no activation, no codes; the residual sum no engine output.
 void plan_norm_adds(const Graph& g, GraphFacts& f);

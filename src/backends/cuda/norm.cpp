@@ -34,6 +34,7 @@ void plan_norm_adds(const Graph& g, GraphFacts& f) {
     if (n.op != Op::LayerNorm || f.fused_away[ni]) continue;
     const int sum = n.inputs[0], y = n.outputs[0];
     const Value &sv = g.values[sum], &yv = g.values[y];
+    if (stored_nhwc(yv)) continue;  // the fused step reads and writes row-major values only
     NormAdds fused;
     if (sv.producer >= 0 && g.consumers(sum).size() == 1 && !g.is_graph_output(sum) && f.alias[sum] < 0 &&
         plain_add(g, f, static_cast<size_t>(sv.producer), yv))
@@ -47,14 +48,23 @@ void plan_norm_adds(const Graph& g, GraphFacts& f) {
       fused.pos = ai, fused.pos_value = other;
       break;
     }
-    if (fused.residual == kNoNode && fused.pos == kNoNode) continue;
+    for (size_t ci : g.consumers(y)) {
+      const Node& cast = g.nodes[ci];
+      if (cast.op == Op::Cast && !f.fused_away[ci] && !f.folded_cast[ci] && g.values[cast.outputs[0]].dtype == DType::F32 &&
+          (yv.dtype == DType::F16 || yv.dtype == DType::BF16) && f.alias[cast.outputs[0]] < 0) {
+        fused.widen = ci;
+        break;
+      }
+    }
+    if (fused.residual == kNoNode && fused.pos == kNoNode && fused.widen == kNoNode) continue;
     if (fused.residual != kNoNode) {
       f.fused_away[fused.residual] = 1;
       for (int in : g.nodes[fused.residual].inputs) f.live_until[in] = std::max(f.live_until[in], static_cast<int>(ni));
     }
-    if (fused.pos != kNoNode) {
-      f.fused_away[fused.pos] = 1;
-      const int out = g.nodes[fused.pos].outputs[0];
+    for (size_t early : {fused.pos, fused.widen}) {  // written by this launch, before their own nodes
+      if (early == kNoNode) continue;
+      f.fused_away[early] = 1;
+      const int out = g.nodes[early].outputs[0];
       f.live_from[out] = std::min(f.live_from.count(out) ? f.live_from[out] : static_cast<int>(ni), static_cast<int>(ni));
     }
     f.norm_adds[ni] = fused;
@@ -73,21 +83,28 @@ void lower_LayerNorm(Lowering& L, size_t ni) {
   if (const auto it = L.f.norm_adds.find(ni); it != L.f.norm_adds.end()) {  // plan_norm_adds: row-major values only
     const NormAdds fused = it->second;
     const Graph& g = L.g;
-    for (size_t k : {fused.residual, fused.pos})
+    for (size_t k : {fused.residual, fused.pos, fused.widen})
       if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (no launch of its own)"));
     const int y = n.outputs[0];
-    const Operand a = operand(L, fused.residual == kNoNode ? n.inputs[0] : g.nodes[fused.residual].inputs[0]);
-    const Operand r = fused.residual == kNoNode ? Operand{} : operand(L, g.nodes[fused.residual].inputs[1]);
+    const bool has_r = fused.residual != kNoNode;
+    const Operand a = operand(L, has_r ? g.nodes[fused.residual].inputs[0] : n.inputs[0]);
+    const Operand r = has_r ? operand(L, g.nodes[fused.residual].inputs[1]) : Operand{};
     const Operand pos = fused.pos == kNoNode ? Operand{} : operand(L, fused.pos_value);
     const int y_pos = fused.pos == kNoNode ? -1 : g.nodes[fused.pos].outputs[0];
-    const bool has_r = fused.residual != kNoNode;
+    const int y_f32 = fused.widen == kNoNode ? -1 : g.nodes[fused.widen].outputs[0];
     const ValuePtr ptr = L.ptr;
     std::string kernel = has_r ? "add_layer_norm" : "layer_norm";
     if (y_pos >= 0) kernel += "_pos";
+    if (y_f32 >= 0) kernel += "_f32";
     L.step(kernel, [=](const Exec& x) {
-      layer_norm_rows(a(x), has_r ? r(x) : nullptr, has_w ? w(x) : nullptr, has_b ? b(x) : nullptr, ptr(x, y),
-                      y_pos >= 0 ? pos(x) : nullptr, y_pos >= 0 ? ptr(x, y_pos) : nullptr, dt, rows, as_int(c), eps,
-                      x.stream);
+      LayerNormIo io;
+      io.x = a(x), io.y = ptr(x, y);
+      if (has_r) io.x2 = r(x);
+      if (has_w) io.weight = w(x);
+      if (has_b) io.bias = b(x);
+      if (y_pos >= 0) io.pos = pos(x), io.y_pos = ptr(x, y_pos);
+      if (y_f32 >= 0) io.y_f32 = static_cast<float*>(ptr(x, y_f32));
+      layer_norm_rows(io, dt, rows, as_int(c), eps, x.stream);
     });
     return;
   }
@@ -95,8 +112,11 @@ void lower_LayerNorm(Lowering& L, size_t ni) {
   L.reserve_workspace(io.scratch_bytes());
   L.step(io.kernel("layer_norm"), [=](const Exec& x) {
     io.load(x);
-    layer_norm_rows(io.in(x, 0), nullptr, has_w ? w(x) : nullptr, has_b ? b(x) : nullptr, io.out(x, 0), nullptr, nullptr,
-                    dt, rows, as_int(c), eps, x.stream);
+    LayerNormIo rows_io;
+    rows_io.x = io.in(x, 0), rows_io.y = io.out(x, 0);
+    if (has_w) rows_io.weight = w(x);
+    if (has_b) rows_io.bias = b(x);
+    layer_norm_rows(rows_io, dt, rows, as_int(c), eps, x.stream);
     io.store(x);
   });
 }

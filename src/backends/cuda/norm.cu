@@ -36,10 +36,10 @@ __device__ __forceinline__ float row_at(const T* xr, const T* x2r, int i) {
 
 // y_pos (null or rows x c): also y + pos as the add step stores it (y rounded
 // to T, the sum in f32, rounded again): RT-DETR's query + position after a
-// layer norm (plan_norm_adds).
+// layer norm; y_f32: y widened (exact), as a cast step (plan_norm_adds).
 template <typename T>
 __global__ void layer_norm_kernel(const T* x, const T* x2, const T* weight, const T* bias, T* y, const T* pos, T* y_pos,
-                                  int64_t rows, int c, float eps) {
+                                  float* y_f32, int64_t rows, int c, float eps) {
   dev::enter_grid();
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
@@ -63,6 +63,7 @@ __global__ void layer_norm_kernel(const T* x, const T* x2, const T* weight, cons
     const T out = from_f32<T>(v);
     yr[i] = out;
     if (y_pos) y_pos[row * c + i] = from_f32<T>(to_f32(out) + to_f32(pos[row * c + i]));
+    if (y_f32) y_f32[row * c + i] = to_f32(out);
   }
 }
 
@@ -91,15 +92,14 @@ int blocks_for_rows(int64_t rows) {
 
 }  // namespace
 
-void layer_norm_rows(const void* x, const void* x2, const void* weight, const void* bias, void* y, const void* pos,
-                     void* y_pos, DType dt, int64_t rows, int c, float eps, cudaStream_t stream) {
+void layer_norm_rows(const LayerNormIo& io, DType dt, int64_t rows, int c, float eps, cudaStream_t stream) {
   if (rows <= 0 || c <= 0) return;
   detail::dispatch_float(dt, "layer_norm", [&](auto t) {
     using T = decltype(t);
     detail::launch("layer_norm", layer_norm_kernel<T>, blocks_for_rows(rows), kRowsPerBlock * 32, 0, stream,
-                   static_cast<const T*>(x), static_cast<const T*>(x2), static_cast<const T*>(weight),
-                   static_cast<const T*>(bias), static_cast<T*>(y), static_cast<const T*>(pos), static_cast<T*>(y_pos),
-                   rows, c, eps);
+                   static_cast<const T*>(io.x), static_cast<const T*>(io.x2), static_cast<const T*>(io.weight),
+                   static_cast<const T*>(io.bias), static_cast<T*>(io.y), static_cast<const T*>(io.pos),
+                   static_cast<T*>(io.y_pos), io.y_f32, rows, c, eps);
   });
 }
 
