@@ -510,7 +510,8 @@ TEST(NormAddPlan, RtDetrResidualsAndPositionsRunInsideTheirLayerNorms) {
 // layer's box refinement (`bbox_embed.<i>.add`) takes in its inverse_sigmoid,
 // and in 16-bit graphs the cast that widens the delta and the cast that
 // narrows the new reference for the next layer (none after the last layer);
-// the narrowed value's buffer lives from the add's step.
+// the narrowed value's buffer lives from the add's step. The reference points'
+// sigmoid and its narrowing cast are one launch too.
 TEST(BoxRefinePlan, RtDetrRefinementsAreOneLaunchEach) {
   for_each_rtdetr_graph([](const std::string& name, DType dt, Graph& g) {
     const GraphFacts f = planned(g, plan_box_refines);
@@ -546,7 +547,22 @@ TEST(BoxRefinePlan, RtDetrRefinementsAreOneLaunchEach) {
       EXPECT_GE(f.live_until.at(r.ref), static_cast<int>(r.narrow)) << n.name;
     }
     EXPECT_GE(layers, 1u) << name;
-    EXPECT_EQ(f.box_refines.size(), layers) << name;  // no other add matches
+    // The reference points' sigmoid before the first layer, with its narrowing
+    // cast in 16-bit graphs (nothing to save in f32 ones).
+    const Node* sig = g.find_node("model.decoder.reference_points.sigmoid");
+    ASSERT_NE(sig, nullptr) << name;
+    const size_t si = static_cast<size_t>(sig - g.nodes.data());
+    ASSERT_EQ(f.box_refines.count(si), dt == DType::F16 ? 1u : 0u) << name;
+    if (dt == DType::F16) {
+      const BoxRefine& r = f.box_refines.at(si);
+      EXPECT_EQ(r.inverse, kNoNode);
+      EXPECT_EQ(r.ref, -1);
+      EXPECT_EQ(r.delta, sig->inputs[0]);
+      ASSERT_NE(r.narrow, kNoNode);
+      EXPECT_TRUE(f.fused_away[r.narrow]);
+      EXPECT_EQ(f.live_from.at(g.nodes[r.narrow].outputs[0]), static_cast<int>(si));
+    }
+    EXPECT_EQ(f.box_refines.size(), layers + (dt == DType::F16 ? 1 : 0)) << name;  // no other node matches
     if (dt == DType::F16) EXPECT_EQ(narrowed, layers - 1) << name;  // the last layer's boxes are an output, in f32
   });
 }

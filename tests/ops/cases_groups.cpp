@@ -205,6 +205,18 @@ void add_group_cases(std::vector<OpCase>& out) {
         mark_fusions(gr.c.graph, FusionOptions{});
         out.push_back(std::move(gr.c));
       }
+      // The reference points before the first layer: sigmoid in f32 and its
+      // narrowing cast, one box_refine launch on CUDA (no inverse_sigmoid term).
+      if (dt != DType::F32) {
+        Group gr("sigmoid_narrow", bt, dt);
+        const int y = gr.b.node(Op::Activation, "reference_points.sigmoid", {gr.b.input_as("picked", DType::F32, {n, 30, 4})},
+                                {{"activation", std::string("sigmoid")}});
+        const int narrow = gr.b.node(Op::Cast, "reference_points.sigmoid.to_narrow", {y}, {{"dtype", std::string(dtype_name(dt))}});
+        gr.c.input_range["picked"] = {-6.f, 6.f};
+        gr.c.graph = gr.b.finish(std::vector<int>{y, narrow});
+        mark_fusions(gr.c.graph, FusionOptions{});
+        out.push_back(std::move(gr.c));
+      }
       // RT-DETR's box refinement in its f32 island: ref' = sigmoid(f32(delta) +
       // inverse_sigmoid(ref)), and ref' narrowed for the next layer in 16-bit
       // graphs; CUDA runs the four nodes as one box_refine launch

@@ -24,7 +24,12 @@ void lower_BatchNorm(Lowering& L, size_t ni) {
   });
 }
 
+namespace {
+bool lower_box_refine(Lowering& L, size_t ni);  // below
+}  // namespace
+
 void lower_Activation(Lowering& L, size_t ni) {
+  if (lower_box_refine(L, ni)) return;  // an f32 sigmoid with its narrowing cast (plan_box_refines)
   const Node& n = L.g.nodes[ni];
   const int in0 = n.inputs[0], out = n.outputs[0];
   const DType dt = L.g.values[out].dtype;
@@ -78,6 +83,29 @@ void plan_box_refines(const Graph& g, GraphFacts& f) {
       return kNoNode;
     return static_cast<size_t>(p);
   };
+  // A cast of y to f16/bf16 read after node `after` (the first such reader), or kNoNode.
+  auto narrow_reader = [&](int y, size_t after) {
+    for (int c : g.consumers(y)) {
+      const DType to = g.values[g.nodes[c].outputs[0]].dtype;
+      if (g.nodes[c].op == Op::Cast && free_node(c) && static_cast<size_t>(c) > after && (to == DType::F16 || to == DType::BF16))
+        return static_cast<size_t>(c);
+    }
+    return kNoNode;
+  };
+  // Records r for node `at` (its narrowing cast found here): the nodes it
+  // takes in are fused away, what it reads lives until its last node, the
+  // narrowed value's buffer from `at`.
+  auto take = [&](size_t at, BoxRefine r) {
+    const int y = g.nodes[at].outputs[0];
+    r.narrow = narrow_reader(y, at);
+    const size_t last = r.narrow == kNoNode ? at : r.narrow;
+    for (size_t fused : {r.widen, r.inverse, r.narrow})
+      if (fused != kNoNode) f.fused_away[fused] = 1;
+    for (int v : {r.delta, r.ref, y})
+      if (v >= 0) f.live_until[v] = std::max(f.live_until[v], static_cast<int>(last));
+    if (r.narrow != kNoNode) f.live_from[g.nodes[r.narrow].outputs[0]] = static_cast<int>(at);
+    f.box_refines[at] = r;
+  };
   for (size_t ai = 0; ai < g.nodes.size(); ++ai) {
     const Node& add = g.nodes[ai];
     if (add.op != Op::Add || !free_node(ai)) continue;
@@ -95,43 +123,53 @@ void plan_box_refines(const Graph& g, GraphFacts& f) {
     r.widen = sole_producer(add.inputs[0], Op::Cast, ai);
     r.delta = r.widen == kNoNode ? add.inputs[0] : g.nodes[r.widen].inputs[0];
     if (!is_float(g.values[r.delta].dtype) || d0.dtype != DType::F32) continue;
-    for (size_t c : g.consumers(y)) {
-      const Node& cn = g.nodes[c];
-      const DType to = g.values[cn.outputs[0]].dtype;
-      if (cn.op == Op::Cast && free_node(c) && c > ai && (to == DType::F16 || to == DType::BF16)) {
-        r.narrow = c;
-        break;
-      }
-    }
-    const size_t last = r.narrow == kNoNode ? ai : r.narrow;
-    for (size_t fused : {r.widen, r.inverse, r.narrow})
-      if (fused != kNoNode) f.fused_away[fused] = 1;
-    for (int v : {r.delta, r.ref, y}) f.live_until[v] = std::max(f.live_until[v], static_cast<int>(last));
-    if (r.narrow != kNoNode) f.live_from[g.nodes[r.narrow].outputs[0]] = static_cast<int>(ai);
-    f.box_refines[ai] = r;
+    take(ai, r);
+  }
+  // The reference points before the first layer: sigmoid(picked) in f32 and
+  // its narrowing cast, one launch (no inverse_sigmoid term).
+  for (size_t ai = 0; ai < g.nodes.size(); ++ai) {
+    const Node& n = g.nodes[ai];
+    if (n.op != Op::Activation || !free_node(ai) || n.activation() != Activation::Sigmoid) continue;
+    const Value &xv = g.values[n.inputs[0]], &yv = g.values[n.outputs[0]];
+    if (xv.dtype != DType::F32 || yv.dtype != DType::F32 || xv.constant || xv.shape != yv.shape || stored_nhwc(yv)) continue;
+    BoxRefine r;
+    r.delta = n.inputs[0];
+    if (narrow_reader(n.outputs[0], ai) == kNoNode) continue;  // nothing to save
+    take(ai, r);
   }
 }
 
+namespace {
+
+// Node ni's step when plan_box_refines took it (an add or an activation);
+// false when it did not.
+bool lower_box_refine(Lowering& L, size_t ni) {
+  const auto fused = L.f.box_refines.find(ni);
+  if (fused == L.f.box_refines.end()) return false;
+  const BoxRefine r = fused->second;
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ni];
+  for (size_t k : {r.widen, r.inverse, r.narrow})
+    if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (box_refine, no launch of its own)"));
+  const int y = n.outputs[0], narrow = r.narrow == kNoNode ? -1 : g.nodes[r.narrow].outputs[0];
+  const DType delta_dt = g.values[r.delta].dtype, narrow_dt = narrow < 0 ? DType::F16 : g.values[narrow].dtype;
+  const float eps = r.inverse == kNoNode ? 0.f : static_cast<float>(g.nodes[r.inverse].attr_float("eps", 1e-5));
+  const int64_t count = shape_numel(g.values[y].shape);
+  const Activation a = n.activation();
+  const ValuePtr ptr = L.ptr;
+  const int delta = r.delta, ref = r.ref;
+  L.step("box_refine", [=](const Exec& x) {
+    box_refine(ptr(x, delta), delta_dt, ref < 0 ? nullptr : static_cast<const float*>(ptr(x, ref)), eps,
+               static_cast<float*>(ptr(x, y)), narrow < 0 ? nullptr : ptr(x, narrow), narrow_dt, count, a, x.stream);
+  });
+  return true;
+}
+
+}  // namespace
+
 void lower_Add(Lowering& L, size_t ni) {
   const Node& n = L.g.nodes[ni];
-  if (const auto fused = L.f.box_refines.find(ni); fused != L.f.box_refines.end()) {  // plan_box_refines
-    const BoxRefine r = fused->second;
-    const Graph& g = L.g;
-    for (size_t k : {r.widen, r.inverse, r.narrow})
-      if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (box_refine, no launch of its own)"));
-    const int y = n.outputs[0], narrow = r.narrow == kNoNode ? -1 : g.nodes[r.narrow].outputs[0];
-    const DType delta_dt = g.values[r.delta].dtype, narrow_dt = narrow < 0 ? DType::F16 : g.values[narrow].dtype;
-    const float eps = static_cast<float>(g.nodes[r.inverse].attr_float("eps", 1e-5));
-    const int64_t count = shape_numel(g.values[y].shape);
-    const Activation a = n.activation();
-    const ValuePtr ptr = L.ptr;
-    const int delta = r.delta, ref = r.ref;
-    L.step("box_refine", [=](const Exec& x) {
-      box_refine(ptr(x, delta), delta_dt, static_cast<const float*>(ptr(x, ref)), eps, static_cast<float*>(ptr(x, y)),
-                 narrow < 0 ? nullptr : ptr(x, narrow), narrow_dt, count, a, x.stream);
-    });
-    return;
-  }
+  if (lower_box_refine(L, ni)) return;  // plan_box_refines
   const int in0 = n.inputs[0], in1 = n.inputs[1], out = n.outputs[0];
   const Value& ov = L.g.values[out];
   const DType dt = L.g.values[in0].dtype;  // the inputs' type; the output's unless the add writes codes

@@ -229,14 +229,16 @@ struct InverseSigmoidOp {
 };
 
 // The inverse_sigmoid, the f32 add (AddOp's f32 math: no fast exp) and both
-// casts of the unfused nodes, element by element: the same bits. Counts are
+// casts of the unfused nodes, element by element: the same bits. Without ref,
+// an f32 activation and its narrowing cast (ActOp's f32 math). Counts are
 // small (queries x 4), so one element a thread.
 template <typename Td, typename Tn, Activation A>
 __global__ void box_refine_kernel(const Td* delta, const float* ref, float eps, float* y, Tn* y_narrow, int64_t count) {
   dev::enter_grid();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += stride) {
-    const float v = act<A, false>(dev::to_f32(delta[e]) + inverse_sigmoid_f32(ref[e], eps));
+    const float d = dev::to_f32(delta[e]);
+    const float v = act<A, false>(ref ? d + inverse_sigmoid_f32(ref[e], eps) : d);
     y[e] = v;
     if (y_narrow) y_narrow[e] = dev::from_f32<Tn>(v);
   }

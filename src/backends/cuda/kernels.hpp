@@ -256,8 +256,9 @@ void softmax_axis(const void* x, void* y, DType dt, int64_t outer, int64_t exten
 void inverse_sigmoid(const void* x, void* y, DType dt, int64_t count, float eps, cudaStream_t stream);
 // RT-DETR's box refinement in one launch (elementwise.cu, plan_box_refines):
 // y = act(f32(delta) + inverse_sigmoid(ref, eps)) in f32 (act none or
-// sigmoid), and with y_narrow (not null) y rounded to narrow_dt (f16/bf16)
-// too; the bits of the cast, inverse_sigmoid, add and cast kernels it replaces.
+// sigmoid; ref null: act(f32(delta))), and with y_narrow (not null) y rounded
+// to narrow_dt (f16/bf16) too; the bits of the cast, inverse_sigmoid, add (or
+// activation) and cast kernels it replaces.
 void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, float* y, void* y_narrow, DType narrow_dt,
                 int64_t count, Activation act_kind, cudaStream_t stream);
 
