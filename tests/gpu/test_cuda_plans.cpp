@@ -616,6 +616,35 @@ TEST(RowWindowPlan, RtDetrSlicesOfMergedProjectionsAreReadInPlace) {
   });
 }
 
+// The f32 cast of a 16-bit output (`logits` in every fp16 engine) is folded
+// into the output conversion after the graph (cuda_program.cpp,
+// plan_output_casts): the cast has no step, the conversion reads its 16-bit
+// input, which lives to the end. f32 graphs have no such cast; an output
+// cast of a constant or of an f32 value is left alone.
+TEST(OutputCastPlan, SixteenBitOutputsAreConvertedFromTheirOwnBytes) {
+  for_each_rtdetr_graph([](const std::string& name, DType dt, Graph& g) {
+    const GraphFacts f = planned(g, plan_output_casts);
+    size_t folded = 0;
+    for (int v : g.outputs) {
+      const int c = g.values[v].producer;
+      const bool cast16 = c >= 0 && g.nodes[c].op == Op::Cast && g.values[g.nodes[c].inputs[0]].dtype == DType::F16;
+      EXPECT_EQ(f.output_from.count(v), cast16 ? 1u : 0u) << name << " " << g.values[v].name;
+      if (!cast16) continue;
+      ++folded;
+      EXPECT_TRUE(f.fused_away[static_cast<size_t>(c)]) << name;
+      const int u = g.nodes[c].inputs[0];
+      EXPECT_EQ(f.output_from.at(v), u) << name;
+      EXPECT_EQ(f.live_until.at(u), static_cast<int>(g.nodes.size())) << name;
+    }
+    EXPECT_EQ(folded, dt == DType::F16 ? 1u : 0u) << name;  // logits; pred_boxes are f32 (the box island)
+  });
+  const fs::path resnet = fs::path(KILN_FIXTURES_DIR) / "resnet" / "bottleneck";
+  const Graph g = testing::fixture_graph(resnet, DType::F16, 8, "timm_resnet");
+  const GraphFacts f = planned(g, plan_output_casts);
+  ASSERT_EQ(g.outputs.size(), 1u);
+  EXPECT_EQ(f.output_from.count(g.outputs[0]), 1u) << "the classifier's logits cast";
+}
+
 // Contexts open a PdlDefault scope per call (on up to batch 4): scopes nest,
 // restore what they replaced, and belong to their thread.
 TEST(PdlDefault, ScopesNestAndStayOnTheirThread) {

@@ -162,7 +162,7 @@ struct CudaContext::Impl {
                           bool wait) {
     const auto& p = *st.prog;
     for (size_t k = 0; k < p.shaped.outputs.size(); ++k) {
-      const int v = p.shaped.outputs[k];
+      const int v = p.output_from.empty() ? p.shaped.outputs[k] : p.output_from[k];  // a folded cast's 16-bit input
       const Value& val = p.shaped.values[v];
       const bool to_host = outputs[k].where == MemoryKind::Host;
       float* dst = to_host ? reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k])

@@ -13,6 +13,21 @@
 
 namespace kiln::cuda {
 
+void plan_output_casts(const Graph& g, GraphFacts& f) {
+  for (int v : g.outputs) {
+    const int c = g.values[v].producer;
+    if (c < 0 || g.nodes[c].op != Op::Cast || f.fused_away[c] || f.folded_cast[c] || g.values[v].dtype != DType::F32) continue;
+    const int u = g.nodes[c].inputs[0];
+    const Value& uv = g.values[u];
+    if ((uv.dtype != DType::F16 && uv.dtype != DType::BF16) || uv.constant || uv.producer < 0 || uv.shape != g.values[v].shape ||
+        f.output_from.count(v) || (f.use_views && f.cv.is_view(u)))
+      continue;
+    f.fused_away[static_cast<size_t>(c)] = 1;
+    f.output_from[v] = u;
+    f.live_until[u] = std::max(f.live_until[u], static_cast<int>(g.nodes.size()));  // read after the last node
+  }
+}
+
 namespace {
 
 // The largest conv (output pixels, n*out_h*out_w) the window-conv path is
@@ -171,6 +186,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_norm_adds(g, f);   // residual adds read by a layer_norm run inside it (norm.cpp)
   plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)
   plan_row_windows(g, f);  // slices of one projection read in place by attention / ms_deform_attn (shape_ops.cpp)
+  plan_output_casts(g, f);  // f32 casts of outputs folded into the output conversion
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
@@ -233,6 +249,8 @@ void plan_program_memory(CudaEngine::Program& p, const Graph& g, const GraphFact
       [&](int v) { return f.alias[v] >= 0 ? f.alias[v] : (f.use_views && f.cv.is_view(v) ? f.cv.parent[v] : -1); }, 64,
       f.live_until, f.live_from);
   p.views_used = f.use_views ? f.cv.slices_as_views + f.cv.concat_inputs_in_place : 0;
+  p.output_from.clear();
+  for (int v : g.outputs) p.output_from.push_back(f.output_from.count(v) ? f.output_from.at(v) : v);
   p.channel_views = f.use_views;
   for (size_t i = 0; i < f.blocks.size(); ++i)
     if (f.window[i]) p.window_blocks.push_back(f.blocks[i].name);
@@ -304,6 +322,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t bat
   TacticSelector tactics(recorded_layers(batch), &tuned, opts.tune && opts.opt_level >= 3, max_candidates(opts.opt_level));
   Lowering L{*this, *p, g, batch, f, tactics, ValuePtr{p.get()}, ""};
   lower_engine_inputs(L);
+  for (const auto& [out, from] : f.output_from)  // what `kiln inspect` shows for a folded output cast
+    L.record(g.nodes[g.values[out].producer].name, "folded into the output conversion (no launch in the graph)");
   if (plan && !opts.tune) prebuild_recorded_convs(L);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (opts.tune && opts.progress) opts.progress(static_cast<int64_t>(ni), static_cast<int64_t>(g.nodes.size()));

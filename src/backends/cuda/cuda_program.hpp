@@ -47,6 +47,10 @@ struct CudaEngine::Program {
   int views_used = 0;               // slices read in place + concat inputs written in place
   std::vector<std::function<void(const Exec&)>> steps;  // one or more launches per node
   std::vector<std::string> step_names;                  // node name of each step (for profiles)
+  // Per graph output: the value its f32 NCHW copy is converted from after the
+  // graph: the output itself, or the 16-bit value an f32 cast widened when
+  // that cast was folded into the conversion (plan_output_casts).
+  std::vector<int> output_from;
   std::vector<std::string> step_kernels;                // what each step launches (the plan section)
   std::vector<std::string> window_blocks;  // the view blocks run as window convs (the plan's `window_conv`)
   bool channel_views = false;                // the plan's graph-wide decision on views

@@ -77,6 +77,7 @@ struct GraphFacts {
   std::map<size_t, NormAdds> norm_adds;  // layer_norm node -> the adds run inside it (plan_norm_adds)
   std::map<size_t, BoxRefine> box_refines;  // add node -> its fused box refinement (plan_box_refines)
   std::map<int, RowWindow> windows;  // slice output -> the row window its readers read (plan_row_windows)
+  std::map<int, int> output_from;  // graph output -> the 16-bit value converted instead (plan_output_casts)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -302,6 +303,13 @@ struct WindowRead {
   const void* at(const Exec& x) const { return static_cast<const char*>(src(x)) + offset; }
 };
 WindowRead window_read(Lowering& L, const Node& reader, size_t k);
+
+// A graph output that is an f32 cast of a 16-bit activation (the `logits`
+// cast of every fp16/bf16 engine): the cast is fused away and the output
+// conversion after the graph, which casts to f32 anyway, reads the 16-bit
+// value (exact widening; one launch fewer per call). That value then lives
+// to the end of the program. cuda_program.cpp.
+void plan_output_casts(const Graph& g, GraphFacts& f);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);
