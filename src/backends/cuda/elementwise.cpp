@@ -83,27 +83,19 @@ void plan_box_refines(const Graph& g, GraphFacts& f) {
       return kNoNode;
     return static_cast<size_t>(p);
   };
-  // A cast of y to f16/bf16 read after node `after` (the first such reader), or kNoNode.
-  auto narrow_reader = [&](int y, size_t after) {
-    for (int c : g.consumers(y)) {
-      const DType to = g.values[g.nodes[c].outputs[0]].dtype;
-      if (g.nodes[c].op == Op::Cast && free_node(c) && static_cast<size_t>(c) > after && (to == DType::F16 || to == DType::BF16))
-        return static_cast<size_t>(c);
-    }
-    return kNoNode;
-  };
+  auto narrow_reader = [&](int y) { return free_cast_reader(g, f, y, {DType::F16, DType::BF16}); };
   // Records r for node `at` (its narrowing cast found here): the nodes it
   // takes in are fused away, what it reads lives until its last node, the
   // narrowed value's buffer from `at`.
   auto take = [&](size_t at, BoxRefine r) {
     const int y = g.nodes[at].outputs[0];
-    r.narrow = narrow_reader(y, at);
+    r.narrow = narrow_reader(y);
     const size_t last = r.narrow == kNoNode ? at : r.narrow;
-    for (size_t fused : {r.widen, r.inverse, r.narrow})
+    for (size_t fused : {r.widen, r.inverse})
       if (fused != kNoNode) f.fused_away[fused] = 1;
+    if (r.narrow != kNoNode) write_early(g, f, r.narrow, at);
     for (int v : {r.delta, r.ref, y})
       if (v >= 0) f.live_until[v] = std::max(f.live_until[v], static_cast<int>(last));
-    if (r.narrow != kNoNode) f.live_from[g.nodes[r.narrow].outputs[0]] = static_cast<int>(at);
     f.box_refines[at] = r;
   };
   for (size_t ai = 0; ai < g.nodes.size(); ++ai) {
@@ -134,7 +126,7 @@ void plan_box_refines(const Graph& g, GraphFacts& f) {
     if (xv.dtype != DType::F32 || yv.dtype != DType::F32 || xv.constant || xv.shape != yv.shape || stored_nhwc(yv)) continue;
     BoxRefine r;
     r.delta = n.inputs[0];
-    if (narrow_reader(n.outputs[0], ai) == kNoNode) continue;  // nothing to save
+    if (narrow_reader(n.outputs[0]) == kNoNode) continue;  // nothing to save
     take(ai, r);
   }
 }

@@ -23,6 +23,7 @@
 #pragma once
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -254,6 +255,25 @@ void plan_deform_inputs(const Graph& g, GraphFacts& f);
 // fused away and the tokens alias x (shape_ops.cpp; RT-DETR's encoder input
 // and decoder memory). Called by plan_fusions, not for dense graphs.
 void plan_token_rows(const Graph& g, GraphFacts& f);
+
+// The first cast reading v to one of `to` that no plan has taken yet, or
+// kNoNode (plan_norm_adds' f32 copy, plan_box_refines' narrowed reference).
+inline size_t free_cast_reader(const Graph& g, const GraphFacts& f, int v, std::initializer_list<DType> to) {
+  for (int c : g.consumers(v)) {
+    const auto ci = static_cast<size_t>(c);
+    const DType t = g.values[g.nodes[ci].outputs[0]].dtype;
+    if (g.nodes[ci].op == Op::Cast && !f.fused_away[ci] && !f.folded_cast[ci] && std::find(to.begin(), to.end(), t) != to.end())
+      return ci;
+  }
+  return kNoNode;
+}
+// Node `node` runs inside node `at`'s step, which writes its output early:
+// fused away, its output's buffer live from `at` (GraphFacts::live_from).
+inline void write_early(const Graph& g, GraphFacts& f, size_t node, size_t at) {
+  f.fused_away[node] = 1;
+  const auto [it, fresh] = f.live_from.try_emplace(g.nodes[node].outputs[0], static_cast<int>(at));
+  if (!fresh) it->second = std::min(it->second, static_cast<int>(at));
+}
 
 // Adds around a layer_norm run inside its launch (norm.cpp; layer_norm_rows'
 // x2 and y_pos), both fused away:

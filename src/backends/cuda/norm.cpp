@@ -48,25 +48,16 @@ void plan_norm_adds(const Graph& g, GraphFacts& f) {
       fused.pos = ai, fused.pos_value = other;
       break;
     }
-    for (size_t ci : g.consumers(y)) {
-      const Node& cast = g.nodes[ci];
-      if (cast.op == Op::Cast && !f.fused_away[ci] && !f.folded_cast[ci] && g.values[cast.outputs[0]].dtype == DType::F32 &&
-          (yv.dtype == DType::F16 || yv.dtype == DType::BF16) && f.alias[cast.outputs[0]] < 0) {
+    if (yv.dtype == DType::F16 || yv.dtype == DType::BF16)
+      if (const size_t ci = free_cast_reader(g, f, y, {DType::F32}); ci != kNoNode && f.alias[g.nodes[ci].outputs[0]] < 0)
         fused.widen = ci;
-        break;
-      }
-    }
     if (fused.residual == kNoNode && fused.pos == kNoNode && fused.widen == kNoNode) continue;
     if (fused.residual != kNoNode) {
       f.fused_away[fused.residual] = 1;
       for (int in : g.nodes[fused.residual].inputs) f.live_until[in] = std::max(f.live_until[in], static_cast<int>(ni));
     }
-    for (size_t early : {fused.pos, fused.widen}) {  // written by this launch, before their own nodes
-      if (early == kNoNode) continue;
-      f.fused_away[early] = 1;
-      const int out = g.nodes[early].outputs[0];
-      f.live_from[out] = std::min(f.live_from.count(out) ? f.live_from[out] : static_cast<int>(ni), static_cast<int>(ni));
-    }
+    for (size_t early : {fused.pos, fused.widen})  // written by this launch, before their own nodes
+      if (early != kNoNode) write_early(g, f, early, ni);
     f.norm_adds[ni] = fused;
   }
 }
