@@ -10,11 +10,13 @@
 //   feature maps and token rows sharing bytes (plan_token_rows), and its
 //   residual and position adds inside their layer norms (plan_norm_adds) and box
 //   refinements as one launch (plan_box_refines), and the slices of its merged
-//   projections read in place (plan_row_windows).
+//   projections read in place (plan_row_windows);
+// - the simplification of strided copies (shape_ops.cu) before their launch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -647,6 +649,83 @@ TEST(OutputCastPlan, SixteenBitOutputsAreConvertedFromTheirOwnBytes) {
 
 // Contexts open a PdlDefault scope per call (on up to batch 4): scopes nest,
 // restore what they replaced, and belong to their thread.
+// Every byte y gets from x, by the copy as asked (elements) and as launched
+// (words): the simplified copy must move exactly the same bytes.
+std::vector<int64_t> byte_sources(const StridedCopy& c, size_t word) {
+  int64_t total = 1;
+  for (int d = 0; d < c.rank; ++d) total *= c.shape[d];
+  std::vector<int64_t> src;
+  for (int64_t i = 0; i < total; ++i) {
+    int64_t rest = i, off = 0;
+    for (int d = c.rank - 1; d >= 0; --d) off += (rest % c.shape[d]) * c.x_strides[d], rest /= c.shape[d];
+    for (size_t b = 0; b < word; ++b) src.push_back(off * int64_t(word) + int64_t(b));
+  }
+  return src;
+}
+
+StridedCopy copy_of(std::vector<int64_t> shape, std::vector<int64_t> strides) {
+  StridedCopy c;
+  c.rank = int(shape.size());
+  for (int d = 0; d < c.rank; ++d) c.shape[d] = shape[d], c.x_strides[d] = strides[d];
+  return c;
+}
+
+TEST(StridedCopyPlan, SimplifiedCopiesMoveTheSameBytes) {
+  // NHWC upsample 2x of a [1, 4, 3, 16] map (N, H, sh, W, sw, C): 16 halves per pixel.
+  {
+    const StridedCopy up = copy_of({1, 4, 2, 3, 2, 16}, {4 * 3 * 16, 3 * 16, 0, 16, 0, 1});
+    size_t word = 2;
+    const StridedCopy c = simplify_strided_copy(up, word, 0, 256);
+    EXPECT_EQ(word, 16u);  // 8 halves a word
+    EXPECT_EQ(c.rank, 5);  // the batch axis dropped
+    EXPECT_EQ(byte_sources(c, word), byte_sources(up, 2));
+  }
+  // A plain contiguous copy is one axis; misaligned addresses keep narrower words.
+  {
+    const StridedCopy flat = copy_of({2, 3, 8}, {24, 8, 1});
+    size_t word = 4;
+    StridedCopy c = simplify_strided_copy(flat, word, 0, 0);
+    EXPECT_EQ(c.rank, 1);
+    EXPECT_EQ(word, 16u);
+    EXPECT_EQ(byte_sources(c, word), byte_sources(flat, 4));
+    word = 4;
+    c = simplify_strided_copy(flat, word, 8, 0);
+    EXPECT_EQ(word, 8u);
+    EXPECT_EQ(byte_sources(c, word), byte_sources(flat, 4));
+    word = 4;
+    c = simplify_strided_copy(flat, word, 4, 0);
+    EXPECT_EQ(word, 4u);
+  }
+  // A transpose whose innermost axis is strided stays one element per word.
+  {
+    const StridedCopy t = copy_of({3, 5}, {1, 3});
+    size_t word = 2;
+    const StridedCopy c = simplify_strided_copy(t, word, 0, 0);
+    EXPECT_EQ(word, 2u);
+    EXPECT_EQ(byte_sources(c, word), byte_sources(t, 2));
+  }
+  // Random permutations, broadcasts and slices of small tensors, every element size.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int rank = 1 + int(rng() % 5);
+    std::vector<int64_t> shape(rank), dense(rank), strides(rank);
+    const int64_t extents[] = {1, 2, 3, 4, 8, 16};
+    for (int d = 0; d < rank; ++d) shape[d] = extents[rng() % 6];
+    int64_t st = 1;
+    for (int d = rank - 1; d >= 0; --d) dense[d] = st, st *= shape[d] + int64_t(rng() % 2);  // some padding
+    std::vector<int> perm(rank);
+    for (int d = 0; d < rank; ++d) perm[d] = d;
+    if (rng() % 2) std::shuffle(perm.begin(), perm.end(), rng);
+    for (int d = 0; d < rank; ++d) strides[d] = rng() % 6 == 0 ? 0 : dense[perm[d]];
+    const StridedCopy s = copy_of(shape, strides);
+    const size_t es = size_t(1) << (rng() % 4);
+    size_t word = es;
+    const StridedCopy c = simplify_strided_copy(s, word, 16 * (rng() % 3), 16 * (rng() % 3));
+    EXPECT_EQ(word % es, 0u);
+    ASSERT_EQ(byte_sources(c, word), byte_sources(s, es)) << "trial " << trial;
+  }
+}
+
 TEST(PdlDefault, ScopesNestAndStayOnTheirThread) {
   EXPECT_TRUE(pdl_default());
   {

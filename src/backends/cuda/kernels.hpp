@@ -224,6 +224,11 @@ struct StridedCopy {
   int64_t x_strides[kMaxStridedRank] = {};
 };
 void strided_copy(const void* x, void* y, size_t elem_bytes, const StridedCopy& s, cudaStream_t stream);
+// The copy strided_copy launches: the same bytes moved, with extent-1 axes
+// dropped, contiguous axes merged and, where x's innermost axis is contiguous
+// and the addresses allow, up to 16 bytes per word (word_bytes in: the
+// element size; out: the word size). Host code, tested without a GPU.
+StridedCopy simplify_strided_copy(const StridedCopy& s, size_t& word_bytes, uintptr_t x_addr, uintptr_t y_addr);
 
 // gather (shape_ops.cu): x as [outer, extent, inner], index [outer, k] (i64 or
 // i32), y[o, j, r] = x[o, index[o, j], r]. An index outside [0, extent) reads

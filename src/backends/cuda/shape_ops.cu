@@ -11,15 +11,17 @@
 namespace kiln::cuda {
 namespace {
 
-template <typename W>
-__global__ void strided_copy_kernel(const W* x, W* y, StridedCopy s, int64_t total) {
+// I: the index type (int32_t where every element and offset fits, the
+// common case: 64-bit division is several times slower).
+template <typename W, typename I>
+__global__ void strided_copy_kernel(const W* x, W* y, StridedCopy s, I total) {
   dev::enter_grid();
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    int64_t rest = i, off = 0;
+  const I stride = I(gridDim.x) * blockDim.x;
+  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    I rest = i, off = 0;
     for (int d = s.rank - 1; d >= 0; --d) {
-      const int64_t e = s.shape[d];
-      off += (rest % e) * s.x_strides[d];
+      const I e = I(s.shape[d]);
+      off += (rest % e) * I(s.x_strides[d]);
       rest /= e;
     }
     y[i] = x[off];
@@ -59,16 +61,61 @@ void dispatch_word(size_t bytes, const char* op, F&& f) {
 
 }  // namespace
 
+// Before the launch the copy is simplified, moving the same bytes: extent-1
+// axes dropped, axes that x reads contiguously merged, and where x's
+// innermost axis is contiguous, runs of up to 16 bytes moved as one word (an
+// NHWC upsample or channel relayout moves 8 halves per thread, not one).
+StridedCopy simplify_strided_copy(const StridedCopy& s, size_t& word_bytes, uintptr_t x_addr, uintptr_t y_addr) {
+  StridedCopy r;
+  for (int d = 0; d < s.rank; ++d) {
+    if (s.shape[d] == 1) continue;
+    if (r.rank > 0 && r.x_strides[r.rank - 1] == s.x_strides[d] * s.shape[d]) {
+      r.shape[r.rank - 1] *= s.shape[d];
+      r.x_strides[r.rank - 1] = s.x_strides[d];
+      continue;
+    }
+    r.shape[r.rank] = s.shape[d];
+    r.x_strides[r.rank] = s.x_strides[d];
+    ++r.rank;
+  }
+  if (r.rank == 0) r.rank = 1, r.shape[0] = 1, r.x_strides[0] = 1;
+  const int last = r.rank - 1;
+  if (r.x_strides[last] != 1) return r;
+  int64_t v = 1;
+  for (int64_t cand = int64_t(16 / word_bytes); cand > 1; cand /= 2) {
+    const uint64_t align = uint64_t(cand) * word_bytes;
+    bool ok = r.shape[last] % cand == 0 && x_addr % align == 0 && y_addr % align == 0;
+    for (int d = 0; d < last && ok; ++d) ok = r.x_strides[d] % cand == 0;
+    if (ok) { v = cand; break; }
+  }
+  if (v == 1) return r;
+  r.shape[last] /= v;
+  for (int d = 0; d < last; ++d) r.x_strides[d] /= v;
+  word_bytes *= size_t(v);
+  return r;
+}
+
 void strided_copy(const void* x, void* y, size_t elem_bytes, const StridedCopy& s, cudaStream_t stream) {
   if (s.rank < 1 || s.rank > kMaxStridedRank) fail_runtime("cuda strided_copy: rank ", s.rank, " not in 1..", kMaxStridedRank);
   int64_t total = 1;
   for (int d = 0; d < s.rank; ++d) total *= s.shape[d];
   if (total <= 0) return;
-  dispatch_word(elem_bytes, "strided_copy", [&](auto w) {
+  size_t word = elem_bytes;
+  const StridedCopy c = simplify_strided_copy(s, word, reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(y));
+  int64_t words = 1, reach = 0;
+  for (int d = 0; d < c.rank; ++d) words *= c.shape[d], reach += (c.shape[d] - 1) * (c.x_strides[d] < 0 ? -c.x_strides[d] : c.x_strides[d]);
+  const bool narrow = words < INT32_MAX && reach < INT32_MAX;
+  auto go = [&](auto w) {
     using W = decltype(w);
-    detail::launch("strided_copy", strided_copy_kernel<W>, detail::grid_for(total), detail::kThreads, 0, stream,
-                   static_cast<const W*>(x), static_cast<W*>(y), s, total);
-  });
+    if (narrow)
+      detail::launch("strided_copy", strided_copy_kernel<W, int32_t>, detail::grid_for(words), detail::kThreads, 0,
+                     stream, static_cast<const W*>(x), static_cast<W*>(y), c, int32_t(words));
+    else
+      detail::launch("strided_copy", strided_copy_kernel<W, int64_t>, detail::grid_for(words), detail::kThreads, 0,
+                     stream, static_cast<const W*>(x), static_cast<W*>(y), c, words);
+  };
+  if (word == 16) return go(uint4{});
+  dispatch_word(word, "strided_copy", go);
 }
 
 void gather_rows(const void* x, const void* index, DType index_dt, void* y, size_t elem_bytes, int64_t outer,
