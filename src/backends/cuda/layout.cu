@@ -98,11 +98,11 @@ struct ConcatArgs {
 
 // One thread per output element (Elem = the dtype's bit pattern: the copy is
 // exact); the source input is found by a short scan of the channel offsets.
-template <typename Elem>
-__global__ void concat_kernel(ConcatArgs a, Elem* __restrict__ y, int y_c, int64_t total) {
+template <typename Elem, typename I>
+__global__ void concat_kernel(ConcatArgs a, Elem* __restrict__ y, int y_c, I total) {
   dev::enter_grid();
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / y_c;
+  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += I(gridDim.x) * blockDim.x) {
+    const I r = i / y_c;
     const int ch = int(i - r * y_c);
     int k = 0;
     while (k + 1 < a.n && ch >= a.begin[k + 1]) ++k;
@@ -238,8 +238,12 @@ void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>&
   const int64_t total = rows * y_c;
   auto go = [&](auto w) {
     using Word = decltype(w);
-    detail::launch("concat_rows", concat_kernel<Word>, detail::grid_for(total), detail::kThreads, 0, stream, a,
-        static_cast<Word*>(y), y_c, total);
+    if (total < int64_t(INT32_MAX))  // 32-bit index math where it fits (64-bit division is slow)
+      detail::launch("concat_rows", concat_kernel<Word, int32_t>, detail::grid_for(total), detail::kThreads, 0, stream,
+                     a, static_cast<Word*>(y), y_c, int32_t(total));
+    else
+      detail::launch("concat_rows", concat_kernel<Word, int64_t>, detail::grid_for(total), detail::kThreads, 0, stream,
+                     a, static_cast<Word*>(y), y_c, total);
   };
   switch (word) {
     case 16: go(uint4{}); break;
@@ -264,24 +268,11 @@ void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<
     }
     return;
   }
-  ConcatArgs a{};
-  a.n = int(xs.size());
-  for (int k = 0, begin = 0; k < a.n; ++k) {
-    a.x[k] = xs[k];
-    a.c[k] = cs[k];
-    a.begin[k] = begin;
-    begin += cs[k];
-  }
-  const int64_t total = rows * y_c;
-  switch (dtype_size(dt)) {
-    case 1: detail::launch("concat_channels_nhwc", concat_kernel<uint8_t>, detail::grid_for(total), detail::kThreads, 0,
-                stream, a, static_cast<uint8_t*>(y), y_c, total); break;
-    case 2: detail::launch("concat_channels_nhwc", concat_kernel<uint16_t>, detail::grid_for(total), detail::kThreads,
-                0, stream, a, static_cast<uint16_t*>(y), y_c, total); break;
-    case 4: detail::launch("concat_channels_nhwc", concat_kernel<uint32_t>, detail::grid_for(total), detail::kThreads,
-                0, stream, a, static_cast<uint32_t*>(y), y_c, total); break;
-    default: fail_runtime("cuda concat_channels_nhwc: unsupported element size ", dtype_size(dt));
-  }
+  // The same bytes as a row-major concat of pixel rows: 16-byte words where
+  // the channel counts and addresses allow (concat_rows).
+  std::vector<int64_t> chunks;
+  for (int c : cs) chunks.push_back(int64_t(c) * int64_t(dtype_size(dt)));
+  concat_rows(xs, chunks, y, rows, stream);
 }
 
 namespace {
