@@ -10,7 +10,8 @@
 //   feature maps and token rows sharing bytes (plan_token_rows), and its
 //   residual and position adds inside their layer norms (plan_norm_adds) and box
 //   refinements as one launch (plan_box_refines), and the slices of its merged
-//   projections read in place (plan_row_windows);
+//   projections read in place (plan_row_windows), and its f32 score head
+//   reading the 16-bit encoder output (plan_wide_linears);
 // - the simplification of strided copies (shape_ops.cu) before their launch.
 #include <gtest/gtest.h>
 
@@ -505,6 +506,41 @@ TEST(NormAddPlan, RtDetrResidualsAndPositionsRunInsideTheirLayerNorms) {
     EXPECT_EQ(static_cast<size_t>(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1)),
               residuals + positions + widened - 1)
         << name;
+  });
+}
+
+// RT-DETR v2 on CUDA (linear.cpp, plan_wide_linears): in 16-bit graphs the
+// f32 score head (`model.enc_score_head`, the top-k's f32 island) reads the
+// encoder output through a widening cast; the plan fuses the cast away, the
+// linear reads the 16-bit value (a 16-bit product with f32 output) and the
+// cast's output has no bytes of its own. f32 graphs have no such cast; a
+// widened value that is also an engine output keeps its cast.
+TEST(WideLinearPlan, RtDetrScoreHeadReadsTheSixteenBitEncoderOutput) {
+  for_each_rtdetr_graph([](const std::string& name, DType dt, Graph& g) {
+    const GraphFacts f = planned(g, plan_wide_linears);
+    const Node* head = first_node(g, Op::Linear, "model.enc_score_head");
+    ASSERT_NE(head, nullptr) << name;
+    const size_t hi = static_cast<size_t>(head - g.nodes.data());
+    if (dt == DType::F32) {
+      EXPECT_TRUE(f.wide_linears.empty()) << name;
+      return;
+    }
+    ASSERT_EQ(f.wide_linears.size(), 1u) << name;
+    ASSERT_EQ(f.wide_linears.count(hi), 1u) << name;
+    const int widened = head->inputs[0];
+    const auto cast = static_cast<size_t>(g.values[widened].producer);
+    EXPECT_EQ(g.nodes[cast].op, Op::Cast) << name;
+    EXPECT_TRUE(f.fused_away[cast]) << name;
+    const int u = f.wide_linears.at(hi);
+    EXPECT_EQ(u, g.nodes[cast].inputs[0]) << name;
+    EXPECT_EQ(g.values[u].dtype, DType::F16) << name;
+    EXPECT_EQ(f.alias[widened], u) << name;
+    EXPECT_GE(f.live_until.at(u), static_cast<int>(hi)) << name;
+    EXPECT_EQ(static_cast<size_t>(std::count(f.fused_away.begin(), f.fused_away.end(), 1)), 1u) << name;
+    g.mark_output(widened);
+    const GraphFacts f2 = planned(g, plan_wide_linears);
+    EXPECT_TRUE(f2.wide_linears.empty()) << name;
+    EXPECT_FALSE(f2.fused_away[cast]) << name;
   });
 }
 

@@ -75,10 +75,13 @@ std::string algo_name(const cublasLtMatmulAlgo_t& a) {
 }  // namespace lt
 
 LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
-                   bool allow_tf32)
-    : LtGemm(handle, "linear"), dt_(dt), m_(m), k_(k), n_(n), has_bias_(has_bias), act_(act), post_act_(Activation::None) {
+                   bool allow_tf32, std::optional<DType> out_dt)
+    : LtGemm(handle, "linear"), dt_(dt), out_dt_(out_dt.value_or(dt)), m_(m), k_(k), n_(n),
+      has_bias_(has_bias), act_(act), post_act_(Activation::None) {
   if (m < 1 || k < 1 || n < 1) fail_runtime("cuda linear: invalid shape m=", m, " k=", k, " n=", n);
-  const cudaDataType_t t = lt::data_type(dt);
+  if (out_dt_ != dt && !(out_dt_ == DType::F32 && (dt == DType::F16 || dt == DType::BF16)))
+    fail_runtime("cuda linear: ", dtype_name(dt), " inputs with ", dtype_name(out_dt_), " output (only 16-bit inputs with f32 output mix)");
+  const cudaDataType_t t = lt::data_type(dt), td = lt::data_type(out_dt_);
   const cublasComputeType_t compute =
       dt == DType::F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   try {
@@ -94,9 +97,9 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
     if (act != Activation::None && act != Activation::Relu) post_act_ = act;
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (has_bias) {
-      // The bias has the output type (f16 bias for f16 output): cuBLASLt's
-      // default for non-fp8, non-integer kernels, stated explicitly.
-      const int32_t bias_type = t;
+      // The bias has the output type (f16 bias for f16 output, f32 for the
+      // mixed product): cuBLASLt's default for non-fp8, non-integer kernels, stated explicitly.
+      const int32_t bias_type = td;
       KILN_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
       // The heuristic reads the bias pointer's alignment; a stand-in with the
@@ -108,11 +111,11 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
 
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, t, k, n, k));
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, t, k, m, k));
-    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, t, n, m, n));
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, td, n, m, n));
 
     algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
     if (algos_.empty())
-      fail_runtime("cuda linear: cuBLASLt offers no algorithm for ", dtype_name(dt), " m=", m, " k=", k, " n=", n,
+      fail_runtime("cuda linear: cuBLASLt offers no algorithm for ", dtype_name(dt), out_dt_ != dt ? " to f32" : "", " m=", m, " k=", k, " n=", n,
                    has_bias ? " with bias" : "", " act ", activation_name(act));
   } catch (...) {
     release();  // the destructor does not run for a constructor that throws
@@ -158,7 +161,7 @@ void LinearOp::run(const void* x, const void* w, const void* bias, void* y, void
     KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, w, a_, x, b_, &beta, y, d_, y, d_, &h.algo,
                                      h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
   }
-  if (post_act_ != Activation::None) activation(y, y, dt_, int64_t(m_) * n_, post_act_, s);
+  if (post_act_ != Activation::None) activation(y, y, out_dt_, int64_t(m_) * n_, post_act_, s);
 }
 
 // MatMulOp. Row-major y = a · b is column-major y^T = b^T · a^T: with b seen

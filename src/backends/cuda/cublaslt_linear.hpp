@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,10 @@ class LinearOp : public LtGemm {
  public:
   // Asks cuBLASLt's heuristic for up to kMaxTactics algorithms; throws
   // kiln::Error if it offers none (e.g. an unsupported shape/type).
+  // out_dt: the output's (and bias's) type, dt's when unset; F32 with a
+  // 16-bit dt is the mixed product plan_wide_linears asks for.
   LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
-           bool allow_tf32 = false);
+           bool allow_tf32 = false, std::optional<DType> out_dt = std::nullopt);
 
   // bias may be nullptr only when constructed without bias. Enqueues on s;
   // capturable in a CUDA graph.
@@ -70,7 +73,7 @@ class LinearOp : public LtGemm {
            cudaStream_t s) const;
 
  private:
-  DType dt_;
+  DType dt_, out_dt_;
   int m_, k_, n_;
   bool has_bias_;
   Activation act_;

@@ -1,5 +1,7 @@
 // Linear's CUDA lowering: cuBLASLt (cublaslt_linear.hpp), its algorithms
 // handed to the one tactic selector (tactics.hpp).
+#include <algorithm>
+
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
@@ -7,13 +9,41 @@
 
 namespace kiln::cuda {
 
+void plan_wide_linears(const Graph& g, GraphFacts& f) {
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (n.op != Op::Linear || f.fused_away[ni] || is_quantized_layer(g, n)) continue;
+    const int v = n.inputs[0];
+    const Value& xv = g.values[v];
+    if (xv.dtype != DType::F32 || g.values[n.outputs[0]].dtype != DType::F32 || xv.producer < 0) continue;
+    const auto ci = static_cast<size_t>(xv.producer);
+    const Node& c = g.nodes[ci];
+    if (c.op != Op::Cast || f.fused_away[ci] || f.folded_cast[ci]) continue;
+    const int u = c.inputs[0];
+    const Value& uv = g.values[u];
+    if ((uv.dtype != DType::F16 && uv.dtype != DType::BF16) || uv.constant || stored_nhwc(uv) ||
+        (f.use_views && f.cv.is_view(u)))
+      continue;
+    bool weights_f32 = true;
+    for (size_t k = 1; k < n.inputs.size(); ++k) weights_f32 &= g.is_constant(n.inputs[k]) && g.values[n.inputs[k]].dtype == DType::F32;
+    const std::vector<int> readers = g.consumers(v);
+    if (!weights_f32 || readers.size() != 1 || std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) continue;
+    f.fused_away[ci] = 1;
+    f.wide_linears[ni] = u;
+    f.alias[v] = u;  // never written: no arena bytes of its own
+    f.live_until[u] = std::max(f.live_until[u], static_cast<int>(ni));
+  }
+}
+
 void lower_Linear(Lowering& L, size_t ni) {
   if (is_quantized_layer(L.g, L.g.nodes[ni])) return lower_quantized_linear(L, ni);
   const Graph& g = L.g;
   const Node& n = g.nodes[ni];
-  const int in0 = n.inputs[0], out = n.outputs[0];
+  // plan_wide_linears: the 16-bit value behind the widening cast, its type the product's.
+  const auto wide = L.f.wide_linears.find(ni);
+  const int in0 = wide != L.f.wide_linears.end() ? wide->second : n.inputs[0], out = n.outputs[0];
   const Shape xs = g.values[in0].shape, ws = g.values[n.inputs[1]].shape;
-  const DType dt = g.values[out].dtype;
+  const DType dt = g.values[out].dtype, xdt = g.values[in0].dtype;
   const bool has_bias = n.inputs.size() > 2;
   // x[..., K] is numel / K rows of K in row-major order: a 4-D x and y
   // (stored NHWC, lower.hpp) go through the workspace (RowMajorIo), and
@@ -21,11 +51,18 @@ void lower_Linear(Lowering& L, size_t ni) {
   const RowMajorIo io(L, {in0}, {out});
   const size_t scratch = io.scratch_bytes();
   const int64_t rows = shape_numel(xs) / ws[1];
-  auto owned = std::make_unique<LinearOp>(L.m.lt.h, dt, as_int(rows), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
-                                          L.m.opts.allow_tf32);
+  auto owned = std::make_unique<LinearOp>(L.m.lt.h, xdt, as_int(rows), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
+                                          L.m.opts.allow_tf32, dt);
   LinearOp* op = owned.get();
   L.p.linears.push_back(std::move(owned));
   const void* w = L.weight(n.inputs[1]);
+  if (xdt != dt) {  // the f32 weights rounded once (RNE) to the input's type
+    const HostTensor& wt = *g.values[n.inputs[1]].constant;
+    const HostTensor narrow = HostTensor::from_f32_as(xdt, wt.shape, wt.to_f32());
+    w = L.engine_copy(n.name + "#" + dtype_name(xdt) + "_weight", narrow.blob.data, narrow.nbytes());
+    L.record(g.nodes[static_cast<size_t>(g.values[n.inputs[0]].producer)].name,
+             cat("inside ", n.name, " (", dtype_name(xdt), " product with f32 output, no launch of its own)"));
+  }
   const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
   DeviceBuffer xb, yb;  // timing scratch, allocated when first timed
   std::vector<Candidate> cands;
@@ -41,6 +78,7 @@ void lower_Linear(Lowering& L, size_t ni) {
                        return true;
                      }});
   LayerSignature sig{"linear", dt, {xs, ws}, {}};
+  if (xdt != dt) sig.attr("x_dtype", static_cast<int64_t>(xdt));  // the mixed product (plan_wide_linears)
   sig.attr("bias", has_bias).attr("act", static_cast<int64_t>(n.activation())).attr("tf32", L.m.opts.allow_tf32);
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, 0);
   L.tactics.finish();

@@ -79,6 +79,7 @@ struct GraphFacts {
   std::map<size_t, BoxRefine> box_refines;  // add node -> its fused box refinement (plan_box_refines)
   std::map<int, RowWindow> windows;  // slice output -> the row window its readers read (plan_row_windows)
   std::map<int, int> output_from;  // graph output -> the 16-bit value converted instead (plan_output_casts)
+  std::map<size_t, int> wide_linears;  // f32 linear -> the 16-bit value it reads instead of its widening cast (plan_wide_linears)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -288,6 +289,16 @@ inline void write_early(const Graph& g, GraphFacts& f, size_t node, size_t at) {
 // Taken for adds of row-major activations of the layer norm's shape and type,
 // no activation, no codes; the residual sum no engine output.
 void plan_norm_adds(const Graph& g, GraphFacts& f);
+
+// An f32-island linear whose input is a cast of a 16-bit row-major activation
+// read by it alone (RT-DETR's enc_score_head reading the 16-bit encoder output
+// widened): the cast is fused away and the linear runs as a 16-bit GEMM with
+// f32 accumulation, f32 bias and f32 output (cuBLASLt's mixed output type),
+// its weights rounded to the input's type as every 16-bit layer's are. The
+// product's inputs are the same 16-bit values; the scores stay f32 for top-k,
+// which is what the island is for (linear.cpp). Called by plan_fusions before
+// plan_norm_adds, which would otherwise write the f32 copy.
+void plan_wide_linears(const Graph& g, GraphFacts& f);
 
 // RT-DETR's box refinement, ref' = sigmoid(delta + inverse_sigmoid(ref)) with
 // its f32 island's casts (16-bit delta widened, ref' narrowed for the next
