@@ -11,7 +11,8 @@
 //   residual and position adds inside their layer norms (plan_norm_adds) and box
 //   refinements as one launch (plan_box_refines), and the slices of its merged
 //   projections read in place (plan_row_windows), and its f32 score head
-//   reading the 16-bit encoder output (plan_wide_linears);
+//   reading the 16-bit encoder output (plan_wide_linears), and its FPN
+//   upsamples read by their concats (plan_upsample_concats);
 // - the simplification of strided copies (shape_ops.cu) before their launch.
 #include <gtest/gtest.h>
 
@@ -506,6 +507,47 @@ TEST(NormAddPlan, RtDetrResidualsAndPositionsRunInsideTheirLayerNorms) {
     EXPECT_EQ(static_cast<size_t>(std::count(f2.fused_away.begin(), f2.fused_away.end(), 1)),
               residuals + positions + widened - 1)
         << name;
+  });
+}
+
+// RT-DETR v2 on CUDA (layout.cpp, plan_upsample_concats): each FPN level's
+// nearest upsample (`model.encoder.fpn_up.<i>`) is read by its concat
+// (`fpn_cat.<i>`) inside the concat's launch: fused away, its output an alias
+// of the lateral map, which lives until the concat. An upsample that is also
+// an engine output keeps its launch.
+TEST(UpsampleConcatPlan, RtDetrFpnUpsamplesRunInsideTheirConcats) {
+  for_each_rtdetr_graph([](const std::string& name, DType dt, Graph& g) {
+    const GraphFacts f = planned(g, plan_upsample_concats);
+    size_t ups = 0;
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+      const Node& n = g.nodes[ni];
+      if (n.op != Op::UpsampleNearest) continue;
+      ++ups;
+      EXPECT_TRUE(f.fused_away[ni]) << name << " " << n.name;
+      const auto readers = g.consumers(n.outputs[0]);
+      ASSERT_EQ(readers.size(), 1u) << n.name;
+      const auto cat = static_cast<size_t>(readers[0]);
+      EXPECT_EQ(g.nodes[cat].op, Op::Concat) << n.name;
+      size_t k = 0;
+      while (g.nodes[cat].inputs[k] != n.outputs[0]) ++k;
+      ASSERT_EQ(f.upsample_reads.count({cat, k}), 1u) << n.name;
+      const UpsampleRead& r = f.upsample_reads.at({cat, k});
+      EXPECT_EQ(r.src, n.inputs[0]) << n.name;
+      EXPECT_EQ(r.sh, 2) << n.name;
+      EXPECT_EQ(r.sw, 2) << n.name;
+      EXPECT_EQ(r.upsample, ni) << n.name;
+      EXPECT_EQ(f.alias[n.outputs[0]], n.inputs[0]) << n.name;
+      EXPECT_GE(f.live_until.at(n.inputs[0]), static_cast<int>(cat)) << n.name;
+    }
+    EXPECT_GE(ups, 1u) << name;
+    EXPECT_EQ(f.upsample_reads.size(), ups) << name;
+    EXPECT_EQ(static_cast<size_t>(std::count(f.fused_away.begin(), f.fused_away.end(), 1)), ups) << name;
+    const Node* first = first_node(g, Op::UpsampleNearest, "");
+    ASSERT_NE(first, nullptr);
+    g.mark_output(first->outputs[0]);
+    const GraphFacts f2 = planned(g, plan_upsample_concats);
+    EXPECT_FALSE(f2.fused_away[static_cast<size_t>(first - g.nodes.data())]) << name;
+    EXPECT_EQ(f2.upsample_reads.size(), ups - 1) << name;
   });
 }
 

@@ -12,6 +12,10 @@
 //    the concat, the max pool and the gate write codes (passes/quantize.cpp)
 //  - RT-DETR's post-norm residual add + layer_norm (+ query position, + f32 copy), and its box refinement
 //    (cast, inverse_sigmoid, add + sigmoid, cast: one CUDA launch)
+//  - RT-DETR's f32 score head reading a widened 16-bit value (CUDA: a 16-bit
+//    product with f32 output, plan_wide_linears)
+//  - RT-DETR's FPN upsample read by a concat (CUDA: inside the concat's launch,
+//    plan_upsample_concats), and one that is also an output (its own launch)
 #include <cmath>
 #include <optional>
 
@@ -205,6 +209,46 @@ void add_group_cases(std::vector<OpCase>& out) {
         mark_fusions(gr.c.graph, FusionOptions{});
         out.push_back(std::move(gr.c));
       }
+      // RT-DETR's FPN: nearest 2x upsample of the lateral map, concatenated with
+      // the backbone level. 16 + 8 channels move as 16-byte words; 3 + 5
+      // channels one element at a time, the upsampled input second, 2x1.
+      struct UpCat {
+        const char* tag;
+        int64_t c_up, c_other, sh, sw;
+        bool up_first, up_is_output;
+      };
+      for (const UpCat& u : {UpCat{"c16_c8", 16, 8, 2, 2, true, false}, UpCat{"c5_c3_2x1", 3, 5, 2, 1, false, false},
+                             UpCat{"c16_c8_kept", 16, 8, 2, 2, true, true}}) {
+        Group gr("upsample_concat", std::string(u.tag) + "_" + bt, dt);
+        const int small = gr.b.input("lateral", {n, u.c_up, 3, 4});
+        const int up = gr.b.node(Op::UpsampleNearest, "fpn_up", {small}, {{"scales", std::vector<int64_t>{u.sh, u.sw}}});
+        const int level = gr.b.input("level", {n, u.c_other, 3 * u.sh, 4 * u.sw});
+        const std::vector<int> ins = u.up_first ? std::vector<int>{up, level} : std::vector<int>{level, up};
+        const int cat = gr.b.node(Op::Concat, "fpn_cat", ins, {{"axis", int64_t(1)}});
+        if (!u.up_is_output) {
+          out.push_back(gr.done(cat));
+          continue;
+        }
+        gr.c.graph = gr.b.finish(std::vector<int>{cat, up});
+        mark_fusions(gr.c.graph, FusionOptions{});
+        out.push_back(std::move(gr.c));
+      }
+      // RT-DETR's score head: an f32-island linear (f32 weights and bias) reading
+      // a 16-bit value widened; CUDA fuses the cast away and runs a 16-bit
+      // product with f32 output, its weights rounded to 16 bits (the error the
+      // group limit allows). With ReLU: the epilogue on an f32 output.
+      if (dt != DType::F32)
+        for (const char* act : {"none", "relu"}) {
+          Group gr("wide_linear", std::string(act) + "_" + bt, dt);
+          const int wide = gr.b.node(Op::Cast, "enc_output.1.to_f32", {gr.b.input("x", {n, 40, 32})}, {{"dtype", std::string("f32")}});
+          const float wr = 1.7f / std::sqrt(32.f);
+          Attrs a;
+          if (std::string(act) != "none") a["activation"] = std::string(act);
+          out.push_back(gr.done(gr.b.node(Op::Linear, "enc_score_head",
+                                          {wide, gr.b.weight_as("w", DType::F32, {24, 32}, -wr, wr),
+                                           gr.b.weight_as("b", DType::F32, {24}, -0.5f, 0.5f)},
+                                          a)));
+        }
       // The reference points before the first layer: sigmoid in f32 and its
       // narrowing cast, one box_refine launch on CUDA (no inverse_sigmoid term).
       if (dt != DType::F32) {

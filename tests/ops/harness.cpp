@@ -57,8 +57,12 @@ int CaseBuilder::input(const std::string& name, const Shape& shape) { return g_.
 int CaseBuilder::input_as(const std::string& name, DType dt, const Shape& shape) { return g_.add_input(name, dt, shape); }
 
 int CaseBuilder::weight(const std::string& name, const Shape& shape, float lo, float hi) {
+  return weight_as(name, dt_, shape, lo, hi);
+}
+
+int CaseBuilder::weight_as(const std::string& name, DType dt, const Shape& shape, float lo, float hi) {
   auto v = uniform(static_cast<size_t>(shape_numel(shape)), seed_ + 7919u * static_cast<uint32_t>(++constants_), lo, hi);
-  return g_.add_constant(name, HostTensor::from_f32_as(dt_, shape, v));
+  return g_.add_constant(name, HostTensor::from_f32_as(dt, shape, v));
 }
 
 int CaseBuilder::index_constant(const std::string& name, DType dt, const Shape& shape, int64_t lo, int64_t hi) {

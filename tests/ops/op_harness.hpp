@@ -118,6 +118,8 @@ class CaseBuilder {
   int input(const std::string& name, const Shape& shape);
   int input_as(const std::string& name, DType dt, const Shape& shape);
   int weight(const std::string& name, const Shape& shape, float lo, float hi);
+  // A weight stored as `dt` (an f32 island's constants in a 16-bit case).
+  int weight_as(const std::string& name, DType dt, const Shape& shape, float lo, float hi);
   // An integer constant (i64 or i32) of values in [lo, hi), seeded like weights.
   int index_constant(const std::string& name, DType dt, const Shape& shape, int64_t lo, int64_t hi);
   int node(Op op, const std::string& name, const std::vector<int>& ins, Attrs attrs = {});

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/quant_epilogue.hpp"
@@ -177,14 +178,22 @@ void se_mlp_scale(const void* g, const void* w1, const void* b1, const void* w2,
 // per chunk). xs[k] has cs[k] channels; rows = n*h*w. More inputs: one
 // copy_channels_nhwc per input.
 inline constexpr int kMaxConcatInputs = 8;
+// Inputs of a concat read through a nearest upsample (plan_upsample_concats):
+// input k with factors[k] = {sh, sw} ({0, 0}: read as it is) holds
+// (h / sh) x (w / sw) pixels per image, and y's row r (image n, pixel i, j of
+// h x w) takes its row (n * (h / sh) + i / sh) * (w / sw) + j / sw.
+struct ConcatUpsample {
+  int h = 0, w = 0;
+  std::vector<std::pair<int, int>> factors;
+};
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
-                          cudaStream_t stream);
+                          cudaStream_t stream, const ConcatUpsample* up = nullptr);
 // Row-major concat along any axis: each of y's `rows` rows (rows = the extents
 // before the axis multiplied) is the inputs' rows of chunk_bytes[k] bytes side by
 // side; up to kMaxConcatInputs inputs, one launch moving the widest word every
 // chunk and address allows (RT-DETR's memory: three levels' token rows).
 void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_bytes, void* y, int64_t rows,
-                 cudaStream_t stream);
+                 cudaStream_t stream, const ConcatUpsample* up = nullptr);
 
 // A channel concat that writes codes (CodeOut): y[r, begin_k + i] =
 // encode(f32(xs[k][r * strides[k] + i] * inv_scale)), inputs of type xdt, each

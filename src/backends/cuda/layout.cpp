@@ -1,6 +1,8 @@
 // The CUDA lowering of the layout ops (kernels in layout.cu): engine inputs
 // (NCHW f32 -> NHWC), Flatten, Concat and Slice with channel views and
 // split runs.
+#include <algorithm>
+
 #include "backends/cuda/lower.hpp"
 #include "ir/attrs.hpp"
 #include "core/error.hpp"
@@ -21,6 +23,42 @@ namespace {
 constexpr size_t kSplitFuseBytes = size_t(1) << 20;
 
 }  // namespace
+
+void plan_upsample_concats(const Graph& g, GraphFacts& f) {
+  const auto viewed = [&](int v) { return f.use_views && f.cv.is_view(v); };
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (n.op != Op::Concat || f.fused_away[ni]) continue;
+    const int out = n.outputs[0];
+    const Value& ov = g.values[out];
+    if (!stored_nhwc(ov) || ov.shape.size() != 4 || n.attr_int("axis") != 1 || code_out(g, out).on() || viewed(out) ||
+        n.inputs.size() > size_t(kMaxConcatInputs))
+      continue;
+    bool plain = true;
+    for (size_t k = 0; k < n.inputs.size(); ++k) plain &= !viewed(n.inputs[k]) && !f.wp.copied_inputs.count({ni, k});
+    if (!plain) continue;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int in = n.inputs[k];
+      const Value& iv = g.values[in];
+      if (iv.producer < 0) continue;
+      const auto ui = static_cast<size_t>(iv.producer);
+      const Node& u = g.nodes[ui];
+      if (u.op != Op::UpsampleNearest || f.fused_away[ui] || g.consumers(in).size() != 1 ||
+          std::find(g.outputs.begin(), g.outputs.end(), in) != g.outputs.end())
+        continue;
+      const int src = u.inputs[0];
+      const Value& sv = g.values[src];
+      const UpsampleAttrs a = upsample_attrs(u);
+      if (!stored_nhwc(sv) || sv.dtype != iv.dtype || viewed(src) || a.sh < 1 || a.sw < 1 || sv.shape[2] * a.sh != iv.shape[2] ||
+          sv.shape[3] * a.sw != iv.shape[3])
+        continue;
+      f.fused_away[ui] = 1;
+      f.upsample_reads[{ni, k}] = UpsampleRead{src, static_cast<int>(a.sh), static_cast<int>(a.sw), ui};
+      f.alias[in] = src;  // never written: no bytes of its own
+      f.live_until[src] = std::max(f.live_until[src], static_cast<int>(ni));
+    }
+  }
+}
 
 void lower_engine_inputs(Lowering& L) {
   const Graph& g = L.g;
@@ -126,10 +164,22 @@ void lower_Concat(Lowering& L, size_t ni) {
     }
     return;
   }
-  L.step("concat_channels_nhwc", [=](const Exec& x) {
+  // Inputs read through their upsample (plan_upsample_concats).
+  ConcatUpsample up{as_int(ov.shape[2]), as_int(ov.shape[3]), std::vector<std::pair<int, int>>(ins.size(), {0, 0})};
+  bool upsampled = false;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const auto it = L.f.upsample_reads.find({ni, k});
+    if (it == L.f.upsample_reads.end()) continue;
+    upsampled = true;
+    ins[k] = it->second.src;
+    up.factors[k] = {it->second.sh, it->second.sw};
+    L.record(g.nodes[it->second.upsample].name, cat("inside ", n.name, " (read at ", it->second.sh, "x", it->second.sw,
+                                                    " nearest by the concat, no launch of its own)"));
+  }
+  L.step(upsampled ? "concat_channels_nhwc +upsample" : "concat_channels_nhwc", [=](const Exec& x) {
     std::vector<const void*> srcs;
     for (int in : ins) srcs.push_back(ptr(x, in));
-    concat_channels_nhwc(srcs, cs, ptr(x, out), rows, dt, x.stream);
+    concat_channels_nhwc(srcs, cs, ptr(x, out), rows, dt, x.stream, upsampled ? &up : nullptr);
   });
 }
 

@@ -93,6 +93,8 @@ struct ConcatArgs {
   const void* x[kMaxConcatInputs];
   int c[kMaxConcatInputs];
   int begin[kMaxConcatInputs];
+  int sh[kMaxConcatInputs], sw[kMaxConcatInputs];  // nearest-upsample factors (0: none; ConcatUpsample)
+  int h, w;                                        // y's pixels per image, when some input is upsampled
   int n;
 };
 
@@ -106,7 +108,13 @@ __global__ void concat_kernel(ConcatArgs a, Elem* __restrict__ y, int y_c, I tot
     const int ch = int(i - r * y_c);
     int k = 0;
     while (k + 1 < a.n && ch >= a.begin[k + 1]) ++k;
-    y[i] = static_cast<const Elem*>(a.x[k])[r * a.c[k] + (ch - a.begin[k])];
+    I src = r;
+    if (a.sh[k]) {  // y's pixel (i, j) of its image reads pixel (i / sh, j / sw) of the smaller map
+      const I hw = I(a.h) * a.w, img = r / hw;
+      const int p = int(r - img * hw), pi = p / a.w, pj = p - pi * a.w;
+      src = (img * (a.h / a.sh[k]) + pi / a.sh[k]) * (a.w / a.sw[k]) + pj / a.sw[k];
+    }
+    y[i] = static_cast<const Elem*>(a.x[k])[src * a.c[k] + (ch - a.begin[k])];
   }
 }
 
@@ -212,9 +220,17 @@ void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, c
 }
 
 void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_bytes, void* y, int64_t rows,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const ConcatUpsample* up) {
   if (xs.size() != chunk_bytes.size() || xs.empty() || xs.size() > size_t(kMaxConcatInputs))
     fail_runtime("cuda concat_rows: ", xs.size(), " inputs (1..", kMaxConcatInputs, "), ", chunk_bytes.size(), " chunk sizes");
+  if (up) {
+    if (up->factors.size() != xs.size() || up->h <= 0 || up->w <= 0 || rows % (int64_t(up->h) * up->w))
+      fail_runtime("cuda concat_rows: upsample factors for ", up->factors.size(), " of ", xs.size(), " inputs, ", rows,
+                   " rows of ", up->h, "x", up->w, " images");
+    for (const auto& [sh, sw] : up->factors)
+      if (sh < 0 || sw < 0 || (sh > 0) != (sw > 0) || (sh && (up->h % sh || up->w % sw)))
+        fail_runtime("cuda concat_rows: upsample factors ", sh, "x", sw, " do not divide ", up->h, "x", up->w);
+  }
   // The widest word every chunk and address allows, as copy_channels_nhwc's rows.
   uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(y));
   int64_t y_bytes = 0;
@@ -233,7 +249,11 @@ void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>&
     a.c[k] = int(chunk_bytes[k] / word);
     a.begin[k] = begin;
     begin += a.c[k];
+    a.sh[k] = up ? up->factors[size_t(k)].first : 0;
+    a.sw[k] = up ? up->factors[size_t(k)].second : 0;
   }
+  a.h = up ? up->h : 0;
+  a.w = up ? up->w : 0;
   const int y_c = int(y_bytes / word);
   const int64_t total = rows * y_c;
   auto go = [&](auto w) {
@@ -255,12 +275,13 @@ void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>&
 }
 
 void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<int>& cs, void* y, int64_t rows, DType dt,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const ConcatUpsample* up) {
   if (xs.size() != cs.size() || xs.empty()) fail_runtime("cuda concat_channels_nhwc: ", xs.size(), " inputs, ", cs.size(), " channel counts");
   int y_c = 0;
   for (int c : cs) y_c += c;
   if (rows <= 0 || y_c <= 0) return;
   if (xs.size() > size_t(kMaxConcatInputs)) {
+    if (up) fail_runtime("cuda concat_channels_nhwc: upsampled inputs in a concat of more than ", kMaxConcatInputs, " inputs");
     int begin = 0;
     for (size_t k = 0; k < xs.size(); ++k) {
       copy_channels_nhwc(xs[k], cs[k], 0, y, y_c, begin, cs[k], rows, dt, stream);
@@ -272,7 +293,7 @@ void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<
   // the channel counts and addresses allow (concat_rows).
   std::vector<int64_t> chunks;
   for (int c : cs) chunks.push_back(int64_t(c) * int64_t(dtype_size(dt)));
-  concat_rows(xs, chunks, y, rows, stream);
+  concat_rows(xs, chunks, y, rows, stream, up);
 }
 
 namespace {

@@ -67,6 +67,15 @@ struct RowWindow {
   size_t slice = kNoNode;  // the slice node
 };
 
+// A concat input produced by a nearest upsample read by the concat alone
+// (plan_upsample_concats): the concat reads `src` (the upsample's input)
+// with the factors, and the upsample has no step of its own.
+struct UpsampleRead {
+  int src = -1;
+  int sh = 1, sw = 1;
+  size_t upsample = kNoNode;
+};
+
 // The facts of one shaped graph that decide how its nodes run.
 struct GraphFacts {
   std::vector<char> fused_away;   // nodes with no step of their own
@@ -79,6 +88,7 @@ struct GraphFacts {
   std::map<size_t, BoxRefine> box_refines;  // add node -> its fused box refinement (plan_box_refines)
   std::map<int, RowWindow> windows;  // slice output -> the row window its readers read (plan_row_windows)
   std::map<int, int> output_from;  // graph output -> the 16-bit value converted instead (plan_output_casts)
+  std::map<std::pair<size_t, size_t>, UpsampleRead> upsample_reads;  // (concat, input) read through its upsample (plan_upsample_concats)
   std::map<size_t, int> wide_linears;  // f32 linear -> the 16-bit value it reads instead of its widening cast (plan_wide_linears)
   SePlan se;
   ChannelViews cv;
@@ -289,6 +299,15 @@ inline void write_early(const Graph& g, GraphFacts& f, size_t node, size_t at) {
 // Taken for adds of row-major activations of the layer norm's shape and type,
 // no activation, no codes; the residual sum no engine output.
 void plan_norm_adds(const Graph& g, GraphFacts& f);
+
+// A nearest upsample of an NHWC map read only by a channel concat (RT-DETR's
+// FPN: upsample the lateral map, concat it with the backbone level) runs inside
+// the concat's launch: the concat reads the smaller map at (i / sh, j / sw),
+// the upsample is fused away and its output has no bytes of its own (an
+// alias of its input, which lives until the concat). Taken for concats of
+// 16-bit or f32 maps (no codes, no channel views, at most kMaxConcatInputs
+// inputs); layout.cpp. Called by plan_fusions after the view plan.
+void plan_upsample_concats(const Graph& g, GraphFacts& f);
 
 // An f32-island linear whose input is a cast of a 16-bit row-major activation
 // read by it alone (RT-DETR's enc_score_head reading the 16-bit encoder output
