@@ -134,10 +134,21 @@ int64_t norm_axis(const Node& n, int64_t axis, size_t rank) {
   return axis;
 }
 
+int64_t non_batch_axis(const Node& n, int64_t axis, size_t rank) {
+  const int64_t a = norm_axis(n, axis, rank);
+  if (a == 0)
+    fail_input(n.name, ": ", op_name(n.op), " along axis 0, the batch axis, is not supported (images of a batch are "
+               "independent); axis ", axis, " of rank ", rank);
+  return a;
+}
+
 Shape infer_concat(const Graph& g, const Node& n) {
   expect_same_dtype(g, n);
   Shape y = input(g, n, 0).shape;
-  int64_t axis = norm_axis(n, n.attr_int("axis"), y.size());
+  // Axis 0 is the batch: only a concat of constants (no batch) may join along it.
+  bool constants = true;
+  for (int in : n.inputs) constants &= g.is_constant(in);
+  int64_t axis = constants ? norm_axis(n, n.attr_int("axis"), y.size()) : non_batch_axis(n, n.attr_int("axis"), y.size());
   for (size_t i = 1; i < n.inputs.size(); ++i) {
     const Shape& s = input(g, n, i).shape;
     bool ok = s.size() == y.size();
@@ -150,7 +161,9 @@ Shape infer_concat(const Graph& g, const Node& n) {
 
 Shape infer_slice(const Graph& g, const Node& n) {
   Shape y = input(g, n, 0).shape;
-  int64_t axis = norm_axis(n, n.attr_int("axis"), y.size());
+  // Axis 0 is the batch: only a constant (no batch) may be sliced along it.
+  int64_t axis = g.is_constant(n.inputs.at(0)) ? norm_axis(n, n.attr_int("axis"), y.size())
+                                               : non_batch_axis(n, n.attr_int("axis"), y.size());
   int64_t start = n.attr_int("start"), end = n.attr_int("end");
   if (start < 0 || end > y[axis] || start >= end) fail_input(n.name, ": slice [", start, ",", end, ") out of range");
   y[axis] = end - start;
@@ -196,13 +209,6 @@ std::vector<int64_t> required_ints(const Node& n, const char* key) {
 
 // The batch is axis 0 of every value; an op that reduces or gathers along an
 // axis may not take it (one image's result would depend on the others').
-int64_t non_batch_axis(const Node& n, int64_t axis, size_t rank) {
-  const int64_t a = norm_axis(n, axis, rank);
-  if (a == 0)
-    fail_input(n.name, ": ", op_name(n.op), " along axis 0, the batch axis, is not supported (images of a batch are "
-               "independent); axis ", axis, " of rank ", rank);
-  return a;
-}
 
 Shape infer_layer_norm(const Graph& g, const Node& n) {
   const Value& x = input(g, n, 0);

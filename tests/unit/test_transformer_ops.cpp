@@ -102,6 +102,11 @@ TEST(TransformerOps, ShapeRuleErrorsNameTheNode) {
   EXPECT_NODE_ERROR(rule_error(Op::UpsampleNearest, {{{3, 4, 5, 5}}}, {{"scales", Ints{2, 0}}}), "two integers >= 1");
   EXPECT_NODE_ERROR(rule_error(Op::UpsampleNearest, {{{3, 4, 5}}}, {{"scales", Ints{2, 2}}}), "expected rank 4");
   EXPECT_NODE_ERROR(rule_error(Op::Gather, {{{3, 24, 13}}, {{3, 5}, DType::I64}}, {{"axis", int64_t{0}}}), "the batch axis");
+  // Concat and slice of activations along the batch axis (docs/graph-ir.md: axis 0 is the batch).
+  EXPECT_NODE_ERROR(rule_error(Op::Concat, {{{2, 3, 2, 2}}, {{2, 3, 2, 2}}}, {{"axis", int64_t{0}}}), "axis 0, the batch axis");
+  EXPECT_NODE_ERROR(rule_error(Op::Concat, {{{2, 4, 8}}, {{2, 4, 8}}}, {{"axis", int64_t{-3}}}), "the batch axis");
+  EXPECT_NODE_ERROR(rule_error(Op::Slice, {{{3, 4, 2, 2}}}, {{"axis", int64_t{0}}, {"start", int64_t{0}}, {"end", int64_t{1}}}),
+                    "axis 0, the batch axis");
   EXPECT_NODE_ERROR(rule_error(Op::Gather, {{{3, 24, 13}}, {{3, 5}}}, {{"axis", int64_t{1}}}), "is f32, expected i64 or i32");
   EXPECT_NODE_ERROR(rule_error(Op::Gather, {{{3, 24, 13}}, {{3, 5, 13}, DType::I64}}, {{"axis", int64_t{1}}}),
                     "takes an index of shape [3,-1]");
