@@ -16,14 +16,15 @@
 # Session 16's call: KILN_STUDY_MODELS="resnet50 res2net50_26w_4s efficientnet_b0 digits"
 #   KILN_STUDY_TESTS='CudaFp8.*:CudaQuantModel.*' KILN_STUDY_OPS='*quantiz*' KILN_STUDY_RTDETR=0
 #   KILN_STUDY_RECIPES="res2net50_26w_4s=families/timm_res2net/recipes/fp8_pointwise.json" tools/gpu/study.sh $OUT 470
-# Next call (sessions 17 and 18, not yet on a GPU: producers writing codes, the INT8 cast fix, the
-# RT-DETR kernel cuts, row windows and kernel names in profiles):
+# Next call (sessions 17-19, not yet on a GPU: producers writing codes, the INT8 cast fix, the
+# RT-DETR kernel cuts, row windows, kernel names in profiles, wide linears, upsamples read by their
+# concats, vectorized strided copies; every CUDA op-harness case in stream D):
 #   KILN_STUDY_MODELS="resnet50 res2net50_26w_4s efficientnet_b0 digits"
-#   KILN_STUDY_TESTS='CudaFp8.*:CudaQuantModel.*:CudaRtDetr.*:KernelNames.*'
-#   KILN_STUDY_OPS='*quantiz*:*codes*:*q8_*:*const_*:*concat*:*slice*:*mul*:*group_*' KILN_STUDY_RTDETR=1
+#   KILN_STUDY_TESTS='*CudaFp8*:*CudaQuantModel*:*CudaRtDetr*:*KernelNames*:*CudaEngine.*:*Transformer*:*StridedCopy*'
+#   KILN_STUDY_OPS='Cases/OpCuda.*' KILN_STUDY_RTDETR=1
 #   KILN_STUDY_RECIPES="res2net50_26w_4s=families/timm_res2net/recipes/fp8_pointwise.json
 #   resnet50=families/timm_resnet/recipes/fp8_wide_residuals.json efficientnet_b0=families/timm_efficientnet/recipes/fp8_small_plan.json"
-#   tools/gpu/study.sh $OUT 470
+#   tools/gpu/study.sh $OUT 530
 # then, on a quiet GPU: KILN_TASK_B1_BUNDLE=0 KILN_SPEED_PARTS=rtdetr tools/gpu/speed.sh $OUT/speed 260
 # The streams share the GPU: the studies time their variants interleaved in one process (each round
 # runs every variant once), so the ratios compare like with like, but absolute milliseconds carry
