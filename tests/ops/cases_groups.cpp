@@ -240,7 +240,12 @@ void add_group_cases(std::vector<OpCase>& out) {
       if (dt != DType::F32)
         for (const char* act : {"none", "relu"}) {
           Group gr("wide_linear", std::string(act) + "_" + bt, dt);
-          const int wide = gr.b.node(Op::Cast, "enc_output.1.to_f32", {gr.b.input("x", {n, 40, 32})}, {{"dtype", std::string("f32")}});
+          // The 16-bit value comes from a node, as the encoder output's layer norm (an engine
+          // input's widening cast is folded into the input copy instead).
+          const int y = gr.b.node(Op::LayerNorm, "enc_output.1", {gr.b.input("x", {n, 40, 32}), gr.b.weight("ln.w", {32}, 0.5f, 1.5f),
+                                                                 gr.b.weight("ln.b", {32}, -0.5f, 0.5f)},
+                                  {{"eps", 1e-5}});
+          const int wide = gr.b.node(Op::Cast, "enc_output.1.to_f32", {y}, {{"dtype", std::string("f32")}});
           const float wr = 1.7f / std::sqrt(32.f);
           Attrs a;
           if (std::string(act) != "none") a["activation"] = std::string(act);

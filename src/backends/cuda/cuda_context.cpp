@@ -168,7 +168,7 @@ struct CudaContext::Impl {
       float* dst = to_host ? reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k])
                            : static_cast<float*>(outputs[k].data);
       const void* src = p.value_ptr(x, v);
-      if (val.shape.size() == 4 && dtype_is_float(val.dtype))  // stored NHWC (lower.hpp's stored_nhwc)
+      if (val.shape.size() == 4 && (dtype_is_float(val.dtype) || val.dtype == DType::I8))  // stored NHWC (lower.hpp's stored_nhwc)
         nhwc_to_nchw_f32(src, val.dtype, dst, static_cast<int>(val.shape[0]), static_cast<int>(val.shape[1]),
                          static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), s);
       else

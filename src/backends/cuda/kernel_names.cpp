@@ -88,8 +88,11 @@ std::vector<cudaGraphNode_t> execution_order(cudaGraph_t g) {
   for (size_t i = 0; i < n; ++i) {
     size_t k = 0;
     KILN_CUDA_CHECK(cudaGraphNodeGetDependentNodes(nodes[i], nullptr, nullptr, &k));
+    // With edge data: PDL's programmatic edges make a query without it
+    // "semantically lossy" (cudaErrorLossyQuery); the order ignores edge types.
     std::vector<cudaGraphNode_t> dep(k);
-    if (k) KILN_CUDA_CHECK(cudaGraphNodeGetDependentNodes(nodes[i], dep.data(), nullptr, &k));
+    std::vector<cudaGraphEdgeData> edges(k);
+    if (k) KILN_CUDA_CHECK(cudaGraphNodeGetDependentNodes(nodes[i], dep.data(), edges.data(), &k));
     for (cudaGraphNode_t d : dep) {
       next[i].push_back(index.at(d));
       ++waiting[index.at(d)];

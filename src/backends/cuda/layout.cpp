@@ -69,7 +69,8 @@ void lower_engine_inputs(Lowering& L) {
     // When the only reader is a cast (f16/bf16 engines), it is folded into this copy.
     int target = v;
     auto readers = g.consumers(v);
-    if (readers.size() == 1 && g.nodes[readers[0]].op == Op::Cast) {
+    // Not a cast a plan fused away (its reader reads the input itself: box_refine, wide linears).
+    if (readers.size() == 1 && g.nodes[readers[0]].op == Op::Cast && !L.f.fused_away[readers[0]]) {
       L.f.folded_cast[readers[0]] = 1;
       target = g.nodes[readers[0]].outputs[0];
     }
