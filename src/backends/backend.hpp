@@ -48,6 +48,9 @@ struct LayerTime {
   // What one engine call launches for this layer, in order (CUDA: kernel
   // function names, memset/memcpy nodes by kind; empty on the CPU).
   std::vector<std::string> kernels;
+  // Why `kernels` is empty on a backend that lists them (the listing, a
+  // diagnostic capture, failed: the times stand, the lists are left out).
+  std::string kernels_unavailable;
 };
 
 // Classification's post-processing where the logits are (run_images): per

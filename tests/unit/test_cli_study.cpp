@@ -126,6 +126,20 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
     const size_t layers = k["profiles"]["fp8"]["layers"].size();
     EXPECT_NE(km.find("- fp8: " + std::to_string(layers - 1) + "× `kiln::cuda::map_kernel`"), std::string::npos) << km;
   }
+  // A profile whose kernel listing failed (a diagnostic): the times and the
+  // report stand, the report says why the lists are missing.
+  {
+    nlohmann::json k = j;
+    k["profiles"]["fp8"]["kernels_unavailable"] = "cuda error cudaErrorLossyQuery in cudaGraphNodeGetDependentNodes";
+    std::ofstream(out / "study_unlisted.json") << k.dump();
+    const fs::path unlisted = out / "unlisted";
+    rr = testing::run_kiln("study quant --report-from " + (out / "study_unlisted.json").string() + " -o " + unlisted.string());
+    ASSERT_EQ(rr.code, 0) << rr.all();
+    const std::string um = slurp(unlisted / "REPORT.md");
+    EXPECT_NE(um.find("Kernel names unavailable (fp8): cuda error cudaErrorLossyQuery"), std::string::npos) << um;
+    EXPECT_EQ(um.find("Launches per call by kernel"), std::string::npos) << um;
+    EXPECT_NE(um.find("## Where the time goes"), std::string::npos) << um;
+  }
   // A file that is not a study's: an input error naming it, nothing written.
   std::ofstream(out / "bad.json") << "{\"speed\": 3";
   rr = testing::run_kiln("study quant --report-from " + (out / "bad.json").string() + " -o " + (out / "bad").string());

@@ -50,6 +50,8 @@ struct Candidate {
 void print_profile(const nlohmann::json& p) {
   std::cout << "  per-layer profile (" << p["rounds"].get<int>() << " rounds, layers run one by one: total "
             << p["total_ms"].get<double>() << " ms)\n";
+  if (p.contains("kernels_unavailable"))
+    std::cout << "    kernel names unavailable (the times stand): " << p["kernels_unavailable"].get<std::string>() << "\n";
   for (const auto& g : p["groups"]) {
     std::cout << "    " << std::left << std::setw(24) << g["group"].get<std::string>() << std::right << std::setw(10)
               << g["ms"].get<double>() << " ms";

@@ -400,6 +400,11 @@ std::string render_report(const nlohmann::json& r) {
     }
     md << "\n";
   }
+  for (const auto& [p, prof] : profiles.items())
+    if (prof.contains("kernels_unavailable")) {  // the listing failed; the times above stand
+      md << "\nKernel names unavailable (" << p << "): " << prof["kernels_unavailable"].get<std::string>() << "\n";
+      break;
+    }
   if (listed) {
     // What the counts are made of: launches per kernel, and the layers that
     // launch more than one (a two-kernel path, a quantize, a relayout).

@@ -33,7 +33,8 @@ inline std::string group_of(const std::string& name) {
 }
 
 // Layers carry "kernels" (the names of what one call launches for them) and
-// groups a kernel count where the backend lists them (CUDA).
+// groups a kernel count where the backend lists them (CUDA); where its listing
+// failed, "kernels_unavailable" says why (the times are still measured).
 inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
   auto layers = profile_layers(ctx, inputs, rounds);
   nlohmann::json lj = nlohmann::json::array();
@@ -57,7 +58,13 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
     gj.push_back({{"group", groups[i].first}, {"ms", groups[i].second}, {"steps", counts[i]}});
     if (listed) gj.back()["kernels"] = kernels[i];
   }
-  return {{"rounds", rounds}, {"total_ms", total}, {"groups", gj}, {"layers", lj}};
+  nlohmann::json out = {{"rounds", rounds}, {"total_ms", total}, {"groups", gj}, {"layers", lj}};
+  for (const auto& l : layers)
+    if (!l.kernels_unavailable.empty()) {  // the listing failed; the times stand
+      out["kernels_unavailable"] = l.kernels_unavailable;
+      break;
+    }
+  return out;
 }
 
 // Kernels per launch kind over a profile's layers ("kiln::cuda::map_kernel": 12),

@@ -112,7 +112,7 @@ std::vector<LayerTime> CpuContext::profile(int64_t batch, int rounds) {
     engine_->program.run_profiled(p.graph, p.memory, arena_.data(), default_pool(), &ms, p.layout());
   std::vector<LayerTime> out;
   for (size_t i = 0; i < p.graph.nodes.size(); ++i)
-    if (!p.adds.fused[i]) out.push_back({p.graph.nodes[i].name, ms[i] / rounds, {}});  // fused adds time inside their conv
+    if (!p.adds.fused[i]) out.push_back({p.graph.nodes[i].name, ms[i] / rounds, {}, {}});  // fused adds time inside their conv
   return out;
 }
 

@@ -133,7 +133,7 @@ class CudaBackendContext : public BackendContext {
         out.back().ms += s.ms;
         out.back().kernels.insert(out.back().kernels.end(), s.kernels.begin(), s.kernels.end());
       } else {
-        out.push_back({s.name, s.ms, s.kernels});
+        out.push_back({s.name, s.ms, s.kernels, s.kernels_unavailable});
       }
     }
     return out;

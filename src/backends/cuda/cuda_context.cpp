@@ -360,10 +360,19 @@ std::vector<CudaContext::StepProfile> CudaContext::profile(int64_t batch, int ro
     }
   }
   KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
-  const auto kernels = kernels_by_step(m.stream.s, ns, [&](size_t i) { p.steps[i](x); });
+  // The kernel lists are a diagnostic: a listing that fails (a driver that
+  // cannot describe the graph) leaves them out with its reason; the times stand.
+  std::vector<std::vector<std::string>> kernels(ns);
+  std::string unavailable;
+  try {
+    kernels = kernels_by_step(m.stream.s, ns, [&](size_t i) { p.steps[i](x); });
+  } catch (const Error& e) {
+    unavailable = e.what();
+    kernels.assign(ns, {});
+  }
   m.finish(m.stream.s);
   std::vector<StepProfile> out;
-  for (size_t i = 0; i < ns; ++i) out.push_back({p.step_names.at(i), ms[i], kernels[i]});
+  for (size_t i = 0; i < ns; ++i) out.push_back({p.step_names.at(i), ms[i], kernels[i], unavailable});
   return out;
 }
 

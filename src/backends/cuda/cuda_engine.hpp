@@ -128,6 +128,7 @@ class CudaContext {
     std::string name;
     double ms = 0;
     std::vector<std::string> kernels;
+    std::string kernels_unavailable;  // why kernels is empty (the listing failed; times stand)
   };
   std::vector<StepProfile> profile(int64_t batch, int rounds);
   MemoryReport memory(int64_t batch);
