@@ -95,6 +95,14 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
   auto rr = testing::run_kiln("study quant --report-from " + (out / "study.json").string() + " -o " + again.string());
   ASSERT_EQ(rr.code, 0) << rr.all();
   EXPECT_EQ(slurp(again / "REPORT.md"), md);
+  // The report --report-from renders from an edited study.json (`name`.json, then REPORT.md in out/`name`).
+  auto report_from = [&](const nlohmann::json& study, const std::string& name) {
+    std::ofstream(out / (name + ".json")) << study.dump();
+    const auto run = testing::run_kiln("study quant --report-from " + (out / (name + ".json")).string() + " -o " +
+                                       (out / name).string());
+    EXPECT_EQ(run.code, 0) << run.all();
+    return slurp(out / name / "REPORT.md");
+  };
   // Profiles that name their kernels (CUDA since session 18): the group table
   // counts kernels, and the report lists the launches per kernel and the
   // layers launching more than one. Here the CPU run's profiles, given names.
@@ -114,11 +122,7 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
           break;
         }
     }
-    std::ofstream(out / "study_kernels.json") << k.dump();
-    const fs::path listed = out / "listed";
-    rr = testing::run_kiln("study quant --report-from " + (out / "study_kernels.json").string() + " -o " + listed.string());
-    ASSERT_EQ(rr.code, 0) << rr.all();
-    const std::string km = slurp(listed / "REPORT.md");
+    const std::string km = report_from(k, "listed");
     EXPECT_NE(km.find("| fp8 ms (kernels) |"), std::string::npos) << km;
     EXPECT_NE(km.find("Launches per call by kernel"), std::string::npos) << km;
     const std::string second = k["profiles"]["fp8"]["layers"][1]["name"];
@@ -131,11 +135,7 @@ TEST(CliStudy, QuantStudyWritesTheReportOfItsOwnRun) {
   {
     nlohmann::json k = j;
     k["profiles"]["fp8"]["kernels_unavailable"] = "cuda error cudaErrorLossyQuery in cudaGraphNodeGetDependentNodes";
-    std::ofstream(out / "study_unlisted.json") << k.dump();
-    const fs::path unlisted = out / "unlisted";
-    rr = testing::run_kiln("study quant --report-from " + (out / "study_unlisted.json").string() + " -o " + unlisted.string());
-    ASSERT_EQ(rr.code, 0) << rr.all();
-    const std::string um = slurp(unlisted / "REPORT.md");
+    const std::string um = report_from(k, "unlisted");
     EXPECT_NE(um.find("Kernel names unavailable (fp8): cuda error cudaErrorLossyQuery"), std::string::npos) << um;
     EXPECT_EQ(um.find("Launches per call by kernel"), std::string::npos) << um;
     EXPECT_NE(um.find("## Where the time goes"), std::string::npos) << um;

@@ -20,11 +20,11 @@ void plan_output_casts(const Graph& g, GraphFacts& f) {
     const int u = g.nodes[c].inputs[0];
     const Value& uv = g.values[u];
     if ((uv.dtype != DType::F16 && uv.dtype != DType::BF16) || uv.constant || uv.producer < 0 || uv.shape != g.values[v].shape ||
-        f.output_from.count(v) || (f.use_views && f.cv.is_view(u)))
+        f.output_from.count(v) || f.viewed(u))
       continue;
     f.fused_away[static_cast<size_t>(c)] = 1;
     f.output_from[v] = u;
-    f.live_until[u] = std::max(f.live_until[u], static_cast<int>(g.nodes.size()));  // read after the last node
+    f.live_through(u, static_cast<int>(g.nodes.size()));  // read after the last node
   }
 }
 
@@ -192,7 +192,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
-    for (int in : g.nodes[add].inputs) f.live_until[in] = std::max(f.live_until[in], static_cast<int>(conv));
+    for (int in : g.nodes[add].inputs) f.live_through(in, static_cast<int>(conv));
   }
   // A fused add's output is never stored: it shares its first input's bytes.
   for (size_t add : f.wp.fused_adds) f.alias[g.nodes[add].outputs[0]] = g.nodes[add].inputs[0];

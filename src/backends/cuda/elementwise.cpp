@@ -95,7 +95,7 @@ void plan_box_refines(const Graph& g, GraphFacts& f) {
       if (fused != kNoNode) f.fused_away[fused] = 1;
     if (r.narrow != kNoNode) write_early(g, f, r.narrow, at);
     for (int v : {r.delta, r.ref, y})
-      if (v >= 0) f.live_until[v] = std::max(f.live_until[v], static_cast<int>(last));
+      if (v >= 0) f.live_through(v, static_cast<int>(last));
     f.box_refines[at] = r;
   };
   for (size_t ai = 0; ai < g.nodes.size(); ++ai) {

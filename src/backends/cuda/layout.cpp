@@ -1,8 +1,6 @@
 // The CUDA lowering of the layout ops (kernels in layout.cu): engine inputs
 // (NCHW f32 -> NHWC), Flatten, Concat and Slice with channel views and
 // split runs.
-#include <algorithm>
-
 #include "backends/cuda/lower.hpp"
 #include "ir/attrs.hpp"
 #include "core/error.hpp"
@@ -25,17 +23,16 @@ constexpr size_t kSplitFuseBytes = size_t(1) << 20;
 }  // namespace
 
 void plan_upsample_concats(const Graph& g, GraphFacts& f) {
-  const auto viewed = [&](int v) { return f.use_views && f.cv.is_view(v); };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (n.op != Op::Concat || f.fused_away[ni]) continue;
     const int out = n.outputs[0];
     const Value& ov = g.values[out];
-    if (!stored_nhwc(ov) || ov.shape.size() != 4 || n.attr_int("axis") != 1 || code_out(g, out).on() || viewed(out) ||
+    if (!stored_nhwc(ov) || ov.shape.size() != 4 || n.attr_int("axis") != 1 || code_out(g, out).on() || f.viewed(out) ||
         n.inputs.size() > size_t(kMaxConcatInputs))
       continue;
     bool plain = true;
-    for (size_t k = 0; k < n.inputs.size(); ++k) plain &= !viewed(n.inputs[k]) && !f.wp.copied_inputs.count({ni, k});
+    for (size_t k = 0; k < n.inputs.size(); ++k) plain &= !f.viewed(n.inputs[k]) && !f.wp.copied_inputs.count({ni, k});
     if (!plain) continue;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int in = n.inputs[k];
@@ -43,19 +40,17 @@ void plan_upsample_concats(const Graph& g, GraphFacts& f) {
       if (iv.producer < 0) continue;
       const auto ui = static_cast<size_t>(iv.producer);
       const Node& u = g.nodes[ui];
-      if (u.op != Op::UpsampleNearest || f.fused_away[ui] || g.consumers(in).size() != 1 ||
-          std::find(g.outputs.begin(), g.outputs.end(), in) != g.outputs.end())
-        continue;
+      if (u.op != Op::UpsampleNearest || f.fused_away[ui] || g.consumers(in).size() != 1 || g.is_graph_output(in)) continue;
       const int src = u.inputs[0];
       const Value& sv = g.values[src];
       const UpsampleAttrs a = upsample_attrs(u);
-      if (!stored_nhwc(sv) || sv.dtype != iv.dtype || viewed(src) || a.sh < 1 || a.sw < 1 || sv.shape[2] * a.sh != iv.shape[2] ||
+      if (!stored_nhwc(sv) || sv.dtype != iv.dtype || f.viewed(src) || a.sh < 1 || a.sw < 1 || sv.shape[2] * a.sh != iv.shape[2] ||
           sv.shape[3] * a.sw != iv.shape[3])
         continue;
       f.fused_away[ui] = 1;
       f.upsample_reads[{ni, k}] = UpsampleRead{src, static_cast<int>(a.sh), static_cast<int>(a.sw), ui};
       f.alias[in] = src;  // never written: no bytes of its own
-      f.live_until[src] = std::max(f.live_until[src], static_cast<int>(ni));
+      f.live_through(src, static_cast<int>(ni));
     }
   }
 }

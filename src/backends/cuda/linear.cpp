@@ -1,7 +1,5 @@
 // Linear's CUDA lowering: cuBLASLt (cublaslt_linear.hpp), its algorithms
 // handed to the one tactic selector (tactics.hpp).
-#include <algorithm>
-
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
@@ -21,17 +19,14 @@ void plan_wide_linears(const Graph& g, GraphFacts& f) {
     if (c.op != Op::Cast || f.fused_away[ci] || f.folded_cast[ci]) continue;
     const int u = c.inputs[0];
     const Value& uv = g.values[u];
-    if ((uv.dtype != DType::F16 && uv.dtype != DType::BF16) || uv.constant || stored_nhwc(uv) ||
-        (f.use_views && f.cv.is_view(u)))
-      continue;
+    if ((uv.dtype != DType::F16 && uv.dtype != DType::BF16) || uv.constant || stored_nhwc(uv) || f.viewed(u)) continue;
     bool weights_f32 = true;
     for (size_t k = 1; k < n.inputs.size(); ++k) weights_f32 &= g.is_constant(n.inputs[k]) && g.values[n.inputs[k]].dtype == DType::F32;
-    const std::vector<int> readers = g.consumers(v);
-    if (!weights_f32 || readers.size() != 1 || std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) continue;
+    if (!weights_f32 || g.consumers(v).size() != 1 || g.is_graph_output(v)) continue;
     f.fused_away[ci] = 1;
     f.wide_linears[ni] = u;
     f.alias[v] = u;  // never written: no arena bytes of its own
-    f.live_until[u] = std::max(f.live_until[u], static_cast<int>(ni));
+    f.live_through(u, static_cast<int>(ni));
   }
 }
 

@@ -107,6 +107,14 @@ struct GraphFacts {
   std::vector<char> reference;
   bool dense = false;
   std::map<size_t, std::unique_ptr<ConvOp>> view_convs;  // conv node -> its strided cuDNN op (views without window mode)
+
+  // v is a channel view in use (its bytes inside its root's, at a pixel stride).
+  bool viewed(int v) const { return use_views && cv.is_view(v); }
+  // A fused step reads v at node index `node`: v's buffer stays live until then.
+  void live_through(int v, int node) {
+    auto [it, fresh] = live_until.try_emplace(v, node);
+    if (!fresh) it->second = std::max(it->second, node);
+  }
 };
 
 // A value's device address in one enqueue; small, copied into step closures.
@@ -152,7 +160,7 @@ struct Lowering {
 
   const void* weight(int v) const { return m.weights.at(v).get(); }
   int pixel_stride(int v) const { return as_int(g.values[f.cv.root(v)].shape[1]); }  // channels of v's root buffer
-  bool strided(int v) const { return f.use_views && f.cv.is_view(v); }
+  bool strided(int v) const { return f.viewed(v); }
   int stride_or_0(int v) const { return strided(v) ? pixel_stride(v) : 0; }
   // Appends a step; `kernel` says what it launches (the plan section and
   // `kiln inspect` show it). The step is labelled with the current node.

@@ -21,7 +21,7 @@ bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y) {
     return false;
   for (int in : add.inputs) {
     const Value& iv = g.values[in];
-    if (iv.constant || iv.shape != y.shape || iv.dtype != y.dtype || (f.use_views && f.cv.is_view(in))) return false;
+    if (iv.constant || iv.shape != y.shape || iv.dtype != y.dtype || f.viewed(in)) return false;
   }
   return true;
 }
@@ -54,7 +54,7 @@ void plan_norm_adds(const Graph& g, GraphFacts& f) {
     if (fused.residual == kNoNode && fused.pos == kNoNode && fused.widen == kNoNode) continue;
     if (fused.residual != kNoNode) {
       f.fused_away[fused.residual] = 1;
-      for (int in : g.nodes[fused.residual].inputs) f.live_until[in] = std::max(f.live_until[in], static_cast<int>(ni));
+      for (int in : g.nodes[fused.residual].inputs) f.live_through(in, static_cast<int>(ni));
     }
     for (size_t early : {fused.pos, fused.widen})  // written by this launch, before their own nodes
       if (early != kNoNode) write_early(g, f, early, ni);

@@ -97,7 +97,7 @@ void plan_token_rows(const Graph& g, GraphFacts& f) {
   };
   auto swaps_last_two = [&](const Node& t) { return t.attr_ints("perm") == std::vector<int64_t>{0, 2, 1}; };
   auto flat = [](const Shape& m) { return Shape{m[0], m[1], m[2] * m[3]}; };  // [N, C, H*W] of a map
-  auto plain = [&](int v) { return !g.values[v].constant && !(f.use_views && f.cv.is_view(v)); };
+  auto plain = [&](int v) { return !g.values[v].constant && !f.viewed(v); };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (n.op != Op::Reshape || f.fused_away[ni]) continue;
@@ -167,7 +167,7 @@ void plan_row_windows(const Graph& g, GraphFacts& f) {
     f.fused_away[ni] = 1;
     f.windows[y] = RowWindow{x, n.attr_int("start"), xv.shape.back(), ni};
     f.alias[y] = x;  // no bytes of its own (never written): x lives as long as y's readers
-    f.live_until[x] = std::max(f.live_until[x], last);
+    f.live_through(x, last);
   }
 }
 
