@@ -3,7 +3,9 @@
 # carried): builds a seeded full-size model at the given batch and runs `kiln bench` under Nsight
 # Systems with CUDA-graph node tracing, then sums kernel time by kernel name and lists the
 # kernels of one replay in order. Falls back to `kiln bench --profile` (layers timed one by one)
-# where nsys is missing. KILN_BUILD_FLAGS adds `kiln build` flags (e.g. "--disable window_conv").
+# where nsys is missing. KILN_BUILD_FLAGS adds `kiln build` flags (e.g. "--disable window_conv",
+# or "--quantize fp8 --calib tests/fixtures/images/images"); KILN_PROFILE_TAG names that variant's
+# files (bundle, build log, kernels_TAG.txt). MODEL r18vd: the seeded RT-DETR v2 r18vd.
 #   tools/gpu/profile_kernels.sh OUTDIR [MODEL] [BATCH]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,16 +15,18 @@ work=/tmp/kiln_prof; mkdir -p $work/full
 [ -x $work/bin/kiln ] || tar -C $work -xJf .gpu/payload.tar.xz
 export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 kiln=$work/bin/kiln
+pyc=(env -u LD_LIBRARY_PATH python3)  # PyTorch brings its own cuDNN
 if [ ! -d $work/full/$model ]; then
   case $model in
-    res2ne*) python3 tools/reference/make_fixtures_res2net.py --full-size $work/full --models $model ;;
-    *efficientnet*) python3 tools/reference/make_fixtures_efficientnet.py --full-size $work/full --models $model ;;
-    *) python3 tools/reference/make_fixtures.py --full-size $work/full ;;
-  esac > "$out/fixtures.log" 2>&1 || exit 1
+    res2ne*) "${pyc[@]}" tools/reference/make_fixtures_res2net.py --full-size $work/full --models $model ;;
+    *efficientnet*) "${pyc[@]}" tools/reference/make_fixtures_efficientnet.py --full-size $work/full --models $model ;;
+    r18vd) "${pyc[@]}" tools/reference/make_fixtures_rtdetr.py --full-size $work/full/r18vd ;;
+    *) "${pyc[@]}" tools/reference/make_fixtures.py --full-size $work/full --models $model ;;
+  esac > "$out/fixtures_$model.log" 2>&1 || exit 1
 fi
-bundle=$work/$model.b$batch.bundle
-[ -f $bundle ] || $kiln build $work/full/$model -o $bundle --backend cuda --precision fp16 --batch $batch ${KILN_BUILD_FLAGS:-} > "$out/build.log" 2>&1 || exit 1
 tag=${KILN_PROFILE_TAG:-default}
+bundle=$work/$model.b$batch.$tag.bundle
+[ -f $bundle ] || $kiln build $work/full/$model -o $bundle --backend cuda --precision fp16 --batch $batch ${KILN_BUILD_FLAGS:-} > "$out/build_$tag.log" 2>&1 || exit 1
 nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 if [ -z "$nsys" ]; then
   echo "nsys not found: layers timed one by one instead" | tee "$out/kernels_$tag.txt"

@@ -162,7 +162,7 @@ class CudaCompiled : public CompiledEngine {
     // Tactics chosen on this GPU now; a bundle loaded on another GPU (or
     // driver/library version) re-selects by heuristics.
     const nlohmann::json tactics = engine_->tactics_json();
-    return {{"tactics." + gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json", tactics.dump(1)}};
+    return {{"tactics." + gpu_slug(tactics["key"]["gpu"].get<std::string>()) + ".json", tactics.dump()}};  // compact: part of the plan size
   }
   int timed_layers() const override { return engine_->timed_layers(); }
   std::vector<std::pair<std::string, double>> load_phases() const override { return engine_->load_phases().items(); }
