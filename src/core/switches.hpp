@@ -23,6 +23,7 @@ enum class Switch : int {
   FuseSplit,   // CUDA: consecutive slices in one launch (auto: when small; on: always)
   Pdl,         // CUDA: programmatic dependent launch (auto: batch <= 4)
   FuseAdd,     // CPU: a conv's input add computed while it gathers its columns (auto: on)
+  Fp8OneKernel,  // CUDA: an 8-bit layer with a one-kernel candidate takes one (auto: off, every path timed)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);
