@@ -10,20 +10,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}; rounds=${2:-3}; shift $(( $# >= 2 ? 2 : 1 ))
 models=("$@"); [ ${#models[@]} -eq 0 ] && models=(resnet50 efficientnet_b0)
-work=/tmp/kiln_prof; mkdir -p $work/full "$out"
-[ -x $work/bin/kiln ] || tar -C $work -xJf .gpu/payload.tar.xz
-export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-kiln=$work/bin/kiln
-pyc=(env -u LD_LIBRARY_PATH python3)  # PyTorch brings its own cuDNN
+work=/tmp/kiln_prof; mkdir -p "$out"
+. tools/gpu/full_fixture.sh
 calib=tests/fixtures/images/images
 for m in "${models[@]}"; do
-  if [ ! -d $work/full/$m ]; then
-    case $m in
-      res2ne*) "${pyc[@]}" tools/reference/make_fixtures_res2net.py --full-size $work/full --models $m ;;
-      *efficientnet*) "${pyc[@]}" tools/reference/make_fixtures_efficientnet.py --full-size $work/full --models $m ;;
-      *) "${pyc[@]}" tools/reference/make_fixtures.py --full-size $work/full --models $m ;;
-    esac > "$out/fixtures_$m.log" 2>&1 || { echo "$m: fixture failed" | tee -a "$out/one_kernel.txt"; continue; }
-  fi
+  full_fixture "$m" "$out/fixtures_$m.log" || { echo "$m: fixture failed" | tee -a "$out/one_kernel.txt"; continue; }
   common=(--backend cuda --precision fp16 --batch 1 --opt-level 3)
   $kiln build $work/full/$m -o $work/$m.ok_fp16.bundle "${common[@]}" > "$out/build_${m}_fp16.log" 2>&1 &&
   $kiln build $work/full/$m -o $work/$m.ok_fp8.bundle "${common[@]}" --quantize fp8 --calib $calib > "$out/build_${m}_fp8.log" 2>&1 &&

@@ -9,18 +9,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUT}; model=${2:?MODEL}; shift 2
 recipes=("$@"); [ ${#recipes[@]} -eq 0 ] && recipes=(default)
-work=/tmp/kiln_prof; mkdir -p $work/full "$out"
-[ -x $work/bin/kiln ] || tar -C $work -xJf .gpu/payload.tar.xz
-export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-kiln=$work/bin/kiln
-pyc=(env -u LD_LIBRARY_PATH python3)  # PyTorch brings its own cuDNN
-if [ ! -d $work/full/$model ]; then
-  case $model in
-    res2ne*) "${pyc[@]}" tools/reference/make_fixtures_res2net.py --full-size $work/full --models $model ;;
-    *efficientnet*) "${pyc[@]}" tools/reference/make_fixtures_efficientnet.py --full-size $work/full --models $model ;;
-    *) "${pyc[@]}" tools/reference/make_fixtures.py --full-size $work/full --models $model ;;
-  esac > "$out/fixtures_$model.log" 2>&1 || exit 1
-fi
+work=/tmp/kiln_prof; mkdir -p "$out"
+. tools/gpu/full_fixture.sh
+full_fixture "$model" "$out/fixtures_$model.log" || exit 1
 common=(--backend cuda --precision fp16 --batch 1,32 --opt-level 1)
 b16=$work/$model.size_fp16.bundle
 $kiln build $work/full/$model -o $b16 "${common[@]}" > "$out/build_${model}_fp16.log" 2>&1 || exit 1

@@ -11,19 +11,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?OUTDIR}; model=${2:-res2net50_26w_4s}; batch=${3:-1}
 mkdir -p "$out"
-work=/tmp/kiln_prof; mkdir -p $work/full
-[ -x $work/bin/kiln ] || tar -C $work -xJf .gpu/payload.tar.xz
-export LD_LIBRARY_PATH=$work/lib:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-kiln=$work/bin/kiln
-pyc=(env -u LD_LIBRARY_PATH python3)  # PyTorch brings its own cuDNN
-if [ ! -d $work/full/$model ]; then
-  case $model in
-    res2ne*) "${pyc[@]}" tools/reference/make_fixtures_res2net.py --full-size $work/full --models $model ;;
-    *efficientnet*) "${pyc[@]}" tools/reference/make_fixtures_efficientnet.py --full-size $work/full --models $model ;;
-    r18vd) "${pyc[@]}" tools/reference/make_fixtures_rtdetr.py --full-size $work/full/r18vd ;;
-    *) "${pyc[@]}" tools/reference/make_fixtures.py --full-size $work/full --models $model ;;
-  esac > "$out/fixtures_$model.log" 2>&1 || exit 1
-fi
+work=/tmp/kiln_prof
+. tools/gpu/full_fixture.sh
+full_fixture "$model" "$out/fixtures_$model.log" || exit 1
 tag=${KILN_PROFILE_TAG:-default}
 bundle=$work/$model.b$batch.$tag.bundle
 [ -f $bundle ] || $kiln build $work/full/$model -o $bundle --backend cuda --precision fp16 --batch $batch ${KILN_BUILD_FLAGS:-} > "$out/build_$tag.log" 2>&1 || exit 1
