@@ -226,6 +226,37 @@ TEST_F(Cli, BuildsFromTheHuggingFaceCacheAndRecordsProvenance) {
   EXPECT_NE(r.out.find("kiln/absent"), std::string::npos) << r.out;
 }
 
+// `kiln inspect --scales` lists every scale the engine reads: each 8-bit
+// weight's per-channel scales (one per output channel) and each 8-bit
+// activation's, from graph.json (the only copy of the weight scales).
+TEST_F(Cli, InspectScalesListsEveryQuantizedValue) {
+  const fs::path out = dir_ / "digits_fp8.bundle";
+  Result r = kiln("build " + kDigits.string() + " -o " + out.string() + " --precision fp16 --quantize fp8 --calib " +
+                  (kDigits / "samples").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = kiln("inspect --scales " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto info = nlohmann::json::parse(kiln("inspect --json " + out.string()).out);
+  const auto& quantized = info["provenance"]["quantization"]["quantized"];
+  ASSERT_FALSE(quantized.empty());
+  size_t per_channel = 0;
+  for (const auto& [name, w] : j["weights"].items()) {
+    EXPECT_EQ(w["dtype"], "f8e4m3") << name;
+    EXPECT_EQ(w["axis"], 0) << name;
+    for (const auto& s : w["scales"]) EXPECT_GT(s.get<double>(), 0.0) << name;
+    per_channel += w["scales"].size();
+  }
+  EXPECT_EQ(j["weights"].size(), quantized.size());  // one weight per quantized conv/linear
+  EXPECT_GT(per_channel, j["weights"].size());
+  EXPECT_FALSE(j["activations"].empty());
+  for (const auto& [name, a] : j["activations"].items()) EXPECT_EQ(a["scales"].size(), 1u) << name;  // per tensor
+  // A bundle without 8-bit values lists none.
+  r = kiln("inspect --scales " + bundle().string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(nlohmann::json::parse(r.out)["weights"].empty());
+}
+
 TEST_F(Cli, InspectJson) {
   Result r = kiln("inspect --json " + bundle().string());
   ASSERT_EQ(r.code, 0) << r.out;

@@ -272,6 +272,7 @@ TEST(QuantBuild, GraphFormScalesRoundTripAndProvenance) {
   EXPECT_TRUE(prov["excluded"].contains("fc"));
   const auto all = nlohmann::json::parse(section(t.path() / "a.bundle", "quant_scales.json"));
   EXPECT_EQ(all["activations"], prov["activation_scales"]);
+  EXPECT_FALSE(all.contains("weights")) << "weight scales are kept once, in graph.json";
 
   const Bundle bundle = Bundle::open(t.path() / "a.bundle");
   const Graph g = deserialize_graph(bundle.section_text("graph.json"), bundle.section("weights.bin"), "a.bundle");

@@ -7,6 +7,7 @@
 #include "bundle/tactics_record.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/float_text.hpp"
 #include "ir/printer.hpp"
 #include "runtime/views.hpp"
 #include "runtime/engine_impl.hpp"
@@ -70,7 +71,7 @@ void add_inspect(CLI::App& app) {
   struct Opts {
     std::string backend;
     std::string bundle;
-    bool json = false, graph = false, plan = false;
+    bool json = false, graph = false, plan = false, scales = false;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("inspect", "Show a bundle's header, sections, layers, precisions and sizes");
@@ -79,11 +80,23 @@ void add_inspect(CLI::App& app) {
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_flag("--graph", o->graph, "Print the graph in kiln's text IR");
   sub->add_flag("--plan", o->plan, "Print the CUDA plan recorded per batch (every step and its kernel or tactic)");
+  sub->add_flag("--scales", o->scales,
+                "Print every quantization scale as JSON: each 8-bit weight's per-channel scales and each 8-bit activation's");
   sub->callback([o] {
     // Inspecting needs no GPU: a CUDA bundle is opened through the CPU backend
     // unless --backend cuda asks for the GPU (its memory plan is then the GPU's).
     auto engine = Engine::load(o->bundle, LoadOptions{o->backend.empty() ? "cpu" : o->backend, &std::cerr});
     const auto& e = engine->impl();
+    if (o->scales) {  // from graph.json, where the engine reads them
+      nlohmann::json weights = nlohmann::json::object(), activations = nlohmann::json::object();
+      for (const Value& v : e.graph.values) {
+        if (!v.quant) continue;
+        (v.constant ? weights : activations)[v.name] = {
+            {"dtype", dtype_name(v.quant->dtype)}, {"axis", v.quant->axis}, {"scales", shortest_f32(v.quant->scales)}};
+      }
+      std::cout << nlohmann::json{{"weights", weights}, {"activations", activations}}.dump(1) << "\n";
+      return;
+    }
     auto mem = engine->create_context()->memory();
     // Tactics recorded in the bundle (CUDA builds): node name -> tactic, per GPU section.
     std::map<std::string, std::string> tactic_of;
