@@ -417,7 +417,7 @@ std::string render_report(const nlohmann::json& r) {
       for (const auto& l : prof["layers"])
         if (l.value("kernels", J::array()).size() > 1) {
           std::string ks;
-          for (const auto& k : l["kernels"]) ks += (ks.empty() ? "" : " + ") + k.get<std::string>();
+          for (const auto& k : l["kernels"]) ks += (ks.empty() ? "" : " + ") + readable_kernel_name(k.get<std::string>());
           multi.push_back("`" + l["name"].get<std::string>() + "` (" + ks + ")");
         }
       if (!multi.empty()) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/kernel_label.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln::cli {
@@ -72,7 +73,7 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
 inline std::vector<std::pair<std::string, int>> kernel_census(const nlohmann::json& profile) {
   std::map<std::string, int> n;
   for (const auto& l : profile.value("layers", nlohmann::json::array()))
-    for (const auto& k : l.value("kernels", nlohmann::json::array())) ++n[k.get<std::string>()];
+    for (const auto& k : l.value("kernels", nlohmann::json::array())) ++n[readable_kernel_name(k.get<std::string>())];
   std::vector<std::pair<std::string, int>> out(n.begin(), n.end());
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;

@@ -4,6 +4,7 @@
 // cudaKernelNodeParams::func is no runtime stub for their kernels); the entry
 // points come from cudaGetDriverEntryPointByVersion, so kiln links no libcuda.
 #include "backends/cuda/kernel_names.hpp"
+#include "core/kernel_label.hpp"
 
 #include <cuda.h>
 #include <cxxabi.h>
@@ -122,6 +123,7 @@ struct GraphOwner {
 }  // namespace
 
 std::string short_kernel_name(const std::string& mangled) {
+  if (const std::string r = readable_kernel_name(mangled); r != mangled) return r;  // CUTLASS
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> dem(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), std::free);
   std::string s = status == 0 && dem ? std::string(dem.get()) : mangled;
