@@ -73,6 +73,22 @@ struct DeviceTopK {
 
 // One context's state (activation memory, stream, captured graphs). Used by
 // one thread at a time.
+// One engine call's launches as the GPU ran them inside the replayed CUDA
+// graph (kiln bench --trace): each kernel, memset or copy in execution order,
+// the step (node name) that enqueued it, its start relative to the first
+// launch's, and its duration. `unavailable` says why there is none (a backend
+// without kernels, no CUPTI library); a diagnostic, like the kernel lists.
+struct KernelSpan {
+  std::string step, kernel;
+  double start_us = 0, us = 0;
+};
+struct CallTrace {
+  std::vector<KernelSpan> spans;
+  int replays = 0;            // graph replays traced; the spans are the last one's
+  std::string unavailable;
+  std::string note;           // e.g. why steps could not be attributed
+};
+
 class BackendContext {
  public:
   virtual ~BackendContext() = default;
@@ -88,6 +104,13 @@ class BackendContext {
   // Per-layer times, mean over `rounds`, in execution order (after a run at `batch`).
   virtual std::vector<LayerTime> profile(int64_t batch, int rounds) = 0;
   virtual size_t kernels_per_call(int64_t batch) = 0;
+  // The launches of one call inside a graph replay (after a run at `batch`).
+  virtual CallTrace trace(int64_t /*batch*/, int replays) {
+    CallTrace t;
+    t.replays = replays;
+    t.unavailable = "this backend launches no GPU kernels";
+    return t;
+  }
   virtual MemoryReport memory(int64_t batch) = 0;
   // Where this context's first calls went (ms and counts by phase: program
   // builds for batch sizes not built at load, graph capture); empty where

@@ -65,6 +65,9 @@ double timed_engine_call_ms(ExecutionContext& ctx, const std::vector<Tensor>& in
 // Per-layer time of one engine call (ms, mean over rounds), in execution
 // order, labelled with node names (a fused conv is one entry).
 std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds);
+// The launches of one engine call as the GPU ran them in a graph replay
+// (BackendContext::trace; kiln bench --trace): the last of `replays`.
+CallTrace trace_call(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int replays);
 
 // Pre-processing on the context's device (BackendContext::run_images): true
 // when its backend has it (CUDA), false on the CPU backend.

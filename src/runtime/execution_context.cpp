@@ -163,6 +163,11 @@ std::vector<LayerTime> profile_layers(ExecutionContext& ctx, const std::vector<T
   return ctx.impl().backend->profile(ctx.impl().last_batch, rounds);
 }
 
+CallTrace trace_call(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int replays) {
+  ctx.run(inputs);  // plans (and on the GPU captures) for this batch size
+  return ctx.impl().backend->trace(ctx.impl().last_batch, replays);
+}
+
 bool preprocesses_on_device(ExecutionContext& ctx) { return ctx.impl().backend->preprocesses_on_device(); }
 
 std::vector<Tensor> run_images(ExecutionContext& ctx, const std::vector<RgbView>& images,

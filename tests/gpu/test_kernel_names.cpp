@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "backends/cuda/kernel_names.hpp"
+#include "backends/cuda/kernel_trace.hpp"
 #include "bundle/builder.hpp"
 #include "core/npy.hpp"
 #include "kiln/kiln.hpp"
@@ -32,6 +33,40 @@ TEST(KernelNames, ShortNamesKeepScopeAndDropArguments) {
   EXPECT_EQ(cuda::short_kernel_name("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64"),
             "sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64");
   EXPECT_EQ(cuda::short_kernel_name("_Z"), "_Z");  // not a valid mangling: as given
+}
+
+// kiln bench --trace's attribution (kernel_trace.hpp), host-side: the last
+// replay's records, sorted by start, matched to the listed launches in order.
+TEST(KernelTrace, LastReplayAttributedToItsSteps) {
+  const std::vector<std::string> steps = {"a", "b", "c"};
+  const std::vector<std::vector<std::string>> listed = {{"k1"}, {"memset", "k2"}, {"host function"}};
+  std::vector<cuda::TraceRecord> records;
+  for (uint64_t r = 0; r < 2; ++r) {  // two replays, the second 1000 ns later; out of order on purpose
+    records.push_back({"k2", 1000 * r + 300, 1000 * r + 500});
+    records.push_back({"k1", 1000 * r + 0, 1000 * r + 100});
+    records.push_back({"memset", 1000 * r + 150, 1000 * r + 200});
+  }
+  const CallTrace t = cuda::attribute_trace(records, steps, listed, 2);
+  ASSERT_TRUE(t.unavailable.empty()) << t.unavailable;
+  EXPECT_TRUE(t.note.empty()) << t.note;
+  ASSERT_EQ(t.spans.size(), 3u);  // the host function is not a GPU launch
+  EXPECT_EQ(t.spans[0].step, "a");
+  EXPECT_EQ(t.spans[0].kernel, "k1");
+  EXPECT_DOUBLE_EQ(t.spans[0].start_us, 0.0);
+  EXPECT_DOUBLE_EQ(t.spans[2].start_us, 0.3);
+  EXPECT_DOUBLE_EQ(t.spans[2].us, 0.2);
+  EXPECT_EQ(t.spans[1].step, "b");
+  EXPECT_EQ(t.spans[2].step, "b");
+  // Names that disagree keep the times and drop the steps, saying so.
+  records[3].name = "other";  // the second replay's k2
+  const CallTrace u = cuda::attribute_trace(records, steps, listed, 2);
+  EXPECT_FALSE(u.note.empty());
+  ASSERT_EQ(u.spans.size(), 3u);
+  EXPECT_TRUE(u.spans[0].step.empty());
+  // Fewer records than one call launches: no spans, a reason.
+  const CallTrace v = cuda::attribute_trace({records[1]}, steps, listed, 1);
+  EXPECT_FALSE(v.unavailable.empty());
+  EXPECT_TRUE(v.spans.empty());
 }
 
 bool have_gpu() {

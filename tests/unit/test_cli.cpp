@@ -172,6 +172,22 @@ TEST_F(Cli, BenchJsonWithProfile) {
   EXPECT_FALSE(res["task_ms"].is_null());
 }
 
+// --trace on the CPU backend: no GPU launches to trace, said in the JSON and
+// the text; the timing itself is unaffected.
+TEST_F(Cli, BenchTraceOnTheCpuSaysWhyThereIsNone) {
+  Result r = kiln("bench " + bundle().string() + " --iterations 10 --warmup 1 --trace 3 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  const auto& trace = j["results"][0]["trace"];
+  EXPECT_EQ(trace["replays"], 3);
+  EXPECT_NE(trace["unavailable"].get<std::string>().find("no GPU kernels"), std::string::npos) << trace.dump();
+  EXPECT_GT(j["results"][0]["engine_ms"]["median"].get<double>(), 0.0);
+  r = kiln("bench " + bundle().string() + " --iterations 10 --warmup 1 --trace 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("trace unavailable: this backend launches no GPU kernels"), std::string::npos) << r.out;
+  EXPECT_NE(kiln("bench " + bundle().string() + " --trace 5000").code, 0);  // out of range
+}
+
 TEST_F(Cli, BenchJsonBreaksDownLoadAndFirstCall) {
   Result r = kiln("bench " + bundle().string() + " --iterations 10 --warmup 1 --json");
   ASSERT_EQ(r.code, 0) << r.out;

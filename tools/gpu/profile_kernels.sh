@@ -3,7 +3,7 @@
 # carried): builds a seeded full-size model at the given batch and runs `kiln bench` under Nsight
 # Systems with CUDA-graph node tracing, then sums kernel time by kernel name and lists the
 # kernels of one replay in order. Falls back to `kiln bench --profile` (layers timed one by one)
-# where nsys is missing. KILN_BUILD_FLAGS adds `kiln build` flags (e.g. "--disable window_conv",
+# where nsys is missing (and `kiln bench --trace`, CUPTI in the graph replay). KILN_BUILD_FLAGS adds `kiln build` flags (e.g. "--disable window_conv",
 # or "--quantize fp8 --calib tests/fixtures/images/images"); KILN_PROFILE_TAG names that variant's
 # files (bundle, build log, kernels_TAG.txt). MODEL r18vd: the seeded RT-DETR v2 r18vd.
 #   tools/gpu/profile_kernels.sh OUTDIR [MODEL] [BATCH]
@@ -19,8 +19,9 @@ bundle=$work/$model.b$batch.$tag.bundle
 [ -f $bundle ] || $kiln build $work/full/$model -o $bundle --backend cuda --precision fp16 --batch $batch ${KILN_BUILD_FLAGS:-} > "$out/build_$tag.log" 2>&1 || exit 1
 nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
 if [ -z "$nsys" ]; then
-  echo "nsys not found: layers timed one by one instead" | tee "$out/kernels_$tag.txt"
-  $kiln bench $bundle --batch $batch --iterations 50 --profile 20 | tee -a "$out/kernels_$tag.txt"
+  echo "nsys not found: kiln bench --trace (CUPTI, in-graph) and --profile (layers one by one) instead" | tee "$out/kernels_$tag.txt"
+  $kiln bench $bundle --batch $batch --iterations 50 --profile 20 --trace 20 | tee -a "$out/kernels_$tag.txt"
+  $kiln bench $bundle --batch $batch --iterations 50 --trace 20 --json > "$out/trace_$tag.json" 2>&1
   exit 0
 fi
 $nsys profile -q --cuda-graph-trace=node -t cuda -o $work/prof_$tag -f true $kiln bench $bundle --batch $batch --iterations 50 \

@@ -70,6 +70,29 @@ void print_profile(const nlohmann::json& p) {
   for (const auto& [name, n] : census) std::cout << "      " << std::setw(4) << n << "  " << name << "\n";
 }
 
+void print_trace(const nlohmann::json& t) {
+  if (t.contains("unavailable")) {
+    std::cout << "  trace unavailable: " << t["unavailable"].get<std::string>() << "\n";
+    return;
+  }
+  std::cout << std::setprecision(1) << "  in-graph trace (CUPTI, the last of " << t["replays"].get<int>()
+            << " replays): " << t["launches"].get<size_t>() << " launches, " << t["span_us"].get<double>()
+            << " us first start to last end, " << t["busy_us"].get<double>() << " us in launches, "
+            << t["gaps_us"].get<double>() << " us of gaps\n";
+  if (t.contains("note")) std::cout << "    " << t["note"].get<std::string>() << "\n";
+  for (const auto& g : t["groups"])
+    std::cout << "    " << std::left << std::setw(28) << g["group"].get<std::string>() << std::right << std::setw(9)
+              << g["us"].get<double>() << " us (" << g["busy_us"].get<double>() << " busy, " << g["launches"].get<int>()
+              << " launches)\n";
+  std::vector<nlohmann::json> top(t["spans"].begin(), t["spans"].end());
+  std::sort(top.begin(), top.end(), [](const nlohmann::json& a, const nlohmann::json& b) { return a["us"].get<double>() > b["us"].get<double>(); });
+  std::cout << "    longest launches:\n";
+  for (size_t i = 0; i < std::min<size_t>(15, top.size()); ++i)
+    std::cout << "      " << std::setw(8) << top[i]["us"].get<double>() << " us  " << std::left << std::setw(40)
+              << top[i]["step"].get<std::string>() << std::right << " " << top[i]["kernel"].get<std::string>() << "\n";
+  std::cout << std::setprecision(3);
+}
+
 }  // namespace
 
 void add_bench(CLI::App& app) {
@@ -79,6 +102,7 @@ void add_bench(CLI::App& app) {
     int batch = 1, iterations = 200, warmup = 20;
     bool json = false, task = true;
     int profile = 0;
+    int trace = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("bench", "Time bundles side by side (engine time and task time)");
@@ -92,6 +116,10 @@ void add_bench(CLI::App& app) {
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_option("--profile", o->profile, "Also time every layer on its own over N rounds, grouped by name prefix")
       ->check(CLI::Range(0, 100000));
+  sub->add_option("--trace", o->trace,
+                  "Also trace N graph replays with CUPTI and show the last one's launches as the GPU ran them "
+                  "(start, duration, gaps; CUDA)")
+      ->check(CLI::Range(0, 1000));
   sub->callback([o] {
     std::vector<Candidate> cands;
     std::mt19937 rng(0);
@@ -194,6 +222,7 @@ void add_bench(CLI::App& app) {
                          {"first_call_breakdown_ms", breakdown_json(first_call_phases(*c.ctx), -1)},
                          {"stable", stable(c.engine_ms)}});
       if (o->profile > 0) results.back()["profile"] = profile_json(*c.ctx, c.inputs, o->profile);
+      if (o->trace > 0) results.back()["trace"] = trace_json(trace_call(*c.ctx, c.inputs, o->trace));
     }
     if (o->json) {
       std::cout << nlohmann::json{{"device", cands[0].engine->backend() == "cpu" ? "cpu" : "gpu"}, {"iterations", o->iterations},
@@ -220,6 +249,7 @@ void add_bench(CLI::App& app) {
                   << r["task_decode_excluded_ms"]["p95"].get<double>();
       std::cout << (r["stable"].get<bool>() ? "" : "  [unstable]") << "\n";
       if (r.contains("profile")) print_profile(r["profile"]);
+      if (r.contains("trace")) print_trace(r["trace"]);
     }
   });
 }

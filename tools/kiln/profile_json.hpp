@@ -68,6 +68,47 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
   return out;
 }
 
+// kiln bench --trace: one call's launches as the GPU ran them in a graph
+// replay (BackendContext::trace). span: first start to last end; busy: the
+// sum of launch durations; gaps: the time between one launch's end and the
+// next one's start where positive (launch latency the replay did not hide);
+// groups: per layer group (group_of the step), the time from the group's
+// first start to the start of the next group's first launch (its share of
+// the span, gaps included), with its busy time and launches.
+inline nlohmann::json trace_json(const CallTrace& t) {
+  nlohmann::json out = {{"replays", t.replays}};
+  if (!t.unavailable.empty()) {
+    out["unavailable"] = t.unavailable;
+    return out;
+  }
+  if (!t.note.empty()) out["note"] = t.note;
+  nlohmann::json spans = nlohmann::json::array(), groups = nlohmann::json::array();
+  double busy = 0, gaps = 0, end = 0;
+  for (size_t k = 0; k < t.spans.size(); ++k) {
+    const KernelSpan& s = t.spans[k];
+    spans.push_back({{"step", s.step}, {"kernel", readable_kernel_name(s.kernel)}, {"start_us", s.start_us}, {"us", s.us}});
+    busy += s.us;
+    if (k > 0 && s.start_us > end) gaps += s.start_us - end;
+    end = std::max(end, s.start_us + s.us);
+    const std::string g = s.step.empty() ? "?" : group_of(s.step);
+    if (groups.empty() || groups.back()["group"] != g)
+      groups.push_back({{"group", g}, {"start_us", s.start_us}, {"busy_us", 0.0}, {"launches", 0}});
+    groups.back()["busy_us"] = groups.back()["busy_us"].get<double>() + s.us;
+    groups.back()["launches"] = groups.back()["launches"].get<int>() + 1;
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const double next = i + 1 < groups.size() ? groups[i + 1]["start_us"].get<double>() : end;
+    groups[i]["us"] = next - groups[i]["start_us"].get<double>();
+  }
+  out["launches"] = t.spans.size();
+  out["span_us"] = end;
+  out["busy_us"] = busy;
+  out["gaps_us"] = gaps;
+  out["groups"] = groups;
+  out["spans"] = spans;
+  return out;
+}
+
 // Kernels per launch kind over a profile's layers ("kiln::cuda::map_kernel": 12),
 // most first; empty when the profile lists none.
 inline std::vector<std::pair<std::string, int>> kernel_census(const nlohmann::json& profile) {

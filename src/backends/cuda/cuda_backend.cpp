@@ -126,6 +126,7 @@ class CudaBackendContext : public BackendContext {
     return times;
   }
   double timed_call_ms(int64_t batch) override { return ctx_.timed_replay_ms(batch); }
+  CallTrace trace(int64_t batch, int replays) override { return ctx_.trace(batch, replays); }
   std::vector<LayerTime> profile(int64_t batch, int rounds) override {
     std::vector<LayerTime> out;
     for (auto& s : ctx_.profile(batch, rounds)) {

@@ -7,6 +7,7 @@
 #include "backends/backend.hpp"
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/kernel_names.hpp"
+#include "backends/cuda/kernel_trace.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
 
@@ -373,6 +374,29 @@ std::vector<CudaContext::StepProfile> CudaContext::profile(int64_t batch, int ro
   std::vector<StepProfile> out;
   for (size_t i = 0; i < ns; ++i) out.push_back({p.step_names.at(i), ms[i], kernels[i], unavailable});
   return out;
+}
+
+CallTrace CudaContext::trace(int64_t batch, int replays) {
+  Impl& m = *impl_;
+  m.check_pending();
+  BatchState& st = m.state(batch);
+  const auto& p = *st.prog;
+  const Exec x = m.exec_for(st);
+  const size_t ns = p.steps.size();
+  const PdlDefault pdl(m.pdl_at(batch));
+  m.follow(m.stream.s);
+  KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
+  CallTrace t;
+  try {  // a diagnostic: a failure is its reason, not the call's
+    const auto listed = kernels_by_step(m.stream.s, ns, [&](size_t i) { p.steps[i](x); });
+    auto records = trace_replays(m.stream.s, ns, [&](size_t i) { p.steps[i](x); }, replays);
+    t = attribute_trace(std::move(records), p.step_names, listed, replays);
+  } catch (const Error& e) {
+    t.replays = replays;
+    t.unavailable = e.what();
+  }
+  m.finish(m.stream.s);
+  return t;
 }
 
 size_t CudaContext::graph_nodes(int64_t batch) { return impl_->state(batch).nodes; }

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/backend.hpp"
 #include "core/switches.hpp"
 #include "ir/graph.hpp"
 #include "kiln/kiln.hpp"
@@ -131,6 +132,9 @@ class CudaContext {
     std::string kernels_unavailable;  // why kernels is empty (the listing failed; times stand)
   };
   std::vector<StepProfile> profile(int64_t batch, int rounds);
+  // The launches of one call inside a replay of a graph of the same steps
+  // (kernel_trace.hpp; kiln bench --trace), the last of `replays`.
+  CallTrace trace(int64_t batch, int replays);
   MemoryReport memory(int64_t batch);
   // Program builds (batch sizes not built at load) and graph captures of
   // this context's calls so far (phase_counters.hpp).

@@ -1,0 +1,43 @@
+// kiln bench --trace's summary (tools/kiln/profile_json.hpp trace_json): span,
+// busy time, gaps and per-group shares of one traced call, from its spans.
+#include <gtest/gtest.h>
+
+#include "tools/kiln/profile_json.hpp"
+
+namespace kiln {
+namespace {
+
+TEST(TraceJson, SpanBusyGapsAndGroupsOfOneCall) {
+  CallTrace t;
+  t.replays = 5;
+  // layer1: two launches with a 1 us gap; layer2: one launch 2 us after; a PDL-style overlap.
+  t.spans = {{"layer1.0.conv1", "kiln::cuda::map_kernel", 0.0, 4.0},
+             {"layer1.0.conv2", "memset", 5.0, 1.0},
+             {"layer2.0.conv1", "nvjet_x", 8.0, 3.0},
+             {"layer2.0.add", "kiln::cuda::map_kernel", 10.5, 2.0}};
+  const auto j = cli::trace_json(t);
+  EXPECT_EQ(j["replays"], 5);
+  EXPECT_EQ(j["launches"], 4);
+  EXPECT_DOUBLE_EQ(j["span_us"].get<double>(), 12.5);
+  EXPECT_DOUBLE_EQ(j["busy_us"].get<double>(), 10.0);
+  EXPECT_DOUBLE_EQ(j["gaps_us"].get<double>(), 3.0);  // 4 -> 5 and 6 -> 8; the overlap is no gap
+  ASSERT_EQ(j["groups"].size(), 2u);
+  EXPECT_EQ(j["groups"][0]["group"], "layer1");
+  EXPECT_DOUBLE_EQ(j["groups"][0]["us"].get<double>(), 8.0);  // to layer2's first start
+  EXPECT_DOUBLE_EQ(j["groups"][0]["busy_us"].get<double>(), 5.0);
+  EXPECT_EQ(j["groups"][1]["launches"], 2);
+  EXPECT_DOUBLE_EQ(j["groups"][1]["us"].get<double>(), 4.5);
+  EXPECT_EQ(j["spans"][2]["kernel"], "nvjet_x");
+}
+
+TEST(TraceJson, UnavailableTraceSaysWhyAndNothingElse) {
+  CallTrace t;
+  t.replays = 3;
+  t.unavailable = "CUPTI not found";
+  const auto j = cli::trace_json(t);
+  EXPECT_EQ(j["unavailable"], "CUPTI not found");
+  EXPECT_FALSE(j.contains("spans"));
+}
+
+}  // namespace
+}  // namespace kiln
