@@ -336,17 +336,35 @@ double CudaContext::timed_replay_ms(int64_t batch) {
   return ms;
 }
 
+namespace {
+// The setting of the diagnostics that run the program's steps outside the
+// timed graph (profile, trace): pending checks reported, the batch's program
+// and buffers, PDL as the engine runs it, the context's stream after the caller's.
+struct DiagnosticSteps {
+  CudaContext::Impl& m;
+  BatchState& st;
+  const CudaEngine::Program& p;
+  const Exec x;
+  const PdlDefault pdl;
+  DiagnosticSteps(CudaContext::Impl& impl, int64_t batch)
+      : m((impl.check_pending(), impl)), st(m.state(batch)), p(*st.prog), x(m.exec_for(st)), pdl(m.pdl_at(batch)) {
+    m.follow(m.stream.s);
+  }
+  size_t size() const { return p.steps.size(); }
+  std::function<void(size_t)> runner() const {
+    return [this](size_t i) { p.steps[i](x); };
+  }
+};
+}  // namespace
+
 std::vector<CudaContext::StepProfile> CudaContext::profile(int64_t batch, int rounds) {
-  Impl& m = *impl_;
-  m.check_pending();
-  BatchState& st = m.state(batch);
-  const auto& p = *st.prog;
-  const Exec x = m.exec_for(st);
-  const size_t ns = p.steps.size();
-  const PdlDefault pdl(m.pdl_at(batch));
+  const DiagnosticSteps d(*impl_, batch);
+  Impl& m = d.m;
+  const auto& p = d.p;
+  const Exec& x = d.x;
+  const size_t ns = d.size();
   std::vector<Event> marks(ns + 1);
   std::vector<double> ms(ns, 0.0);
-  m.follow(m.stream.s);
   for (int r = 0; r < rounds; ++r) {
     KILN_CUDA_CHECK(cudaEventRecord(marks[0].e, m.stream.s));
     for (size_t i = 0; i < ns; ++i) {
@@ -377,20 +395,14 @@ std::vector<CudaContext::StepProfile> CudaContext::profile(int64_t batch, int ro
 }
 
 CallTrace CudaContext::trace(int64_t batch, int replays) {
-  Impl& m = *impl_;
-  m.check_pending();
-  BatchState& st = m.state(batch);
-  const auto& p = *st.prog;
-  const Exec x = m.exec_for(st);
-  const size_t ns = p.steps.size();
-  const PdlDefault pdl(m.pdl_at(batch));
-  m.follow(m.stream.s);
+  const DiagnosticSteps d(*impl_, batch);
+  Impl& m = d.m;
   KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
   CallTrace t;
   try {  // a diagnostic: a failure is its reason, not the call's
-    const auto listed = kernels_by_step(m.stream.s, ns, [&](size_t i) { p.steps[i](x); });
-    auto records = trace_replays(m.stream.s, ns, [&](size_t i) { p.steps[i](x); }, replays);
-    t = attribute_trace(std::move(records), p.step_names, listed, replays);
+    const auto listed = kernels_by_step(m.stream.s, d.size(), d.runner());
+    auto records = trace_replays(m.stream.s, d.size(), d.runner(), replays);
+    t = attribute_trace(std::move(records), d.p.step_names, listed, replays);
   } catch (const Error& e) {
     t.replays = replays;
     t.unavailable = e.what();
