@@ -16,15 +16,15 @@
 # Session 16's call: KILN_STUDY_MODELS="resnet50 res2net50_26w_4s efficientnet_b0 digits"
 #   KILN_STUDY_TESTS='CudaFp8.*:CudaQuantModel.*' KILN_STUDY_OPS='*quantiz*' KILN_STUDY_RTDETR=0
 #   KILN_STUDY_RECIPES="res2net50_26w_4s=families/timm_res2net/recipes/fp8_pointwise.json" tools/gpu/study.sh $OUT 470
-# Next call (sessions 17-19, not yet on a GPU: producers writing codes, the INT8 cast fix, the
-# RT-DETR kernel cuts, row windows, kernel names in profiles, wide linears, upsamples read by their
-# concats, vectorized strided copies; every CUDA op-harness case in stream D):
+# Session 20's call (kiln 866718b, H200, bench/results/2026-12-05-h200-session20/):
 #   KILN_STUDY_MODELS="resnet50 res2net50_26w_4s efficientnet_b0 digits"
 #   KILN_STUDY_TESTS='*CudaFp8*:*CudaQuantModel*:*CudaRtDetr*:*KernelNames*:*CudaEngine.*:*Transformer*:*StridedCopy*'
 #   KILN_STUDY_OPS='Cases/OpCuda.*' KILN_STUDY_RTDETR=1
 #   KILN_STUDY_RECIPES="res2net50_26w_4s=families/timm_res2net/recipes/fp8_pointwise.json
 #   resnet50=families/timm_resnet/recipes/fp8_wide_residuals.json efficientnet_b0=families/timm_efficientnet/recipes/fp8_small_plan.json"
 #   tools/gpu/study.sh $OUT 530
+# The RT-DETR v2 FP8 study (#13 §6, once #12 lands): KILN_STUDY_MODELS="rtdetr_demo" KILN_STUDY_TESTS=none
+#   KILN_STUDY_RTDETR=0 tools/gpu/study.sh $OUT 400
 # then, on a quiet GPU: KILN_TASK_B1_BUNDLE=0 KILN_SPEED_PARTS=rtdetr tools/gpu/speed.sh $OUT/speed 260
 # The streams share the GPU: the studies time their variants interleaved in one process (each round
 # runs every variant once), so the ratios compare like with like, but absolute milliseconds carry
@@ -52,15 +52,21 @@ cp tests/fixtures/images/images/*.jpg tests/fixtures/images/images/*.png "$calib
 # absolute milliseconds carry the others' load; each study's variants are still timed interleaved,
 # round by round, in one process, so its ratios compare like with like (the report's method says
 # how to rerun one alone).
-study_one() {  # MODEL FIXTURE_SCRIPT
-  local m=$1 script=$2 v recipe=()
-  # KILN_STUDY_RECIPES: recipe variants, "MODEL=RECIPE_FILE ..." (that model's study then compares
-  # the default recipe with each file in one run: --recipe default,FILE...).
+# recipe_flags MODEL: KILN_STUDY_RECIPES' recipe variants, "MODEL=RECIPE_FILE ..." (that model's
+# study then compares the default recipe with each file in one run: --recipe default,FILE...),
+# into the array rflag.
+recipe_flags() {
+  local v recipe=()
+  rflag=()
   for v in ${KILN_STUDY_RECIPES:-}; do
-    [ "${v%%=*}" = "$m" ] && recipe+=("${v#*=}")
+    [ "${v%%=*}" = "$1" ] && recipe+=("${v#*=}")
   done
-  local rflag=()
   [ ${#recipe[@]} -gt 0 ] && rflag=(--recipe "default,$(IFS=,; echo "${recipe[*]}")")
+  return 0
+}
+study_one() {  # MODEL FIXTURE_SCRIPT
+  local m=$1 script=$2 rflag
+  recipe_flags "$m"
   bounded 150 "fixture_$m" python3 "tools/reference/$script" --full-size "$work/full" --models "$m" || return
   [ -f "$work/full/$m/config.json" ] || return
   bounded "$(left)" "study_$m" $kiln study quant "$work/full/$m" --backend cuda --calib "$calib" --batch 1,32 \
@@ -79,7 +85,8 @@ plans() {
     [ -f "$b" ] && $kiln inspect "$b" --plan > "$1/plan_$(basename "$b" .bundle).txt" 2>&1
   done
 }
-# KILN_STUDY_MODELS narrows stream A (space-separated: resnet50 res2net50_26w_4s efficientnet_b0 digits).
+# KILN_STUDY_MODELS narrows stream A (space-separated: resnet50 res2net50_26w_4s efficientnet_b0 digits;
+# rtdetr_demo adds the detector's study).
 models=" ${KILN_STUDY_MODELS:-resnet50 res2net50_26w_4s efficientnet_b0 digits} "
 want() { [[ "$models" == *" $1 "* ]]; }
 stream_a() {
@@ -89,7 +96,20 @@ stream_a() {
   want resnet50 && study_one resnet50 make_fixtures.py &
   want res2net50_26w_4s && study_one res2net50_26w_4s make_fixtures_res2net.py &
   want efficientnet_b0 && study_one efficientnet_b0 make_fixtures_efficientnet.py &
+  want rtdetr_demo && study_detector &
   wait
+}
+# rtdetr_demo (not in the default list): issue #13 §6's RT-DETR v2 study, due once #12 lands. The
+# trained demo detector (320x320, models/rtdetr_demo): calibration and quality on its held-out
+# images (detection agreement per image, non-finite scan), batch 1 and 8; recipe variants (the
+# seven linear parts of FIELD-NOTES §4 are recipe parts) through KILN_STUDY_RECIPES
+# "rtdetr_demo=FILE"; mAP per variant by the `kiln eval --coco` command the report names.
+study_detector() {
+  local rflag d=models/rtdetr_demo
+  recipe_flags rtdetr_demo
+  bounded "$(left)" study_rtdetr_demo $kiln study quant $d --backend cuda --calib $d/heldout/images --batch 1,8 \
+    --opt-level 1,3 --precisions ${KILN_STUDY_PRECISIONS:-fp8,int8} --rounds 20 "${rflag[@]}" -o "$r/study_rtdetr_demo" &&
+    plans "$r/study_rtdetr_demo"
 }
 stream_b() {  # accuracy only: its speed is timed on a quiet GPU by tools/gpu/speed.sh
   bounded 400 rtdetr env KILN_GPU_WORK=$work/rtdetr KILN_SKIP_BENCH=1 tools/gpu/check_rtdetr.sh "$r/rtdetr"
