@@ -16,10 +16,11 @@ inline std::string readable_kernel_name(const std::string& name) {
   std::vector<std::string> facts;
   std::smatch m;
   // The warpgroup MMA atom: shape and types (accumulator, A, B).
-  if (std::regex_search(name, m, std::regex("MMA_(\\d+x\\d+x\\d+)_([A-Z0-9]+?)_SS"))) facts.push_back(m[1].str() + " " + m[2].str());
-  if (std::regex_search(name, m, std::regex("MainloopSm90TmaGmmaWarpSpecialized(?:FP8)?ILi(\\d+)E")))
-    facts.push_back(m[1].str() + " stages");
-  if (std::regex_search(name, m, std::regex("KernelTmaWarpSpecialized(Cooperative|Pingpong)")))
+  static const std::regex mma("MMA_(\\d+x\\d+x\\d+)_([A-Z0-9]+?)_SS"),
+      stages("MainloopSm90TmaGmmaWarpSpecialized(?:FP8)?ILi(\\d+)E"), schedule("KernelTmaWarpSpecialized(Cooperative|Pingpong)");
+  if (std::regex_search(name, m, mma)) facts.push_back(m[1].str() + " " + m[2].str());
+  if (std::regex_search(name, m, stages)) facts.push_back(m[1].str() + " stages");
+  if (std::regex_search(name, m, schedule))
     facts.push_back(m[1].str() == "Cooperative" ? "cooperative" : "ping-pong");
   if (name.find("StreamK") != std::string::npos) facts.push_back("stream-K");
   // kiln's epilogue functor: a length-prefixed identifier after the namespace "fp8sm90".

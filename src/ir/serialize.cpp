@@ -82,6 +82,10 @@ QuantParams quant_from_json(const json& jq, const Value& v, const std::string& w
 
 }  // namespace
 
+json quant_to_json(const QuantParams& q) {
+  return {{"scales", shortest_f32(q.scales)}, {"axis", q.axis}, {"dtype", dtype_name(q.dtype)}};
+}
+
 SerializedGraph serialize_graph(const Graph& g) {
   SerializedGraph out;
   json values = json::array();
@@ -95,7 +99,7 @@ SerializedGraph serialize_graph(const Graph& g) {
       jv["data"] = {{"offset", off}, {"nbytes", nbytes}};
     }
     if (v.quant)
-      jv["quant"] = {{"scales", shortest_f32(v.quant->scales)}, {"axis", v.quant->axis}, {"dtype", dtype_name(v.quant->dtype)}};
+      jv["quant"] = quant_to_json(*v.quant);
     values.push_back(std::move(jv));
   }
   json nodes = json::array();

@@ -47,6 +47,14 @@ struct Candidate {
   std::vector<TaskTimings> task_stages;  // per timed task call
 };
 
+// The (at most) n entries of `items` with the largest `key`, largest first.
+std::vector<nlohmann::json> largest(const nlohmann::json& items, const char* key, size_t n) {
+  std::vector<nlohmann::json> top(items.begin(), items.end());
+  std::sort(top.begin(), top.end(), [key](const nlohmann::json& a, const nlohmann::json& b) { return a[key].get<double>() > b[key].get<double>(); });
+  if (top.size() > n) top.resize(n);
+  return top;
+}
+
 void print_profile(const nlohmann::json& p) {
   std::cout << "  per-layer profile (" << p["rounds"].get<int>() << " rounds, layers run one by one: total "
             << p["total_ms"].get<double>() << " ms)\n";
@@ -58,10 +66,9 @@ void print_profile(const nlohmann::json& p) {
     if (g.contains("kernels")) std::cout << ", " << g["kernels"].get<int>() << " kernels";
     std::cout << "\n";
   }
-  std::vector<nlohmann::json> top(p["layers"].begin(), p["layers"].end());
-  std::sort(top.begin(), top.end(), [](const nlohmann::json& a, const nlohmann::json& b) { return a["ms"].get<double>() > b["ms"].get<double>(); });
+  const auto top = largest(p["layers"], "ms", 10);
   std::cout << "    slowest layers:\n";
-  for (size_t i = 0; i < std::min<size_t>(10, top.size()); ++i)
+  for (size_t i = 0; i < top.size(); ++i)
     std::cout << "      " << std::left << std::setw(32) << top[i]["name"].get<std::string>() << std::right << std::setw(10)
               << top[i]["ms"].get<double>() << " ms\n";
   const auto census = kernel_census(p);
@@ -84,10 +91,9 @@ void print_trace(const nlohmann::json& t) {
     std::cout << "    " << std::left << std::setw(28) << g["group"].get<std::string>() << std::right << std::setw(9)
               << g["us"].get<double>() << " us (" << g["busy_us"].get<double>() << " busy, " << g["launches"].get<int>()
               << " launches)\n";
-  std::vector<nlohmann::json> top(t["spans"].begin(), t["spans"].end());
-  std::sort(top.begin(), top.end(), [](const nlohmann::json& a, const nlohmann::json& b) { return a["us"].get<double>() > b["us"].get<double>(); });
+  const auto top = largest(t["spans"], "us", 15);
   std::cout << "    longest launches:\n";
-  for (size_t i = 0; i < std::min<size_t>(15, top.size()); ++i)
+  for (size_t i = 0; i < top.size(); ++i)
     std::cout << "      " << std::setw(8) << top[i]["us"].get<double>() << " us  " << std::left << std::setw(40)
               << top[i]["step"].get<std::string>() << std::right << " " << top[i]["kernel"].get<std::string>() << "\n";
   std::cout << std::setprecision(3);

@@ -7,8 +7,8 @@
 #include "bundle/tactics_record.hpp"
 #include "commands.hpp"
 #include "core/error.hpp"
-#include "core/float_text.hpp"
 #include "ir/printer.hpp"
+#include "ir/serialize.hpp"
 #include "runtime/views.hpp"
 #include "runtime/engine_impl.hpp"
 
@@ -91,8 +91,7 @@ void add_inspect(CLI::App& app) {
       nlohmann::json weights = nlohmann::json::object(), activations = nlohmann::json::object();
       for (const Value& v : e.graph.values) {
         if (!v.quant) continue;
-        (v.constant ? weights : activations)[v.name] = {
-            {"dtype", dtype_name(v.quant->dtype)}, {"axis", v.quant->axis}, {"scales", shortest_f32(v.quant->scales)}};
+        (v.constant ? weights : activations)[v.name] = quant_to_json(*v.quant);
       }
       std::cout << nlohmann::json{{"weights", weights}, {"activations", activations}}.dump(1) << "\n";
       return;

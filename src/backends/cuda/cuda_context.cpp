@@ -9,6 +9,7 @@
 #include "backends/cuda/kernel_names.hpp"
 #include "backends/cuda/kernel_trace.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -169,7 +170,7 @@ struct CudaContext::Impl {
       float* dst = to_host ? reinterpret_cast<float*>(static_cast<char*>(st.staging_out.get()) + st.out_offsets[k])
                            : static_cast<float*>(outputs[k].data);
       const void* src = p.value_ptr(x, v);
-      if (val.shape.size() == 4 && (dtype_is_float(val.dtype) || val.dtype == DType::I8))  // stored NHWC (lower.hpp's stored_nhwc)
+      if (stored_nhwc(val))
         nhwc_to_nchw_f32(src, val.dtype, dst, static_cast<int>(val.shape[0]), static_cast<int>(val.shape[1]),
                          static_cast<int>(val.shape[2]), static_cast<int>(val.shape[3]), s);
       else
@@ -384,7 +385,7 @@ std::vector<CudaContext::StepProfile> CudaContext::profile(int64_t batch, int ro
   std::vector<std::vector<std::string>> kernels(ns);
   std::string unavailable;
   try {
-    kernels = kernels_by_step(m.stream.s, ns, [&](size_t i) { p.steps[i](x); });
+    kernels = kernels_by_step(m.stream.s, ns, d.runner());
   } catch (const Error& e) {
     unavailable = e.what();  // kernels stay ns empty lists
   }
