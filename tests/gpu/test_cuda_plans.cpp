@@ -12,7 +12,8 @@
 //   refinements as one launch (plan_box_refines), and the slices of its merged
 //   projections read in place (plan_row_windows), and its f32 score head
 //   reading the 16-bit encoder output (plan_wide_linears), and its FPN
-//   upsamples read by their concats (plan_upsample_concats);
+//   upsamples read by their concats (plan_upsample_concats), and its query
+//   position and box heads as one launch each (plan_mlp_chains);
 // - the simplification of strided copies (shape_ops.cu) before their launch.
 #include <gtest/gtest.h>
 
@@ -583,6 +584,74 @@ TEST(WideLinearPlan, RtDetrScoreHeadReadsTheSixteenBitEncoderOutput) {
     const GraphFacts f2 = planned(g, plan_wide_linears);
     EXPECT_TRUE(f2.wide_linears.empty()) << name;
     EXPECT_FALSE(f2.fused_away[cast]) << name;
+  });
+}
+
+// RT-DETR v2 on CUDA (linear.cpp, plan_mlp_chains): in 16-bit graphs each
+// decoder layer's query position head (query_pos.0 -> .1) and box head
+// (bbox_embed.<i>.layers.0 -> 1 -> 2) run as one mlp_chain launch at their
+// last linear: the others are fused away and the chain's input lives until
+// the launch. The encoder's box head joins them while its rows (anchors) are
+// few, and the FFN's fc1 -> fc2 where fc1 is narrow (the fixtures; r18vd's
+// is 1024 wide, past kMaxMlpWidth); no chain takes a linear read by anything
+// but the next.
+// f32 graphs run their linears one by one; so do chains cut by an output.
+TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
+  auto plan = [](const Graph& g, GraphFacts& f) {
+    plan_wide_linears(g, f);
+    plan_mlp_chains(g, f);
+  };
+  for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) {
+    const GraphFacts f = planned(g, plan);
+    if (dt == DType::F32) {
+      EXPECT_TRUE(f.mlp_chains.empty()) << name;
+      return;
+    }
+    size_t query_pos = 0, box = 0;
+    for (const auto& [last, chain] : f.mlp_chains) {
+      ASSERT_GE(chain.size(), 2u) << name;
+      EXPECT_EQ(chain.back(), last) << name;
+      const std::string& ln = g.nodes[last].name;
+      if (ln.ends_with(".query_pos.1")) {
+        ++query_pos;
+        EXPECT_EQ(chain.size(), 2u) << ln;
+      } else if (ln.starts_with("model.decoder.bbox_embed.")) {
+        ++box;
+        EXPECT_EQ(chain.size(), 3u) << ln;
+      } else if (ln.ends_with(".fc2")) {  // the fixtures' FFNs are narrow (r18vd's fc1: 1024, past kMaxMlpWidth)
+        EXPECT_EQ(chain.size(), 2u) << ln;
+        EXPECT_LE(g.values[g.nodes[chain[0]].outputs[0]].shape.back(), kMaxMlpWidth) << ln;
+      } else {
+        EXPECT_EQ(ln, "model.enc_bbox_head.layers.2") << name;
+      }
+      for (size_t k = 0; k < chain.size(); ++k) {
+        const Node& n = g.nodes[chain[k]];
+        EXPECT_EQ(n.op, Op::Linear) << n.name;
+        EXPECT_EQ(static_cast<bool>(f.fused_away[chain[k]]), k + 1 < chain.size()) << n.name;
+        if (k > 0) {
+          EXPECT_EQ(n.inputs[0], g.nodes[chain[k - 1]].outputs[0]) << n.name;
+          EXPECT_EQ(g.consumers(n.inputs[0]).size(), 1u) << n.name;
+        }
+      }
+      EXPECT_GE(f.live_until.at(g.nodes[chain.front()].inputs[0]), static_cast<int>(last)) << ln;
+    }
+    size_t layers = 0;
+    for (const Node& n : g.nodes) layers += n.op == Op::Linear && n.name.ends_with(".fc2");
+    EXPECT_GE(query_pos, 1u) << name;
+    EXPECT_EQ(box, query_pos) << name;
+    // Cut by an output: the box head's middle layer read outside the chain
+    // ends a chain of the first two; the third runs alone.
+    const Node* mid = g.find_node("model.decoder.bbox_embed.0.layers.1");
+    ASSERT_NE(mid, nullptr) << name;
+    const auto mi = static_cast<size_t>(mid - g.nodes.data());
+    g.mark_output(mid->outputs[0]);
+    const GraphFacts f2 = planned(g, plan);
+    ASSERT_EQ(f2.mlp_chains.count(mi), 1u) << name;
+    EXPECT_EQ(f2.mlp_chains.at(mi).size(), 2u) << name;
+    for (const auto& [last, chain] : f2.mlp_chains)
+      EXPECT_NE(g.nodes[last].name, "model.decoder.bbox_embed.0.layers.2") << name;
+    EXPECT_EQ(f2.mlp_chains.size(), f.mlp_chains.size()) << name;
+    EXPECT_GE(layers, 1u) << name;
   });
 }
 

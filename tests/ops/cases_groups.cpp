@@ -14,6 +14,8 @@
 //    (cast, inverse_sigmoid, add + sigmoid, cast: one CUDA launch)
 //  - RT-DETR's f32 score head reading a widened 16-bit value (CUDA: a 16-bit
 //    product with f32 output, plan_wide_linears)
+//  - chains of small linears (RT-DETR's query position and box heads; CUDA:
+//    one mlp_chain launch, plan_mlp_chains)
 //  - RT-DETR's FPN upsample read by a concat (CUDA: inside the concat's launch,
 //    plan_upsample_concats), and one that is also an output (its own launch)
 #include <cmath>
@@ -232,6 +234,31 @@ void add_group_cases(std::vector<OpCase>& out) {
         gr.c.graph = gr.b.finish(std::vector<int>{cat, up});
         mark_fusions(gr.c.graph, FusionOptions{});
         out.push_back(std::move(gr.c));
+      }
+      // Chains of small linears, each read by the next alone: RT-DETR's query
+      // position head (4 -> 64 -> 32 here) and box head (32 -> 32 -> 32 -> 4),
+      // odd widths (20 -> 50 -> 12), and widths past one batch of k pairs and
+      // past one tile per warp of a 4-block cluster (288 -> 320 -> 256 -> 8).
+      // CUDA runs each chain as one mlp_chain launch (plan_mlp_chains, 16-bit).
+      struct Chain {
+        const char* tag;
+        int64_t rows;
+        std::vector<int64_t> widths;
+      };
+      for (const Chain& ch : {Chain{"query_pos", 30, {4, 64, 32}}, Chain{"box_head", 30, {32, 32, 32, 4}},
+                              Chain{"odd", 21, {20, 50, 12}}, Chain{"wide", 37, {288, 320, 256, 8}}}) {
+        Group gr("mlp_chain", std::string(ch.tag) + "_" + bt, dt);
+        int x = gr.b.input("x", {n, ch.rows, ch.widths[0]});
+        for (size_t l = 0; l + 1 < ch.widths.size(); ++l) {
+          const int64_t k = ch.widths[l], m = ch.widths[l + 1];
+          const float wr = 1.7f / std::sqrt(static_cast<float>(k));
+          Attrs a;
+          if (l + 2 < ch.widths.size()) a["activation"] = std::string("relu");
+          x = gr.b.node(Op::Linear, "layers." + std::to_string(l),
+                        {x, gr.b.weight("w" + std::to_string(l), {m, k}, -wr, wr), gr.b.weight("b" + std::to_string(l), {m}, -0.3f, 0.3f)},
+                        a);
+        }
+        out.push_back(gr.done(x));
       }
       // RT-DETR's score head: an f32-island linear (f32 weights and bias) reading
       // a 16-bit value widened; CUDA fuses the cast away and runs a 16-bit

@@ -30,6 +30,11 @@ void add_norm_cases(std::vector<OpCase>& out) {
       {"r4_c24_eps1e3_b3", {3, 2, 5, 24}, 2, 1e-3}, {"r5_c13_b1", {1, 2, 3, 2, 13}, 2, 1e-5},
       {"r3_c13_no_params_b3", {3, 5, 13}, 0, 1e-5}, {"r3_c1_b3", {3, 4, 1}, 2, 1e-5},
       {"r4_c13_b1", {1, 3, 4, 13}, 2, 1e-5},    {"rtdetr_r3_c256_b1", {1, 300, 256}, 2, 1e-5},
+      // CUDA's register path (c a multiple of 8 16-bit / 4 f32 values, up to 8
+      // vectors a lane) with rows part of a lane's vectors, every lane's 8, and
+      // c past it (f32 c = 2048, 16-bit c = 260: the scalar kernel).
+      {"r3_c1000_b1", {1, 7, 1000}, 2, 1e-5},  {"r2_c2048_b3", {3, 2048}, 2, 1e-5},
+      {"r3_c260_no_params_b1", {1, 5, 260}, 0, 1e-5}, {"r2_c8_weight_only_b3", {3, 8}, 1, 1e-5},
   };
   // The last two: attention rows of 300 keys, along the last and a middle axis.
   const Shape softmax_shapes[] = {{3, 13},          {1, 24},  {1, 2, 13, 13}, {3, 13, 4}, {2, 3, 5, 24},

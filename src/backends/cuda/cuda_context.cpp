@@ -179,8 +179,13 @@ struct CudaContext::Impl {
         KILN_CUDA_CHECK(cudaMemcpyAsync(outputs[k].data, dst, static_cast<size_t>(shape_numel(val.shape)) * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
     }
-    if (!p.checks.empty())
+    // The flags are zeroed when the state is made and again right after each
+    // copy-back, so the graph itself carries no memset per check (two launch
+    // gaps per RT-DETR call: session 21's in-graph trace).
+    if (!p.checks.empty()) {
       KILN_CUDA_CHECK(cudaMemcpyAsync(st.check_flags.get(), st.checks.get(), st.checks.size(), cudaMemcpyDeviceToHost, s));
+      KILN_CUDA_CHECK(cudaMemsetAsync(st.checks.get(), 0, st.checks.size(), s));
+    }
     finish(s);
     if (wait) {
       KILN_CUDA_CHECK(cudaEventSynchronize(done.e));

@@ -276,6 +276,25 @@ void inverse_sigmoid(const void* x, void* y, DType dt, int64_t count, float eps,
 void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, float* y, void* y_narrow, DType narrow_dt,
                 int64_t count, Activation act_kind, cudaStream_t stream);
 
+// A chain of linear layers in one launch (mlp_chain.cu, plan_mlp_chains):
+// x [rows, k0] (f16/bf16, row-major) -> y [rows, n of the last layer]. Each
+// layer: w packed by mlp_chain_pack (linear.cpp) to [n_pad / 8][k_pad / 32]
+// 32 lanes x 16 bytes, zero past n and k; b f32 [n_pad], zero past n; every
+// layer's n_pad is the next one's k_pad (a multiple of 32), the last one's a
+// multiple of 8; widths up to 512. `cluster` blocks (1, 2 or 4) share each 16
+// rows (mlp_chain_cluster picks it for the rows).
+inline constexpr int kMaxMlpChain = 4;
+inline constexpr int kMaxMlpWidth = 512;
+struct MlpChainLayer {
+  const void* w = nullptr;
+  const float* b = nullptr;
+  int k_pad = 0, n = 0, n_pad = 0;
+  bool relu = false;
+};
+int mlp_chain_cluster(int64_t rows);
+void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const MlpChainLayer* layers, int count, int cluster,
+               cudaStream_t stream);
+
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by
 // smaller index first, NaN above every number; one block per row (radix select

@@ -1,5 +1,7 @@
 // Linear's CUDA lowering: cuBLASLt (cublaslt_linear.hpp), its algorithms
 // handed to the one tactic selector (tactics.hpp).
+#include <algorithm>
+
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
@@ -30,8 +32,125 @@ void plan_wide_linears(const Graph& g, GraphFacts& f) {
   }
 }
 
+namespace {
+
+// A linear plan_mlp_chains may take: float weights (and bias) as constants, no
+// activation but ReLU, a 16-bit row-major input and output of one type, no
+// width over kMaxMlpWidth, rows few enough that every block reading all the
+// weights stays cheap (RT-DETR's decoder: 300 rows per image).
+constexpr int64_t kMaxMlpRows = 4096;
+
+bool chain_linear(const Graph& g, const GraphFacts& f, size_t ni) {
+  const Node& n = g.nodes[ni];
+  if (n.op != Op::Linear || f.fused_away[ni] || f.wide_linears.count(ni) || is_quantized_layer(g, n)) return false;
+  if (n.inputs.size() < 2 || n.inputs.size() > 3) return false;
+  const Activation a = n.activation();
+  if (a != Activation::None && a != Activation::Relu) return false;
+  for (size_t k = 1; k < n.inputs.size(); ++k)
+    if (!g.is_constant(n.inputs[k]) || !dtype_is_float(g.values[n.inputs[k]].dtype)) return false;
+  const Value &x = g.values[n.inputs[0]], &y = g.values[n.outputs[0]], &w = g.values[n.inputs[1]];
+  if ((x.dtype != DType::F16 && x.dtype != DType::BF16) || y.dtype != x.dtype || x.constant) return false;
+  if (stored_nhwc(x) || stored_nhwc(y) || f.viewed(n.inputs[0]) || f.viewed(n.outputs[0]) || f.windows.count(n.inputs[0]))
+    return false;
+  if (w.shape.size() != 2 || w.shape[0] > kMaxMlpWidth || w.shape[1] > kMaxMlpWidth || code_out(g, n.outputs[0]).on())
+    return false;
+  return shape_numel(x.shape) / w.shape[1] <= kMaxMlpRows;
+}
+
+// The linear reading v as its input, when v is read by it alone; else kNoNode.
+size_t next_in_chain(const Graph& g, const GraphFacts& f, int v) {
+  const auto readers = g.consumers(v);
+  if (readers.size() != 1 || g.is_graph_output(v)) return kNoNode;
+  const auto r = static_cast<size_t>(readers[0]);
+  return g.nodes[r].inputs[0] == v && chain_linear(g, f, r) ? r : kNoNode;
+}
+
+// w [n, k] in mma fragment order (kernels.hpp, mlp_chain.cu): for output tile
+// t (8 rows of w) and k pair p (32 columns), lane L = 4 gid + tig holds row
+// 8 t + gid at columns 32 p + 8 q + 2 tig + {0, 1}, q = 0..3; zero past n, k.
+std::vector<float> pack_mlp_weights(const std::vector<float>& w, int64_t n, int64_t k, int n_pad, int k_pad) {
+  std::vector<float> out(static_cast<size_t>(n_pad) * static_cast<size_t>(k_pad), 0.f);
+  const int pairs = k_pad / 32;
+  for (int t = 0; t < n_pad / 8; ++t)
+    for (int p = 0; p < pairs; ++p)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int64_t row = t * 8 + lane / 4;
+        const size_t base = (static_cast<size_t>(t * pairs + p) * 32 + static_cast<size_t>(lane)) * 8;
+        for (int q = 0; q < 4; ++q)
+          for (int e = 0; e < 2; ++e) {
+            const int64_t col = p * 32 + q * 8 + (lane % 4) * 2 + e;
+            if (row < n && col < k) out[base + static_cast<size_t>(q * 2 + e)] = w[static_cast<size_t>(row * k + col)];
+          }
+      }
+  return out;
+}
+
+int round_up(int64_t v, int to) { return static_cast<int>((v + to - 1) / to * to); }
+
+// The fused step of plan_mlp_chains' chain ending at node `last`.
+void lower_mlp_chain(Lowering& L, size_t last, const std::vector<size_t>& chain) {
+  const Graph& g = L.g;
+  const int x = g.nodes[chain.front()].inputs[0], y = g.nodes[last].outputs[0];
+  const DType dt = g.values[x].dtype;
+  const int64_t k0 = g.values[g.nodes[chain.front()].inputs[1]].shape[1];
+  const int64_t rows = shape_numel(g.values[x].shape) / k0;
+  std::vector<MlpChainLayer> layers(chain.size());
+  for (size_t l = 0; l < chain.size(); ++l) {
+    const Node& n = g.nodes[chain[l]];
+    const Shape ws = g.values[n.inputs[1]].shape;
+    const bool is_last = l + 1 == chain.size();
+    MlpChainLayer& m = layers[l];
+    m.n = as_int(ws[0]);
+    m.k_pad = round_up(ws[1], 32);
+    m.n_pad = round_up(ws[0], is_last ? 8 : 32);
+    m.relu = n.activation() == Activation::Relu;
+    // Weights and bias rounded to the storage type as the unfused GEMM's are;
+    // the bias is added in f32, as cuBLASLt's epilogue does.
+    const HostTensor wq = HostTensor::from_f32_as(dt, ws, g.values[n.inputs[1]].constant->to_f32());
+    const std::vector<float> packed = pack_mlp_weights(wq.to_f32(), ws[0], ws[1], m.n_pad, m.k_pad);
+    const HostTensor wp = HostTensor::from_f32_as(dt, {static_cast<int64_t>(packed.size())}, packed);
+    m.w = L.engine_copy(n.name + "#mlp_chain_weight", wp.blob.data, wp.nbytes());
+    std::vector<float> bias(static_cast<size_t>(m.n_pad), 0.f);
+    if (n.inputs.size() > 2) {
+      const HostTensor bq = HostTensor::from_f32_as(dt, {ws[0]}, g.values[n.inputs[2]].constant->to_f32());
+      const std::vector<float> bf = bq.to_f32();
+      std::copy(bf.begin(), bf.end(), bias.begin());
+    }
+    m.b = static_cast<const float*>(L.engine_copy(n.name + "#mlp_chain_bias", bias.data(), bias.size() * sizeof(float)));
+    if (!is_last) L.record(n.name, cat("inside ", g.nodes[last].name, " (mlp_chain, no launch of its own)"));
+  }
+  const int cluster = mlp_chain_cluster(rows);
+  L.record(g.nodes[last].name, cat("mlp_chain of ", chain.size(), " linears, cluster ", cluster));
+  const ValuePtr ptr = L.ptr;
+  const int k = as_int(k0);
+  L.step(cat("mlp_chain x", cluster), [=](const Exec& e) {
+    mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream);
+  });
+}
+
+}  // namespace
+
+void plan_mlp_chains(const Graph& g, GraphFacts& f) {
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (!chain_linear(g, f, ni)) continue;
+    // Chains start where the input does not come from a chain linear read by this one alone.
+    const int in = g.nodes[ni].inputs[0];
+    const int p = g.values[in].producer;
+    if (p >= 0 && chain_linear(g, f, static_cast<size_t>(p)) && next_in_chain(g, f, in) == ni) continue;
+    std::vector<size_t> chain = {ni};
+    for (size_t nx = next_in_chain(g, f, g.nodes[ni].outputs[0]); nx != kNoNode && chain.size() < kMaxMlpChain;
+         nx = next_in_chain(g, f, g.nodes[chain.back()].outputs[0]))
+      chain.push_back(nx);
+    if (chain.size() < 2) continue;
+    for (size_t k = 0; k + 1 < chain.size(); ++k) f.fused_away[chain[k]] = 1;
+    f.live_through(in, static_cast<int>(chain.back()));
+    f.mlp_chains[chain.back()] = chain;
+  }
+}
+
 void lower_Linear(Lowering& L, size_t ni) {
   if (is_quantized_layer(L.g, L.g.nodes[ni])) return lower_quantized_linear(L, ni);
+  if (const auto chain = L.f.mlp_chains.find(ni); chain != L.f.mlp_chains.end()) return lower_mlp_chain(L, ni, chain->second);
   const Graph& g = L.g;
   const Node& n = g.nodes[ni];
   // plan_wide_linears: the 16-bit value behind the widening cast, its type the product's.

@@ -90,6 +90,7 @@ struct GraphFacts {
   std::map<int, int> output_from;  // graph output -> the 16-bit value converted instead (plan_output_casts)
   std::map<std::pair<size_t, size_t>, UpsampleRead> upsample_reads;  // (concat, input) read through its upsample (plan_upsample_concats)
   std::map<size_t, int> wide_linears;  // f32 linear -> the 16-bit value it reads instead of its widening cast (plan_wide_linears)
+  std::map<size_t, std::vector<size_t>> mlp_chains;  // last linear of a chain -> its linears in order, one launch (plan_mlp_chains)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -175,8 +176,8 @@ struct Lowering {
   // Grows the per-context workspace to at least `bytes` (steps use it one at a time).
   void reserve_workspace(size_t bytes) { p.workspace_bytes = std::max(p.workspace_bytes, bytes); }
   // A run-time check of node `node`: a 3-int64 device flag (Exec::checks + 3 *
-  // index) its step zeroes and its kernel sets; the context reads every flag
-  // after a run and fails naming the node (CudaEngine::Program::checks).
+  // index) its kernel sets; the context reads every flag after a run, fails
+  // naming the node (CudaEngine::Program::checks) and zeroes them again.
   int add_check(const std::string& what);
 };
 
@@ -336,6 +337,9 @@ void plan_wide_linears(const Graph& g, GraphFacts& f);
 // a cast to f32 read by it alone; a cast of the sum to f16/bf16 is written by
 // the same launch (its buffer lives from the add's step, GraphFacts::live_from).
 void plan_box_refines(const Graph& g, GraphFacts& f);
+// Chains of small 16-bit linears, each read by the next alone, run as one
+// mlp_chain launch at the last one (linear.cpp; switch fuse_mlp).
+void plan_mlp_chains(const Graph& g, GraphFacts& f);
 
 // Slices along the last axis of a row-major activation whose readers can
 // read a window of each row in place (RT-DETR's q and k as slices of one

@@ -1,9 +1,15 @@
 // layer_norm and softmax (norm.cpp lowers them): one warp per row, f32
 // statistics and exponentials for every storage type, one rounding of the
-// result to storage. Rows are read two or three times (mean, variance or
-// max, sum, then the output); repeated reads of a row hit L1/L2.
-// TODO(speed): keep a row in registers when it fits (RT-DETR's C = 256),
-// 16-byte loads, and a block per row for long rows.
+// result to storage.
+// layer_norm: when c is a multiple of a 16-byte vector (8 f16/bf16, 4 f32),
+// at most 8 vectors per lane (c <= 2048 16-bit, 1024 f32) and every pointer is
+// 16-byte aligned, the warp reads its row once into registers with 16-byte
+// loads (layer_norm_vec_kernel: RT-DETR's C = 256 is one vector per lane),
+// takes the mean and then the squared deviations from registers and writes
+// with 16-byte stores; otherwise the scalar kernel reads the row three times
+// (mean, variance, output; repeated reads hit L1/L2). Softmax reads its row
+// two or three times as the scalar layer norm.
+// TODO(speed): a block per row for long rows.
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -67,6 +73,90 @@ __global__ void layer_norm_kernel(const T* x, const T* x2, const T* weight, cons
   }
 }
 
+// The register path of layer_norm_kernel, the same arithmetic: lane l holds
+// the 16-byte vectors l, l + 32, ... of its row (at most N of them; lanes past
+// the row's c / V vectors hold none). Row sums differ from the scalar kernel
+// only in the order of the f32 additions.
+constexpr int kRowsPerBlockVec = 4;  // warps per block: 300 rows -> 75 blocks
+
+template <typename T, int N>
+__global__ void __launch_bounds__(kRowsPerBlockVec * 32)
+    layer_norm_vec_kernel(const T* x, const T* x2, const T* weight, const T* bias, T* y, const T* pos, T* y_pos,
+                          float* y_f32, int64_t rows, int c, float eps) {
+  dev::enter_grid();
+  constexpr int V = dev::kVec16<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlockVec + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int vecs = c / V;
+  const int64_t base = row * c;
+  // weight, bias and pos of a vector: loaded with the row when a lane holds at
+  // most two vectors (no second round trip after the reductions), else just
+  // before use (registers).
+  constexpr bool kEarly = N <= 2;
+  float v[N][V], w[N][V], b[N][V], p[N][V];
+  auto load_rest = [&](int j, int e) {
+    if (weight) dev::load_vec<T, V>(weight + e, w[j]);
+    if (bias) dev::load_vec<T, V>(bias + e, b[j]);
+    if (y_pos) dev::load_vec<T, V>(pos + base + e, p[j]);
+  };
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const int e = (lane + 32 * j) * V;
+    if (lane + 32 * j < vecs) {
+      dev::load_vec<T, V>(x + base + e, v[j]);
+      if constexpr (kEarly) load_rest(j, e);
+      if (x2) {
+        float a[V];
+        dev::load_vec<T, V>(x2 + base + e, a);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[j][k] = to_f32(from_f32<T>(v[j][k] + a[k]));
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) s += v[j][k];
+    }
+  }
+  const float mean = warp_sum(s) / float(c);
+  float q = 0.f;
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    if (lane + 32 * j < vecs) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float d = v[j][k] - mean;
+        q += d * d;
+      }
+    }
+  const float inv = 1.f / sqrtf(warp_sum(q) / float(c) + eps);  // biased variance
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const int e = (lane + 32 * j) * V;
+    if (lane + 32 * j >= vecs) continue;
+    if constexpr (!kEarly) load_rest(j, e);
+    float o[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) o[k] = (v[j][k] - mean) * inv;
+    if (weight) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) o[k] *= w[j][k];
+    }
+    if (bias) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) o[k] += b[j][k];
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) o[k] = to_f32(from_f32<T>(o[k]));  // the stored value (exact in T)
+    dev::store_vec<T, V>(y + base + e, o);
+    if (y_pos) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) p[j][k] += o[k];  // pos + the stored y, rounded again by the store
+      dev::store_vec<T, V>(y_pos + base + e, p[j]);
+    }
+    if (y_f32) dev::store_vec<float, V>(y_f32 + base + e, o);
+  }
+}
+
 // Row (o, r) of [outer, extent, inner]: elements at (o * extent + i) * inner + r.
 template <typename T>
 __global__ void softmax_kernel(const T* x, T* y, int64_t rows, int64_t extent, int64_t inner) {
@@ -90,12 +180,44 @@ int blocks_for_rows(int64_t rows) {
   return int(b);
 }
 
+// Vectors per lane of layer_norm_vec_kernel<T, N> for rows of c, or 0 where
+// the scalar kernel runs (c not a multiple of V, a row of more than 8 vectors
+// per lane, or a pointer off 16 bytes; c multiple of V keeps every row and
+// vector 16-byte aligned after an aligned start).
+template <typename T>
+int vec_lanes_for(const LayerNormIo& io, int c) {
+  constexpr int V = dev::kVec16<T>;
+  if (c % V != 0) return 0;
+  for (const void* p : {io.x, io.x2, io.weight, io.bias, static_cast<const void*>(io.y), io.pos,
+                        static_cast<const void*>(io.y_pos), static_cast<const void*>(io.y_f32)})
+    if (p && !detail::aligned16(p)) return 0;
+  const int per_lane = (c / V + 31) / 32;
+  return per_lane <= 1 ? 1 : per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : per_lane <= 8 ? 8 : 0;
+}
+
+template <typename T, int N>
+void launch_layer_norm_vec(const LayerNormIo& io, int64_t rows, int c, float eps, cudaStream_t stream) {
+  const int64_t b = (rows + kRowsPerBlockVec - 1) / kRowsPerBlockVec;
+  if (b > int64_t(0x7fffffff)) fail_runtime("cuda norm: ", rows, " rows is too many");
+  detail::launch("layer_norm", layer_norm_vec_kernel<T, N>, int(b), kRowsPerBlockVec * 32, 0, stream,
+                 static_cast<const T*>(io.x), static_cast<const T*>(io.x2), static_cast<const T*>(io.weight),
+                 static_cast<const T*>(io.bias), static_cast<T*>(io.y), static_cast<const T*>(io.pos),
+                 static_cast<T*>(io.y_pos), io.y_f32, rows, c, eps);
+}
+
 }  // namespace
 
 void layer_norm_rows(const LayerNormIo& io, DType dt, int64_t rows, int c, float eps, cudaStream_t stream) {
   if (rows <= 0 || c <= 0) return;
   detail::dispatch_float(dt, "layer_norm", [&](auto t) {
     using T = decltype(t);
+    switch (vec_lanes_for<T>(io, c)) {
+      case 1: return launch_layer_norm_vec<T, 1>(io, rows, c, eps, stream);
+      case 2: return launch_layer_norm_vec<T, 2>(io, rows, c, eps, stream);
+      case 4: return launch_layer_norm_vec<T, 4>(io, rows, c, eps, stream);
+      case 8: return launch_layer_norm_vec<T, 8>(io, rows, c, eps, stream);
+      default: break;
+    }
     detail::launch("layer_norm", layer_norm_kernel<T>, blocks_for_rows(rows), kRowsPerBlock * 32, 0, stream,
                    static_cast<const T*>(io.x), static_cast<const T*>(io.x2), static_cast<const T*>(io.weight),
                    static_cast<const T*>(io.bias), static_cast<T*>(io.y), static_cast<const T*>(io.pos),

@@ -257,7 +257,6 @@ void lower_Gather(Lowering& L, size_t ni) {
   const size_t es = dtype_size(L.g.values[n.outputs[0]].dtype);
   L.step(io.kernel("gather_rows"), [=](const Exec& x) {
     int64_t* flag = x.checks + 3 * check;
-    KILN_CUDA_CHECK(cudaMemsetAsync(flag, 0, 3 * sizeof(int64_t), x.stream));
     io.load(x);
     gather_rows(io.in(x, 0), io.in(x, 1), index_dt, io.out(x, 0), es, d.outer, d.extent, d.inner, d.k, flag, x.stream);
     io.store(x);

@@ -1,0 +1,208 @@
+// A chain of small linear layers in one launch (linear.cpp, plan_mlp_chains):
+// y = L_n(... act(L_1(x))), every intermediate row kept in shared memory.
+//
+// Why our own kernel: RT-DETR's decoder runs, per layer and query row block,
+// MLPs of 300 rows (batch 1) through 2-3 layers of width <= 512 (the query
+// position head 4 -> 512 -> 256, the box head 256 -> 256 -> 256 -> 4). Each
+// cuBLASLt launch of such a GEMM costs ~3.3 us on an H100 whatever its tile
+// (in-graph CUPTI trace, session 21), almost all of it launch ramp and tail;
+// cuBLASLt has no multi-GEMM chain, and its grouped GEMM cannot feed one
+// product into the next. Here one launch runs the chain: a block takes 16
+// rows, each layer is a warp-level tensor-core product (mma.sync m16n8k16,
+// f32 sums) whose result, bias added, activation applied and rounded to the
+// storage type exactly where the unfused graph stores it, is the next layer's
+// input in shared memory. So the numbers equal the unfused chain up to the
+// order of the f32 sums.
+//
+// Weights are packed at build in fragment order (mlp_chain_pack): for output
+// tile t (8 columns) and k pair p (32 columns of K), lane L holds the four
+// 32-bit B fragments of two mma K steps in 16 consecutive bytes, so a warp
+// reads 512 contiguous bytes per load. A cluster of `cluster` blocks shares
+// one 16-row block: each computes a share of every layer's columns and writes
+// them into every member's shared memory (distributed shared memory), so each
+// SM reads 1/cluster of the weights — what bounds a 300-row chain.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kRows = 16;       // rows per block (one mma M)
+constexpr int kWarps = 8;       // warps per block
+constexpr int kPairBatch = 8;   // k pairs whose weights a warp loads before using them
+
+struct ChainArgs {
+  const uint4* w[kMaxMlpChain];
+  const float* b[kMaxMlpChain];
+  int k_pad[kMaxMlpChain];  // multiple of 32
+  int n[kMaxMlpChain];
+  int n_pad[kMaxMlpChain];  // multiple of 8; the next layer's k_pad for all but the last
+  unsigned relu = 0;        // bit l: ReLU after layer l
+  int layers = 0;
+  int ld = 0;               // shared row length in elements (max k_pad + 8)
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  const T lo = dev::from_f32<T>(a), hi = dev::from_f32<T>(b);
+  uint16_t l, h;
+  memcpy(&l, &lo, 2), memcpy(&h, &hi, 2);
+  return uint32_t(l) | (uint32_t(h) << 16);
+}
+
+// Cluster-wide barrier (all blocks' shared writes visible), or the block's.
+template <int CL>
+__device__ __forceinline__ void chain_sync() {
+  if constexpr (CL > 1) cg::this_cluster().sync();
+  else __syncthreads();
+}
+
+template <typename T, int CL>
+__global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int k0,
+                                                                 bool vec, ChainArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* buf0 = reinterpret_cast<T*>(smem_raw);
+  T* buf1 = buf0 + kRows * a.ld;
+  const int rank = CL > 1 ? int(blockIdx.z) : 0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int64_t r0 = int64_t(blockIdx.x) * kRows;
+  dev::enter_grid();
+  // The block's rows of x, zero past the rows and past k0 up to k_pad[0]
+  // (16-byte loads when `vec`: k0 % 8 == 0 and x 16-byte aligned).
+  {
+    const int kp = a.k_pad[0];
+    if (vec) {
+      const int per_row = kp / 8;
+      for (int i = threadIdx.x; i < kRows * per_row; i += blockDim.x) {
+        const int r = i / per_row, c = (i % per_row) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < rows && c < k0) v = *reinterpret_cast<const uint4*>(x + (r0 + r) * k0 + c);
+        *reinterpret_cast<uint4*>(buf0 + r * a.ld + c) = v;
+      }
+    } else {
+      for (int i = threadIdx.x; i < kRows * kp; i += blockDim.x) {
+        const int r = i / kp, c = i % kp;
+        buf0[r * a.ld + c] = (r0 + r < rows && c < k0) ? x[(r0 + r) * k0 + c] : dev::from_f32<T>(0.f);
+      }
+    }
+  }
+  chain_sync<CL>();  // every member running (before any remote write) and its input in place
+  T* in = buf0;
+  T* out = buf1;
+  for (int l = 0; l < a.layers; ++l) {
+    const bool last = l + 1 == a.layers;
+    const int kp = a.k_pad[l] / 32, n = a.n[l], tiles = a.n_pad[l] / 8;
+    const uint4* __restrict__ w = a.w[l];
+    const float* __restrict__ bias = a.b[l];
+    const bool relu = (a.relu >> l) & 1u;
+    for (int t = rank * kWarps + warp; t < tiles; t += CL * kWarps) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int p0 = 0; p0 < kp; p0 += kPairBatch) {
+        uint4 bw[kPairBatch];
+#pragma unroll
+        for (int j = 0; j < kPairBatch; ++j)
+          if (p0 + j < kp) bw[j] = __ldg(w + (int64_t(t) * kp + p0 + j) * 32 + lane);
+#pragma unroll
+        for (int j = 0; j < kPairBatch; ++j) {
+          if (p0 + j >= kp) break;
+          const int kc = (p0 + j) * 32 + tig * 2;
+          const T* r_lo = in + gid * a.ld + kc;
+          const T* r_hi = in + (gid + 8) * a.ld + kc;
+          const uint32_t f0[4] = {*reinterpret_cast<const uint32_t*>(r_lo), *reinterpret_cast<const uint32_t*>(r_hi),
+                                  *reinterpret_cast<const uint32_t*>(r_lo + 8), *reinterpret_cast<const uint32_t*>(r_hi + 8)};
+          const uint32_t f1[4] = {*reinterpret_cast<const uint32_t*>(r_lo + 16), *reinterpret_cast<const uint32_t*>(r_hi + 16),
+                                  *reinterpret_cast<const uint32_t*>(r_lo + 24), *reinterpret_cast<const uint32_t*>(r_hi + 24)};
+          dev::mma16816<T>(acc, f0, bw[j].x, bw[j].y);
+          dev::mma16816<T>(acc, f1, bw[j].z, bw[j].w);
+        }
+      }
+      const int col = t * 8 + tig * 2;  // this lane's two columns; rows gid and gid + 8
+      const float b0 = bias[col], b1 = bias[col + 1];
+      float v[4] = {acc[0] + b0, acc[1] + b1, acc[2] + b0, acc[3] + b1};
+      if (relu)
+        for (float& e : v) e = fmaxf(e, 0.f);
+      if (!last) {
+        const uint32_t lo = pack2<T>(v[0], v[1]), hi = pack2<T>(v[2], v[3]);
+        if constexpr (CL > 1) {
+          cg::cluster_group cluster = cg::this_cluster();
+#pragma unroll
+          for (int m = 0; m < CL; ++m) {
+            T* o = cluster.map_shared_rank(out, m);
+            *reinterpret_cast<uint32_t*>(o + gid * a.ld + col) = lo;
+            *reinterpret_cast<uint32_t*>(o + (gid + 8) * a.ld + col) = hi;
+          }
+        } else {
+          *reinterpret_cast<uint32_t*>(out + gid * a.ld + col) = lo;
+          *reinterpret_cast<uint32_t*>(out + (gid + 8) * a.ld + col) = hi;
+        }
+      } else {
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = r0 + gid + 8 * h;
+          if (r >= rows) continue;
+          if (col < n) y[r * n + col] = dev::from_f32<T>(v[2 * h]);
+          if (col + 1 < n) y[r * n + col + 1] = dev::from_f32<T>(v[2 * h + 1]);
+        }
+      }
+    }
+    if (last) break;
+    chain_sync<CL>();  // layer l written everywhere; its input no longer read
+    T* t = in;
+    in = out, out = t;
+  }
+}
+
+}  // namespace
+
+int mlp_chain_cluster(int64_t rows) {
+  const int64_t blocks = (rows + kRows - 1) / kRows;
+  const int64_t fit = detail::sm_count() / std::max<int64_t>(blocks, 1);
+  return fit >= 4 ? 4 : fit >= 2 ? 2 : 1;
+}
+
+void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const MlpChainLayer* layers, int count, int cluster,
+               cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (count < 1 || count > kMaxMlpChain) fail_runtime("cuda mlp_chain: ", count, " layers (1..", kMaxMlpChain, ")");
+  if (cluster != 1 && cluster != 2 && cluster != 4) fail_runtime("cuda mlp_chain: cluster of ", cluster);
+  ChainArgs a;
+  a.layers = count;
+  int widest = 0;
+  for (int l = 0; l < count; ++l) {
+    const MlpChainLayer& L = layers[l];
+    if (L.k_pad % 32 || L.n_pad % 8 || L.n > L.n_pad || (l + 1 < count && L.n_pad != layers[l + 1].k_pad))
+      fail_runtime("cuda mlp_chain: layer ", l, " padding k ", L.k_pad, " n ", L.n, "/", L.n_pad);
+    a.w[l] = static_cast<const uint4*>(L.w), a.b[l] = L.b;
+    a.k_pad[l] = L.k_pad, a.n[l] = L.n, a.n_pad[l] = L.n_pad;
+    if (L.relu) a.relu |= 1u << l;
+    widest = std::max(widest, L.k_pad);
+  }
+  if (k0 > layers[0].k_pad) fail_runtime("cuda mlp_chain: input width ", k0, " over ", layers[0].k_pad);
+  a.ld = widest + 8;  // 16 bytes of padding: the fragment reads of 8 rows hit distinct banks
+  const int64_t blocks = (rows + kRows - 1) / kRows;
+  if (blocks > int64_t(0x7fffffff)) fail_runtime("cuda mlp_chain: ", rows, " rows is too many");
+  detail::dispatch_float(dt, "mlp_chain", [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, float>) {
+      fail_runtime("cuda mlp_chain: f32 chains run as separate GEMMs");
+    } else {
+      const size_t smem = size_t(2) * kRows * a.ld * sizeof(T);
+      if (smem > 48 * 1024) fail_runtime("cuda mlp_chain: ", smem, " bytes of shared memory (layers too wide)");
+      const dim3 grid(unsigned(blocks), 1, unsigned(cluster));
+      const auto* xt = static_cast<const T*>(x);
+      const bool vec = k0 % 8 == 0 && detail::aligned16(x);
+      auto* yt = static_cast<T*>(y);
+      if (cluster == 4) detail::launch_clustered("mlp_chain", 4, mlp_chain_kernel<T, 4>, grid, kWarps * 32, smem, stream, xt, yt, rows, k0, vec, a);
+      else if (cluster == 2) detail::launch_clustered("mlp_chain", 2, mlp_chain_kernel<T, 2>, grid, kWarps * 32, smem, stream, xt, yt, rows, k0, vec, a);
+      else detail::launch_clustered("mlp_chain", 1, mlp_chain_kernel<T, 1>, grid, kWarps * 32, smem, stream, xt, yt, rows, k0, vec, a);
+    }
+  });
+}
+
+}  // namespace kiln::cuda
