@@ -592,14 +592,16 @@ TEST(WideLinearPlan, RtDetrScoreHeadReadsTheSixteenBitEncoderOutput) {
 // (bbox_embed.<i>.layers.0 -> 1 -> 2) run as one mlp_chain launch at their
 // last linear: the others are fused away and the chain's input lives until
 // the launch. The encoder's box head joins them while its rows (anchors) are
-// few, and the FFN's fc1 -> fc2 where fc1 is narrow (the fixtures; r18vd's
-// is 1024 wide, past kMaxMlpWidth); no chain takes a linear read by anything
-// but the next.
+// few. The projections before a post-norm residual (self-attention out_proj,
+// deformable attention output_proj) and the FFN (fc1 -> fc2), of AIFI and of
+// every decoder layer, run inside their layer norm's launch. No chain takes
+// a linear read by anything but the next.
 // f32 graphs run their linears one by one; so do chains cut by an output.
 TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
   auto plan = [](const Graph& g, GraphFacts& f) {
     plan_wide_linears(g, f);
-    plan_mlp_chains(g, f);
+    plan_norm_adds(g, f);
+    plan_mlp_chains(g, f, 132);  // an H100's or H200's multiprocessors
   };
   for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) {
     const GraphFacts f = planned(g, plan);
@@ -607,20 +609,32 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
       EXPECT_TRUE(f.mlp_chains.empty()) << name;
       return;
     }
-    size_t query_pos = 0, box = 0;
+    size_t query_pos = 0, box = 0, norms = 0;
     for (const auto& [last, chain] : f.mlp_chains) {
+      const std::string& ln = g.nodes[last].name;
+      if (g.nodes[last].op == Op::LayerNorm) {
+        // Inside the norm: its residual add reads the chain's last result.
+        ++norms;
+        const size_t residual = f.norm_adds.at(last).residual;
+        ASSERT_NE(residual, kNoNode) << ln;
+        const int d = g.nodes[chain.back()].outputs[0];
+        EXPECT_TRUE(g.nodes[residual].inputs[0] == d || g.nodes[residual].inputs[1] == d) << ln;
+        EXPECT_TRUE(ln.ends_with("self_attn_layer_norm") || ln.ends_with("encoder_attn_layer_norm") ||
+                    ln.ends_with("final_layer_norm"))
+            << ln;
+        EXPECT_EQ(chain.size(), ln.ends_with("final_layer_norm") ? 2u : 1u) << ln;  // fc1 (ReLU, AIFI's GELU) -> fc2; out_proj or output_proj
+        for (size_t c : chain) EXPECT_TRUE(f.fused_away[c]) << g.nodes[c].name;
+        EXPECT_GE(f.live_until.at(g.nodes[chain.front()].inputs[0]), static_cast<int>(last)) << ln;
+        continue;
+      }
       ASSERT_GE(chain.size(), 2u) << name;
       EXPECT_EQ(chain.back(), last) << name;
-      const std::string& ln = g.nodes[last].name;
       if (ln.ends_with(".query_pos.1")) {
         ++query_pos;
         EXPECT_EQ(chain.size(), 2u) << ln;
       } else if (ln.starts_with("model.decoder.bbox_embed.")) {
         ++box;
         EXPECT_EQ(chain.size(), 3u) << ln;
-      } else if (ln.ends_with(".fc2")) {  // the fixtures' FFNs are narrow (r18vd's fc1: 1024, past kMaxMlpWidth)
-        EXPECT_EQ(chain.size(), 2u) << ln;
-        EXPECT_LE(g.values[g.nodes[chain[0]].outputs[0]].shape.back(), kMaxMlpWidth) << ln;
       } else {
         EXPECT_EQ(ln, "model.enc_bbox_head.layers.2") << name;
       }
@@ -635,10 +649,15 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
       }
       EXPECT_GE(f.live_until.at(g.nodes[chain.front()].inputs[0]), static_cast<int>(last)) << ln;
     }
-    size_t layers = 0;
+    size_t layers = 0;  // FFNs: AIFI's and the decoder layers'
     for (const Node& n : g.nodes) layers += n.op == Op::Linear && n.name.ends_with(".fc2");
     EXPECT_GE(query_pos, 1u) << name;
     EXPECT_EQ(box, query_pos) << name;
+    size_t post_norms = 0;  // two per AIFI layer, three per decoder layer
+    for (const Node& n : g.nodes)
+      post_norms += n.op == Op::LayerNorm && (n.name.ends_with("self_attn_layer_norm") || n.name.ends_with("encoder_attn_layer_norm") ||
+                                              n.name.ends_with("final_layer_norm"));
+    EXPECT_EQ(norms, post_norms) << name;
     // Cut by an output: the box head's middle layer read outside the chain
     // ends a chain of the first two; the third runs alone.
     const Node* mid = g.find_node("model.decoder.bbox_embed.0.layers.1");

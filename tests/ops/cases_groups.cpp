@@ -260,6 +260,43 @@ void add_group_cases(std::vector<OpCase>& out) {
         }
         out.push_back(gr.done(x));
       }
+      // The same chains ending in RT-DETR's post-norm residual: y = layer_norm(h
+      // + L(x)) with the query + position after it (an out_proj), and the FFN
+      // fc1 (ReLU; AIFI's GELU) -> fc2 with the residual and an f32 copy of y;
+      // widths as r18vd's (256, FFN 1024) and odd ones. CUDA runs each as one
+      // mlp_chain launch with the norm inside (plan_norm_adds, plan_mlp_chains).
+      struct NormChain {
+        const char* tag;
+        int64_t rows;
+        std::vector<int64_t> widths;
+        bool pos, widen;
+      };
+      for (const NormChain& ch : {NormChain{"out_proj", 30, {256, 256}, true, false},
+                                  NormChain{"ffn", 19, {256, 1024, 256}, false, true},
+                                  NormChain{"ffn_gelu", 19, {32, 64, 32}, false, false},
+                                  NormChain{"odd", 21, {20, 50, 12}, true, true}}) {
+        Group gr("mlp_chain_norm", std::string(ch.tag) + "_" + bt, dt);
+        const int64_t c = ch.widths.back();
+        int x = gr.b.input("x", {n, ch.rows, ch.widths[0]});
+        for (size_t l = 0; l + 1 < ch.widths.size(); ++l) {
+          const int64_t k = ch.widths[l], m = ch.widths[l + 1];
+          const float wr = 1.7f / std::sqrt(static_cast<float>(k));
+          Attrs a;
+          if (l + 2 < ch.widths.size()) a["activation"] = std::string(std::string(ch.tag) == "ffn_gelu" ? "gelu" : "relu");
+          x = gr.b.node(Op::Linear, "layers." + std::to_string(l),
+                        {x, gr.b.weight("w" + std::to_string(l), {m, k}, -wr, wr), gr.b.weight("b" + std::to_string(l), {m}, -0.3f, 0.3f)},
+                        a);
+        }
+        const int sum = gr.b.node(Op::Add, "residual", {gr.b.input("h", {n, ch.rows, c}), x});
+        const int y = gr.b.node(Op::LayerNorm, "norm", {sum, gr.b.weight("ln.w", {c}, 0.5f, 1.5f), gr.b.weight("ln.b", {c}, -0.5f, 0.5f)},
+                                {{"eps", 1e-5}});
+        std::vector<int> outs = {y};
+        if (ch.pos) outs.push_back(gr.b.node(Op::Add, "pos_add", {y, gr.b.input("pos", {n, ch.rows, c})}));
+        if (ch.widen && dt != DType::F32) outs.push_back(gr.b.node(Op::Cast, "norm.to_f32", {y}, {{"dtype", std::string("f32")}}));
+        gr.c.graph = gr.b.finish(outs);
+        mark_fusions(gr.c.graph, FusionOptions{});
+        out.push_back(std::move(gr.c));
+      }
       // RT-DETR's score head: an f32-island linear (f32 weights and bias) reading
       // a 16-bit value widened; CUDA fuses the cast away and runs a 16-bit
       // product with f32 output, its weights rounded to 16 bits (the error the

@@ -49,14 +49,8 @@ using dev::to_f32;
 
 constexpr int kWarps = 8, kQueriesPerBlock = 16;
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using dev::warp_max;
+using dev::warp_sum;
 
 template <typename T, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const T* __restrict__ q, const T* __restrict__ k,

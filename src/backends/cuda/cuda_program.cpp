@@ -189,7 +189,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)
   plan_row_windows(g, f);  // slices of one projection read in place by attention / ms_deform_attn (shape_ops.cpp)
   plan_output_casts(g, f);  // f32 casts of outputs folded into the output conversion
-  if (sw.get(Switch::FuseMlp).value_or(true)) plan_mlp_chains(g, f);  // small linear chains in one launch (linear.cpp)
+  if (sw.get(Switch::FuseMlp).value_or(true)) plan_mlp_chains(g, f, device_sm_count());  // small linear chains in one launch (linear.cpp)
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs

@@ -161,6 +161,18 @@ __device__ __forceinline__ void enter_grid() {
 #endif
 }
 
+// ---- warp reductions (every lane gets the result) ---------------------------
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // ---- tensor cores (mma.sync, sm_80+) ----------------------------------------
 // c += a b for one warp: a 16x16 row-major, b 16x8 column-major (T: __half or
 // __nv_bfloat16, two per register), c 16x8 f32; the PTX fragment layouts.

@@ -281,19 +281,33 @@ void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, 
 // layer: w packed by mlp_chain_pack (linear.cpp) to [n_pad / 8][k_pad / 32]
 // 32 lanes x 16 bytes, zero past n and k; b f32 [n_pad], zero past n; every
 // layer's n_pad is the next one's k_pad (a multiple of 32), the last one's a
-// multiple of 8; widths up to 512. `cluster` blocks (1, 2 or 4) share each 16
-// rows (mlp_chain_cluster picks it for the rows).
+// multiple of 8; widths up to kMaxMlpWidth. `cluster` blocks (1, 2 or 4)
+// share each 16 rows (mlp_chain_cluster picks it for the rows).
+// With norm: the last layer's rows z = T(T(product) + res) (res [rows, n]),
+// then y = layer_norm(z) (weight, bias: T or null; f32 statistics), and
+// y_pos = T(y + pos), y_f32 = f32(y) where given, as layer_norm_rows' io.
 inline constexpr int kMaxMlpChain = 4;
-inline constexpr int kMaxMlpWidth = 512;
+inline constexpr int kMaxMlpWidth = 1024;
+struct MlpChainNorm {
+  const void* res = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  float eps = 1e-5f;
+  const void* pos = nullptr;
+  void* y_pos = nullptr;
+  float* y_f32 = nullptr;
+};
 struct MlpChainLayer {
   const void* w = nullptr;
   const float* b = nullptr;
   int k_pad = 0, n = 0, n_pad = 0;
-  bool relu = false;
+  Activation act = Activation::None;  // none, ReLU or GELU
 };
-int mlp_chain_cluster(int64_t rows);
+int mlp_chain_cluster(int64_t rows, int sms);
+// Multiprocessors of the current device (read once per process).
+int device_sm_count();
 void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const MlpChainLayer* layers, int count, int cluster,
-               cudaStream_t stream);
+               cudaStream_t stream, const MlpChainNorm* norm = nullptr);
 
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by

@@ -1,6 +1,8 @@
 // The CUDA lowering of the layout ops (kernels in layout.cu): engine inputs
 // (NCHW f32 -> NHWC), Flatten, Concat and Slice with channel views and
 // split runs.
+#include <cstdint>
+
 #include "backends/cuda/lower.hpp"
 #include "ir/attrs.hpp"
 #include "core/error.hpp"
@@ -106,7 +108,6 @@ void lower_Concat(Lowering& L, size_t ni) {
   const Value& ov = g.values[out];
   const DType dt = ov.dtype;
   if (!stored_nhwc(ov)) {  // row-major values (RT-DETR's token rows): along any axis, one launch
-    if (code_out(g, out).on()) fail_input(n.name, ": CUDA concat writes codes only as a channel concat of 4-D maps");
     if (n.inputs.size() > size_t(kMaxConcatInputs))
       fail_input(n.name, ": CUDA concat of row-major values takes up to ", kMaxConcatInputs, " inputs, not ", n.inputs.size());
     const int64_t rows = split_at(ov.shape, axis_attr(n, ov.shape.size(), 1)).outer;
@@ -117,6 +118,25 @@ void lower_Concat(Lowering& L, size_t ni) {
       chunks.push_back(rows ? shape_numel(g.values[in].shape) / rows * static_cast<int64_t>(dtype_size(dt)) : 0);
     }
     const ValuePtr ptr = L.ptr;
+    if (const CodeOut code = code_out(g, out); code.on()) {
+      // Codes from wide inputs (RT-DETR's memory read by 8-bit linears): each
+      // row of y is [rows, sum of chunks] as a channel concat's pixel is, so
+      // the channel kernel writes it with each input's chunk as its channels.
+      const DType xdt = g.values[n.inputs[0]].dtype;
+      std::vector<int> cs;
+      for (int in : n.inputs) {
+        if (g.values[in].dtype != xdt) fail_input(n.name, ": CUDA concat writing codes reads inputs of one type");
+        const int64_t c = rows ? shape_numel(g.values[in].shape) / rows : 0;
+        if (c > INT32_MAX) fail_input(n.name, ": CUDA concat writing codes: ", c, " elements per row is too many");
+        cs.push_back(static_cast<int>(c));
+      }
+      L.step("concat_to_codes_rows", [=](const Exec& x) {
+        std::vector<const void*> srcs;
+        for (const Operand& in : ins) srcs.push_back(in(x));
+        concat_to_codes_nhwc(srcs, cs, cs, xdt, ptr(x, out), rows, code, x.stream);
+      });
+      return;
+    }
     L.step("concat_rows", [=](const Exec& x) {
       std::vector<const void*> srcs;
       for (const Operand& in : ins) srcs.push_back(in(x));

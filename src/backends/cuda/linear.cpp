@@ -35,7 +35,7 @@ void plan_wide_linears(const Graph& g, GraphFacts& f) {
 namespace {
 
 // A linear plan_mlp_chains may take: float weights (and bias) as constants, no
-// activation but ReLU, a 16-bit row-major input and output of one type, no
+// activation but ReLU or GELU, a 16-bit row-major input and output of one type, no
 // width over kMaxMlpWidth, rows few enough that every block reading all the
 // weights stays cheap (RT-DETR's decoder: 300 rows per image).
 constexpr int64_t kMaxMlpRows = 4096;
@@ -45,7 +45,7 @@ bool chain_linear(const Graph& g, const GraphFacts& f, size_t ni) {
   if (n.op != Op::Linear || f.fused_away[ni] || f.wide_linears.count(ni) || is_quantized_layer(g, n)) return false;
   if (n.inputs.size() < 2 || n.inputs.size() > 3) return false;
   const Activation a = n.activation();
-  if (a != Activation::None && a != Activation::Relu) return false;
+  if (a != Activation::None && a != Activation::Relu && a != Activation::Gelu) return false;
   for (size_t k = 1; k < n.inputs.size(); ++k)
     if (!g.is_constant(n.inputs[k]) || !dtype_is_float(g.values[n.inputs[k]].dtype)) return false;
   const Value &x = g.values[n.inputs[0]], &y = g.values[n.outputs[0]], &w = g.values[n.inputs[1]];
@@ -87,10 +87,13 @@ std::vector<float> pack_mlp_weights(const std::vector<float>& w, int64_t n, int6
 
 int round_up(int64_t v, int to) { return static_cast<int>((v + to - 1) / to * to); }
 
-// The fused step of plan_mlp_chains' chain ending at node `last`.
-void lower_mlp_chain(Lowering& L, size_t last, const std::vector<size_t>& chain) {
+}  // namespace
+
+// The fused step of plan_mlp_chains' chain launched at node `at`: its last
+// linear, or the layer norm that reads the last one through its residual add.
+void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain) {
   const Graph& g = L.g;
-  const int x = g.nodes[chain.front()].inputs[0], y = g.nodes[last].outputs[0];
+  const int x = g.nodes[chain.front()].inputs[0], y = g.nodes[at].outputs[0];
   const DType dt = g.values[x].dtype;
   const int64_t k0 = g.values[g.nodes[chain.front()].inputs[1]].shape[1];
   const int64_t rows = shape_numel(g.values[x].shape) / k0;
@@ -103,7 +106,7 @@ void lower_mlp_chain(Lowering& L, size_t last, const std::vector<size_t>& chain)
     m.n = as_int(ws[0]);
     m.k_pad = round_up(ws[1], 32);
     m.n_pad = round_up(ws[0], is_last ? 8 : 32);
-    m.relu = n.activation() == Activation::Relu;
+    m.act = n.activation();
     // Weights and bias rounded to the storage type as the unfused GEMM's are;
     // the bias is added in f32, as cuBLASLt's epilogue does.
     const HostTensor wq = HostTensor::from_f32_as(dt, ws, g.values[n.inputs[1]].constant->to_f32());
@@ -117,20 +120,68 @@ void lower_mlp_chain(Lowering& L, size_t last, const std::vector<size_t>& chain)
       std::copy(bf.begin(), bf.end(), bias.begin());
     }
     m.b = static_cast<const float*>(L.engine_copy(n.name + "#mlp_chain_bias", bias.data(), bias.size() * sizeof(float)));
-    if (!is_last) L.record(n.name, cat("inside ", g.nodes[last].name, " (mlp_chain, no launch of its own)"));
+    if (chain[l] != at) L.record(n.name, cat("inside ", g.nodes[at].name, " (mlp_chain, no launch of its own)"));
   }
-  const int cluster = mlp_chain_cluster(rows);
-  L.record(g.nodes[last].name, cat("mlp_chain of ", chain.size(), " linears, cluster ", cluster));
+  const int cluster = mlp_chain_cluster(rows, device_sm_count());
   const ValuePtr ptr = L.ptr;
   const int k = as_int(k0);
-  L.step(cat("mlp_chain x", cluster), [=](const Exec& e) {
-    mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream);
+  const Node& ln = g.nodes[at];
+  if (ln.op != Op::LayerNorm) {
+    L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears, cluster ", cluster));
+    L.step(cat("mlp_chain x", cluster), [=](const Exec& e) {
+      mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream);
+    });
+    return;
+  }
+  // The layer norm's launch (plan_norm_adds' residual, position add, f32 copy) takes the chain in.
+  const NormAdds adds = L.f.norm_adds.at(at);
+  const Node& add = g.nodes[adds.residual];
+  const int d = g.nodes[chain.back()].outputs[0];
+  const Operand res = operand(L, add.inputs[0] == d ? add.inputs[1] : add.inputs[0]);
+  const Operand w = ln.inputs.size() > 1 ? operand(L, ln.inputs[1]) : Operand{},
+                b = ln.inputs.size() > 2 ? operand(L, ln.inputs[2]) : Operand{};
+  const bool has_w = ln.inputs.size() > 1, has_b = ln.inputs.size() > 2;
+  const Operand pos = adds.pos == kNoNode ? Operand{} : operand(L, adds.pos_value);
+  const int y_pos = adds.pos == kNoNode ? -1 : g.nodes[adds.pos].outputs[0];
+  const int y_f32 = adds.widen == kNoNode ? -1 : g.nodes[adds.widen].outputs[0];
+  const float eps = static_cast<float>(ln.attr_float("eps", 1e-5));
+  for (size_t fused : {adds.residual, adds.pos, adds.widen})
+    if (fused != kNoNode) L.record(g.nodes[fused].name, cat("inside ", ln.name, " (no launch of its own)"));
+  L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears with the residual layer norm, cluster ", cluster));
+  L.step(cat("mlp_chain_layer_norm x", cluster), [=](const Exec& e) {
+    MlpChainNorm nm;
+    nm.res = res(e), nm.eps = eps;
+    if (has_w) nm.weight = w(e);
+    if (has_b) nm.bias = b(e);
+    if (y_pos >= 0) nm.pos = pos(e), nm.y_pos = ptr(e, y_pos);
+    if (y_f32 >= 0) nm.y_f32 = static_cast<float*>(ptr(e, y_f32));
+    mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream, &nm);
   });
+}
+
+namespace {
+
+// A chain's weights each SM reads, at most: the per-block weight stream
+// bounds a chain (mlp_chain.cu). RT-DETR r18vd at batch 1 (cluster 4): the
+// FFN's 1 MiB is 256 KiB a block; at batch 8 (cluster 1) it stays unfused.
+constexpr int64_t kMaxMlpBytesPerBlock = 320 * 1024;
+
+// The layer norm reading v through its fused residual add (plan_norm_adds), or kNoNode.
+size_t norm_reading(const Graph& g, const GraphFacts& f, int v) {
+  const auto readers = g.consumers(v);
+  if (readers.size() != 1 || g.is_graph_output(v)) return kNoNode;
+  for (const auto& [ln, adds] : f.norm_adds)
+    if (adds.residual == static_cast<size_t>(readers[0])) {
+      const Value& y = g.values[g.nodes[ln].outputs[0]];
+      const Value& d = g.values[v];
+      return y.dtype == d.dtype && y.shape == d.shape ? ln : kNoNode;
+    }
+  return kNoNode;
 }
 
 }  // namespace
 
-void plan_mlp_chains(const Graph& g, GraphFacts& f) {
+void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms) {
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (!chain_linear(g, f, ni)) continue;
     // Chains start where the input does not come from a chain linear read by this one alone.
@@ -141,10 +192,17 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f) {
     for (size_t nx = next_in_chain(g, f, g.nodes[ni].outputs[0]); nx != kNoNode && chain.size() < kMaxMlpChain;
          nx = next_in_chain(g, f, g.nodes[chain.back()].outputs[0]))
       chain.push_back(nx);
-    if (chain.size() < 2) continue;
-    for (size_t k = 0; k + 1 < chain.size(); ++k) f.fused_away[chain[k]] = 1;
-    f.live_through(in, static_cast<int>(chain.back()));
-    f.mlp_chains[chain.back()] = chain;
+    const size_t ln = norm_reading(g, f, g.nodes[chain.back()].outputs[0]);
+    if (chain.size() < 2 && ln == kNoNode) continue;
+    int64_t bytes = 0;
+    for (size_t c : chain) bytes += shape_numel(g.values[g.nodes[c].inputs[1]].shape) * dtype_size(g.values[in].dtype);
+    const int64_t rows = shape_numel(g.values[in].shape) / g.values[g.nodes[ni].inputs[1]].shape[1];
+    if (bytes / mlp_chain_cluster(rows, sms) > kMaxMlpBytesPerBlock) continue;
+    const size_t at = ln == kNoNode ? chain.back() : ln;
+    for (size_t c : chain)
+      if (c != at) f.fused_away[c] = 1;
+    f.live_through(in, static_cast<int>(at));
+    f.mlp_chains[at] = chain;
   }
 }
 

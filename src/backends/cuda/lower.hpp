@@ -90,7 +90,7 @@ struct GraphFacts {
   std::map<int, int> output_from;  // graph output -> the 16-bit value converted instead (plan_output_casts)
   std::map<std::pair<size_t, size_t>, UpsampleRead> upsample_reads;  // (concat, input) read through its upsample (plan_upsample_concats)
   std::map<size_t, int> wide_linears;  // f32 linear -> the 16-bit value it reads instead of its widening cast (plan_wide_linears)
-  std::map<size_t, std::vector<size_t>> mlp_chains;  // last linear of a chain -> its linears in order, one launch (plan_mlp_chains)
+  std::map<size_t, std::vector<size_t>> mlp_chains;  // launch node (last linear, or a layer norm) -> the chain's linears in order (plan_mlp_chains)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -338,8 +338,13 @@ void plan_wide_linears(const Graph& g, GraphFacts& f);
 // the same launch (its buffer lives from the add's step, GraphFacts::live_from).
 void plan_box_refines(const Graph& g, GraphFacts& f);
 // Chains of small 16-bit linears, each read by the next alone, run as one
-// mlp_chain launch at the last one (linear.cpp; switch fuse_mlp).
-void plan_mlp_chains(const Graph& g, GraphFacts& f);
+// mlp_chain launch at the last one (linear.cpp; switch fuse_mlp); a chain
+// (of one linear or more) whose last result a layer norm reads through its
+// fused residual add (plan_norm_adds) runs inside the norm's launch. `sms`:
+// the GPU's multiprocessors (mlp_chain_cluster).
+void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms);
+// plan_mlp_chains' launch at node `at` (linear.cpp; lower_Linear and lower_LayerNorm call it).
+void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain);
 
 // Slices along the last axis of a row-major activation whose readers can
 // read a window of each row in place (RT-DETR's q and k as slices of one

@@ -25,6 +25,8 @@
 
 #include <algorithm>
 
+#include "backends/cuda/cuda_check.hpp"
+
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -36,7 +38,7 @@ namespace cg = cooperative_groups;
 
 constexpr int kRows = 16;       // rows per block (one mma M)
 constexpr int kWarps = 8;       // warps per block
-constexpr int kPairBatch = 8;   // k pairs whose weights a warp loads before using them
+constexpr int kPairBatch = 16;  // k pairs whose weights a warp loads before using them (K 512: one round trip)
 
 struct ChainArgs {
   const uint4* w[kMaxMlpChain];
@@ -45,8 +47,12 @@ struct ChainArgs {
   int n[kMaxMlpChain];
   int n_pad[kMaxMlpChain];  // multiple of 8; the next layer's k_pad for all but the last
   unsigned relu = 0;        // bit l: ReLU after layer l
+  unsigned gelu = 0;        // bit l: GELU (erf) after layer l, on the value rounded to T as the unfused step's
   int layers = 0;
   int ld = 0;               // shared row length in elements (max k_pad + 8)
+  // norm (res set): the last layer's rows go through the residual add and the
+  // layer norm (MlpChainNorm, kernels.hpp) instead of to y.
+  MlpChainNorm norm;
 };
 
 template <typename T>
@@ -73,6 +79,16 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
   const int rank = CL > 1 ? int(blockIdx.z) : 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows;
+  // The weights are constants: before waiting for the kernel before this one
+  // (PDL), pull every 128-byte line this warp will read into L2, so each
+  // layer costs one L2 round trip instead of one from memory (the first
+  // version, without this, took 7-10 us per chain in the graph: session 21).
+  for (int l = 0; l < a.layers; ++l) {
+    const int kp = a.k_pad[l] / 32, tiles = a.n_pad[l] / 8;
+    for (int t = rank * kWarps + warp; t < tiles; t += CL * kWarps)
+      for (int p = lane / 4; p < kp; p += 8)  // a pair's 512 bytes are 4 lines: 4 lanes a pair, 8 pairs a step
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w[l] + (int64_t(t) * kp + p) * 32 + (lane % 4) * 8));
+  }
   dev::enter_grid();
   // The block's rows of x, zero past the rows and past k0 up to k_pad[0]
   // (16-byte loads when `vec`: k0 % 8 == 0 and x 16-byte aligned).
@@ -101,8 +117,10 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
     const int kp = a.k_pad[l] / 32, n = a.n[l], tiles = a.n_pad[l] / 8;
     const uint4* __restrict__ w = a.w[l];
     const float* __restrict__ bias = a.b[l];
-    const bool relu = (a.relu >> l) & 1u;
+    const bool relu = (a.relu >> l) & 1u, gelu = (a.gelu >> l) & 1u;
     for (int t = rank * kWarps + warp; t < tiles; t += CL * kWarps) {
+      const int col = t * 8 + tig * 2;  // this lane's two columns; rows gid and gid + 8
+      const float b0 = bias[col], b1 = bias[col + 1];  // loaded with the weights, used after
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       for (int p0 = 0; p0 < kp; p0 += kPairBatch) {
         uint4 bw[kPairBatch];
@@ -123,12 +141,26 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
           dev::mma16816<T>(acc, f1, bw[j].z, bw[j].w);
         }
       }
-      const int col = t * 8 + tig * 2;  // this lane's two columns; rows gid and gid + 8
-      const float b0 = bias[col], b1 = bias[col + 1];
       float v[4] = {acc[0] + b0, acc[1] + b1, acc[2] + b0, acc[3] + b1};
       if (relu)
         for (float& e : v) e = fmaxf(e, 0.f);
-      if (!last) {
+      if (gelu)  // cuBLASLt has no erf GELU epilogue: the unfused linear stores, then a kernel applies it
+        for (float& e : v) e = dev::act<Activation::Gelu>(dev::to_f32(dev::from_f32<T>(e)));
+      if (last && a.norm.res) {
+        // The residual add as the unfused graph stores it: the product
+        // rounded to T, plus the residual, rounded again; rows past the
+        // end and columns past n read as zero (never normalized).
+        const T* res = static_cast<const T*>(a.norm.res);
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = r0 + gid + 8 * h;
+          for (int e = 0; e < 2; ++e) {
+            float& z = v[2 * h + e];
+            z = r < rows && col + e < n ? dev::to_f32(dev::from_f32<T>(dev::to_f32(dev::from_f32<T>(z)) + dev::to_f32(res[r * n + col + e])))
+                                        : 0.f;
+          }
+        }
+      }
+      if (!last || a.norm.res) {
         const uint32_t lo = pack2<T>(v[0], v[1]), hi = pack2<T>(v[2], v[3]);
         if constexpr (CL > 1) {
           cg::cluster_group cluster = cg::this_cluster();
@@ -151,23 +183,55 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
         }
       }
     }
-    if (last) break;
+    if (last && !a.norm.res) break;
     chain_sync<CL>();  // layer l written everywhere; its input no longer read
     T* t = in;
     in = out, out = t;
+  }
+  if (!a.norm.res) return;
+  // layer_norm of the summed rows (now `in`, on every member): each member
+  // takes 16 / CL of the block's rows, a warp a row; f32 statistics (mean,
+  // then the squared deviations), biased variance, as layer_norm_rows.
+  const int n = a.n[a.layers - 1], per = kRows / CL, rr = rank * per + warp;
+  const int64_t r = r0 + rr;
+  if (warp >= per || r >= rows) return;
+  const T* z = in + rr * a.ld;
+  float sum = 0.f;
+  for (int c = lane; c < n; c += 32) sum += dev::to_f32(z[c]);
+  const float mean = dev::warp_sum(sum) / float(n);
+  float q = 0.f;
+  for (int c = lane; c < n; c += 32) {
+    const float d = dev::to_f32(z[c]) - mean;
+    q += d * d;
+  }
+  const float inv = 1.f / sqrtf(dev::warp_sum(q) / float(n) + a.norm.eps);
+  const T* w = static_cast<const T*>(a.norm.weight);
+  const T* b = static_cast<const T*>(a.norm.bias);
+  const T* pos = static_cast<const T*>(a.norm.pos);
+  T* y_pos = static_cast<T*>(a.norm.y_pos);
+  for (int c = lane; c < n; c += 32) {
+    float o = (dev::to_f32(z[c]) - mean) * inv;
+    if (w) o *= dev::to_f32(w[c]);
+    if (b) o += dev::to_f32(b[c]);
+    const T out = dev::from_f32<T>(o);
+    y[r * n + c] = out;
+    if (y_pos) y_pos[r * n + c] = dev::from_f32<T>(dev::to_f32(out) + dev::to_f32(pos[r * n + c]));
+    if (a.norm.y_f32) a.norm.y_f32[r * n + c] = dev::to_f32(out);
   }
 }
 
 }  // namespace
 
-int mlp_chain_cluster(int64_t rows) {
+int mlp_chain_cluster(int64_t rows, int sms) {
   const int64_t blocks = (rows + kRows - 1) / kRows;
-  const int64_t fit = detail::sm_count() / std::max<int64_t>(blocks, 1);
+  const int64_t fit = sms / std::max<int64_t>(blocks, 1);
   return fit >= 4 ? 4 : fit >= 2 ? 2 : 1;
 }
 
+int device_sm_count() { return detail::sm_count(); }
+
 void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const MlpChainLayer* layers, int count, int cluster,
-               cudaStream_t stream) {
+               cudaStream_t stream, const MlpChainNorm* norm) {
   if (rows <= 0) return;
   if (count < 1 || count > kMaxMlpChain) fail_runtime("cuda mlp_chain: ", count, " layers (1..", kMaxMlpChain, ")");
   if (cluster != 1 && cluster != 2 && cluster != 4) fail_runtime("cuda mlp_chain: cluster of ", cluster);
@@ -180,9 +244,13 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
       fail_runtime("cuda mlp_chain: layer ", l, " padding k ", L.k_pad, " n ", L.n, "/", L.n_pad);
     a.w[l] = static_cast<const uint4*>(L.w), a.b[l] = L.b;
     a.k_pad[l] = L.k_pad, a.n[l] = L.n, a.n_pad[l] = L.n_pad;
-    if (L.relu) a.relu |= 1u << l;
-    widest = std::max(widest, L.k_pad);
+    if (L.act == Activation::Relu) a.relu |= 1u << l;
+    else if (L.act == Activation::Gelu) a.gelu |= 1u << l;
+    else if (L.act != Activation::None) fail_runtime("cuda mlp_chain: layer ", l, " activation ", activation_name(L.act));
+    widest = std::max({widest, L.k_pad, L.n_pad});
   }
+  if (norm) a.norm = *norm;
+  if (norm && !norm->res) fail_runtime("cuda mlp_chain: a layer norm without its residual");
   if (k0 > layers[0].k_pad) fail_runtime("cuda mlp_chain: input width ", k0, " over ", layers[0].k_pad);
   a.ld = widest + 8;  // 16 bytes of padding: the fragment reads of 8 rows hit distinct banks
   const int64_t blocks = (rows + kRows - 1) / kRows;
@@ -193,7 +261,16 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
       fail_runtime("cuda mlp_chain: f32 chains run as separate GEMMs");
     } else {
       const size_t smem = size_t(2) * kRows * a.ld * sizeof(T);
-      if (smem > 48 * 1024) fail_runtime("cuda mlp_chain: ", smem, " bytes of shared memory (layers too wide)");
+      if (widest > kMaxMlpWidth) fail_runtime("cuda mlp_chain: width ", widest, " over ", kMaxMlpWidth);
+      // Above 48 KiB (widths over 736) a kernel must opt in, once per instantiation.
+      static const bool opted = [] {
+        const int bytes = int(size_t(2) * kRows * (kMaxMlpWidth + 8) * sizeof(T));
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(mlp_chain_kernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(mlp_chain_kernel<T, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(mlp_chain_kernel<T, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        return true;
+      }();
+      (void)opted;
       const dim3 grid(unsigned(blocks), 1, unsigned(cluster));
       const auto* xt = static_cast<const T*>(x);
       const bool vec = k0 % 8 == 0 && detail::aligned16(x);

@@ -63,6 +63,7 @@ void plan_norm_adds(const Graph& g, GraphFacts& f) {
 }
 
 void lower_LayerNorm(Lowering& L, size_t ni) {
+  if (const auto chain = L.f.mlp_chains.find(ni); chain != L.f.mlp_chains.end()) return lower_mlp_chain(L, ni, chain->second);
   const Node& n = L.g.nodes[ni];
   const Value& yv = L.g.values[n.outputs[0]];
   const int64_t c = yv.shape.back(), rows = shape_numel(yv.shape) / std::max<int64_t>(1, c);

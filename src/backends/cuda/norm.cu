@@ -21,16 +21,8 @@ using dev::to_f32;
 
 constexpr int kRowsPerBlock = 8;  // warps per block
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
+using dev::warp_max;
+using dev::warp_sum;
 
 // x2 (null or rows x c): the row is x + x2 as the add step stores it (the sum
 // in f32, rounded once to T), so a residual add fused in here (plan_norm_adds)
