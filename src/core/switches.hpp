@@ -24,7 +24,7 @@ enum class Switch : int {
   Pdl,         // CUDA: programmatic dependent launch (auto: batch <= 4)
   FuseAdd,     // CPU: a conv's input add computed while it gathers its columns (auto: on)
   Fp8OneKernel,  // CUDA: an 8-bit layer with a one-kernel candidate takes one (auto: off, every path timed)
-  FuseMlp,     // CUDA: a chain of small linears (RT-DETR's box and query-position heads) in one launch (auto: on)
+  FuseMlp,     // CUDA: chains of small linears in one launch (auto: the chains; on: also a post-norm's projection inside the norm)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

@@ -601,7 +601,7 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
   auto plan = [](const Graph& g, GraphFacts& f) {
     plan_wide_linears(g, f);
     plan_norm_adds(g, f);
-    plan_mlp_chains(g, f, 132);  // an H100's or H200's multiprocessors
+    plan_mlp_chains(g, f, 132, true);  // an H100's or H200's multiprocessors; switch fuse_mlp on
   };
   for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) {
     const GraphFacts f = planned(g, plan);

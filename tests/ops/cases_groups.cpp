@@ -246,7 +246,8 @@ void add_group_cases(std::vector<OpCase>& out) {
         std::vector<int64_t> widths;
       };
       for (const Chain& ch : {Chain{"query_pos", 30, {4, 64, 32}}, Chain{"box_head", 30, {32, 32, 32, 4}},
-                              Chain{"odd", 21, {20, 50, 12}}, Chain{"wide", 37, {288, 320, 256, 8}}}) {
+                              Chain{"odd", 21, {20, 50, 12}}, Chain{"wide", 37, {288, 320, 256, 8}},
+                              Chain{"rows400", 400, {32, 64, 8}}}) {
         Group gr("mlp_chain", std::string(ch.tag) + "_" + bt, dt);
         int x = gr.b.input("x", {n, ch.rows, ch.widths[0]});
         for (size_t l = 0; l + 1 < ch.widths.size(); ++l) {
@@ -274,7 +275,11 @@ void add_group_cases(std::vector<OpCase>& out) {
       for (const NormChain& ch : {NormChain{"out_proj", 30, {256, 256}, true, false},
                                   NormChain{"ffn", 19, {256, 1024, 256}, false, true},
                                   NormChain{"ffn_gelu", 19, {32, 64, 32}, false, false},
-                                  NormChain{"odd", 21, {20, 50, 12}, true, true}}) {
+                                  NormChain{"odd", 21, {20, 50, 12}, true, true},
+                                  // more rows than one block-cluster per 16 rows fills: clusters of 2
+                                  // (600 rows at batch 3) and none (1200), as RT-DETR at batch 8
+                                  NormChain{"rows200", 200, {64, 32}, true, false},
+                                  NormChain{"rows400", 400, {64, 128, 32}, false, true}}) {
         Group gr("mlp_chain_norm", std::string(ch.tag) + "_" + bt, dt);
         const int64_t c = ch.widths.back();
         int x = gr.b.input("x", {n, ch.rows, ch.widths[0]});

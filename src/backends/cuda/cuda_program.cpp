@@ -189,7 +189,14 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)
   plan_row_windows(g, f);  // slices of one projection read in place by attention / ms_deform_attn (shape_ops.cpp)
   plan_output_casts(g, f);  // f32 casts of outputs folded into the output conversion
-  if (sw.get(Switch::FuseMlp).value_or(true)) plan_mlp_chains(g, f, device_sm_count());  // small linear chains in one launch (linear.cpp)
+  // Small linear chains in one launch (linear.cpp). Auto: the chains alone;
+  // on: also those ending in a post-norm residual, inside the norm's launch.
+  // H200, RT-DETR r18vd fp16 batch 1 (session 21, in-graph trace): a box
+  // head's chain took 7.6-8.0 us against ~11 us for its three GEMMs, but
+  // out_proj + layer norm 7.7-10 us against 5.6, the FFN with its norm
+  // 16.6-18.5 against 10.2; at batch 8 (no cluster) chains lost too.
+  if (const std::optional<bool> mlp = sw.get(Switch::FuseMlp); mlp.value_or(true))
+    plan_mlp_chains(g, f, device_sm_count(), mlp.value_or(false));
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs

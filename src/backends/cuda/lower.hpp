@@ -340,9 +340,9 @@ void plan_box_refines(const Graph& g, GraphFacts& f);
 // Chains of small 16-bit linears, each read by the next alone, run as one
 // mlp_chain launch at the last one (linear.cpp; switch fuse_mlp); a chain
 // (of one linear or more) whose last result a layer norm reads through its
-// fused residual add (plan_norm_adds) runs inside the norm's launch. `sms`:
-// the GPU's multiprocessors (mlp_chain_cluster).
-void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms);
+// fused residual add (plan_norm_adds) runs inside the norm's launch when
+// `norms`. `sms`: the GPU's multiprocessors (mlp_chain_cluster).
+void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms);
 // plan_mlp_chains' launch at node `at` (linear.cpp; lower_Linear and lower_LayerNorm call it).
 void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain);
 

@@ -192,9 +192,10 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
   // layer_norm of the summed rows (now `in`, on every member): each member
   // takes 16 / CL of the block's rows, a warp a row; f32 statistics (mean,
   // then the squared deviations), biased variance, as layer_norm_rows.
-  const int n = a.n[a.layers - 1], per = kRows / CL, rr = rank * per + warp;
+  const int n = a.n[a.layers - 1], per = kRows / CL;
+  for (int rr = rank * per + warp; rr < (rank + 1) * per; rr += kWarps) {  // per > kWarps without a cluster
   const int64_t r = r0 + rr;
-  if (warp >= per || r >= rows) return;
+  if (r >= rows) return;
   const T* z = in + rr * a.ld;
   float sum = 0.f;
   for (int c = lane; c < n; c += 32) sum += dev::to_f32(z[c]);
@@ -217,6 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
     y[r * n + c] = out;
     if (y_pos) y_pos[r * n + c] = dev::from_f32<T>(dev::to_f32(out) + dev::to_f32(pos[r * n + c]));
     if (a.norm.y_f32) a.norm.y_f32[r * n + c] = dev::to_f32(out);
+  }
   }
 }
 
