@@ -23,10 +23,11 @@ TEST(TraceJson, SpanBusyGapsAndGroupsOfOneCall) {
   EXPECT_DOUBLE_EQ(j["gaps_us"].get<double>(), 3.0);  // 4 -> 5 and 6 -> 8; the overlap is no gap
   ASSERT_EQ(j["groups"].size(), 2u);
   EXPECT_EQ(j["groups"][0]["group"], "layer1");
-  EXPECT_DOUBLE_EQ(j["groups"][0]["us"].get<double>(), 8.0);  // to layer2's first start
+  EXPECT_DOUBLE_EQ(j["groups"][0]["us"].get<double>(), 6.0);  // to its last end
   EXPECT_DOUBLE_EQ(j["groups"][0]["busy_us"].get<double>(), 5.0);
   EXPECT_EQ(j["groups"][1]["launches"], 2);
-  EXPECT_DOUBLE_EQ(j["groups"][1]["us"].get<double>(), 4.5);
+  EXPECT_DOUBLE_EQ(j["groups"][1]["us"].get<double>(), 6.5);  // 6 -> 11, then the overlapping launch's 1.5 past it
+  EXPECT_DOUBLE_EQ(j["groups"][0]["us"].get<double>() + j["groups"][1]["us"].get<double>(), j["span_us"].get<double>());
   EXPECT_EQ(j["spans"][2]["kernel"], "nvjet_x");
 }
 

@@ -10,6 +10,9 @@
         (--allowed-unmatched N: up to N per image may go unmatched; strict_pass: none unmatched)
   compare_rtdetr.py finite --got DIR                 no NaN/Inf in logits and boxes (stress inputs)
   compare_rtdetr.py profile --bench BENCH.json       per-layer-group table of `kiln bench --profile`
+  compare_rtdetr.py trace --bench BENCH.json         per-layer-group table of `kiln bench --trace`: each
+        launch counts from the end of the launch before it (what it adds to the call; PDL overlaps
+        spans, docs/benchmarking.md), so the groups sum to the call's span
 
 DIR holds kiln run's logits.npy and pred_boxes.npy; PREFIX names PyTorch's PREFIXlogits.npy and
 PREFIXpred_boxes.npy (e.g. MODEL/images_). Post-processing is transformers'
@@ -187,23 +190,49 @@ def profile(args):
     return emit(args, line)
 
 
+def trace(args):
+    r = json.load(open(args.bench))["results"][0]
+    t = r.get("trace")
+    if not t or "spans" not in t:
+        return emit(args, {"label": args.label, "kind": "trace", "pass": False,
+                           "error": (t or {}).get("unavailable", "no trace in the bench JSON")})
+    totals = {g: 0.0 for g, _ in GROUPS}
+    totals["other"] = 0.0
+    launches = {g: 0 for g in totals}
+    end = None
+    for s in t["spans"]:
+        e = s["start_us"] + s["us"]
+        added = s["us"] if end is None else max(0.0, e - end)
+        end = e if end is None else max(end, e)
+        g = group_of(s.get("step", ""))
+        totals[g] += added
+        launches[g] += 1
+    width = max(len(g) for g in totals)
+    for g, us in totals.items():
+        if launches[g]:
+            print(f"  {g:<{width}}  {us:8.1f} us  {launches[g]:4d} launches")
+    print(f"  {'span':<{width}}  {sum(totals.values()):8.1f} us (engine median {r['engine_ms']['median']:.3f} ms)")
+    return emit(args, {"label": args.label, "kind": "trace", "groups_us": totals, "groups_launches": launches,
+                       "engine_ms": r.get("engine_ms"), "kernels_per_call": r.get("kernels_per_call"), "pass": True})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kind", choices=["fp32", "fp16", "finite", "profile"])
+    ap.add_argument("kind", choices=["fp32", "fp16", "finite", "profile", "trace"])
     ap.add_argument("--got", help="directory with kiln's logits.npy and pred_boxes.npy")
     ap.add_argument("--want", help="prefix of PyTorch's logits.npy / pred_boxes.npy")
-    ap.add_argument("--bench", help="kiln bench --json --profile output (profile)")
+    ap.add_argument("--bench", help="kiln bench --json output with --profile (profile) or --trace (trace)")
     ap.add_argument("--threshold", type=float, default=0.3)
     ap.add_argument("--allowed-unmatched", type=int, default=0,
                     help="fp16: reference detections per image that may go unmatched (default 0: the issue's rule)")
     ap.add_argument("--label", default="")
     ap.add_argument("--jsonl", help="also append the JSON line here")
     a = ap.parse_args()
-    need = {"fp32": ("got", "want"), "fp16": ("got", "want"), "finite": ("got",), "profile": ("bench",)}[a.kind]
+    need = {"fp32": ("got", "want"), "fp16": ("got", "want"), "finite": ("got",), "profile": ("bench",), "trace": ("bench",)}[a.kind]
     for k in need:
         if getattr(a, k) is None:
             ap.error(f"{a.kind} needs --{k}")
-    return {"fp32": check_fp32, "fp16": check_fp16, "finite": check_finite, "profile": profile}[a.kind](a)
+    return {"fp32": check_fp32, "fp16": check_fp16, "finite": check_finite, "profile": profile, "trace": trace}[a.kind](a)
 
 
 if __name__ == "__main__":

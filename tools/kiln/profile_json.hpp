@@ -72,9 +72,11 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
 // replay (BackendContext::trace). span: first start to last end; busy: the
 // sum of launch durations; gaps: the time between one launch's end and the
 // next one's start where positive (launch latency the replay did not hide);
-// groups: per layer group (group_of the step), the time from the group's
-// first start to the start of the next group's first launch (its share of
-// the span, gaps included), with its busy time and launches.
+// groups: per run of launches of one layer group (group_of the step), the
+// time its launches add to the call, each counted from the latest end
+// before it (under PDL a kiln kernel starts before the one ahead of it ends
+// and waits: its span overlaps; docs/benchmarking.md), so the groups sum to
+// the span; with their busy time and launches.
 inline nlohmann::json trace_json(const CallTrace& t) {
   nlohmann::json out = {{"replays", t.replays}};
   if (!t.unavailable.empty()) {
@@ -89,16 +91,14 @@ inline nlohmann::json trace_json(const CallTrace& t) {
     spans.push_back({{"step", s.step}, {"kernel", readable_kernel_name(s.kernel)}, {"start_us", s.start_us}, {"us", s.us}});
     busy += s.us;
     if (k > 0 && s.start_us > end) gaps += s.start_us - end;
+    const double adds = k == 0 ? s.start_us + s.us : std::max(0.0, s.start_us + s.us - end);
     end = std::max(end, s.start_us + s.us);
     const std::string g = s.step.empty() ? "?" : group_of(s.step);
     if (groups.empty() || groups.back()["group"] != g)
-      groups.push_back({{"group", g}, {"start_us", s.start_us}, {"busy_us", 0.0}, {"launches", 0}});
+      groups.push_back({{"group", g}, {"start_us", s.start_us}, {"us", 0.0}, {"busy_us", 0.0}, {"launches", 0}});
+    groups.back()["us"] = groups.back()["us"].get<double>() + adds;
     groups.back()["busy_us"] = groups.back()["busy_us"].get<double>() + s.us;
     groups.back()["launches"] = groups.back()["launches"].get<int>() + 1;
-  }
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const double next = i + 1 < groups.size() ? groups[i + 1]["start_us"].get<double>() : end;
-    groups[i]["us"] = next - groups[i]["start_us"].get<double>();
   }
   out["launches"] = t.spans.size();
   out["span_us"] = end;
