@@ -22,6 +22,8 @@ if [ -z "$nsys" ]; then
   echo "nsys not found: kiln bench --trace (CUPTI, in-graph) and --profile (layers one by one) instead" | tee "$out/kernels_$tag.txt"
   $kiln bench $bundle --batch $batch --iterations 50 --profile 20 --trace 20 | tee -a "$out/kernels_$tag.txt"
   $kiln bench $bundle --batch $batch --iterations 50 --trace 20 --json > "$out/trace_$tag.json" 2>&1
+  # RT-DETR: the in-graph time per layer group (each launch from the end of the one before).
+  [ "$model" = r18vd ] && python3 tools/gpu/compare_rtdetr.py trace --bench "$out/trace_$tag.json" | tee -a "$out/kernels_$tag.txt"
   exit 0
 fi
 $nsys profile -q --cuda-graph-trace=node -t cuda -o $work/prof_$tag -f true $kiln bench $bundle --batch $batch --iterations 50 \

@@ -70,6 +70,35 @@ __device__ __forceinline__ void chain_sync() {
   else __syncthreads();
 }
 
+// One row of the fused layer norm (a warp): z (the summed row in shared
+// memory, n wide) -> y[r], y_pos[r], y_f32[r]; f32 statistics (mean, then the
+// squared deviations), biased variance, as layer_norm_rows.
+template <typename T>
+__device__ void norm_row(const T* z, int n, int64_t r, T* y, const MlpChainNorm& nm, int lane) {
+  float sum = 0.f;
+  for (int c = lane; c < n; c += 32) sum += dev::to_f32(z[c]);
+  const float mean = dev::warp_sum(sum) / float(n);
+  float q = 0.f;
+  for (int c = lane; c < n; c += 32) {
+    const float d = dev::to_f32(z[c]) - mean;
+    q += d * d;
+  }
+  const float inv = 1.f / sqrtf(dev::warp_sum(q) / float(n) + nm.eps);
+  const T* w = static_cast<const T*>(nm.weight);
+  const T* b = static_cast<const T*>(nm.bias);
+  const T* pos = static_cast<const T*>(nm.pos);
+  T* y_pos = static_cast<T*>(nm.y_pos);
+  for (int c = lane; c < n; c += 32) {
+    float o = (dev::to_f32(z[c]) - mean) * inv;
+    if (w) o *= dev::to_f32(w[c]);
+    if (b) o += dev::to_f32(b[c]);
+    const T out = dev::from_f32<T>(o);
+    y[r * n + c] = out;
+    if (y_pos) y_pos[r * n + c] = dev::from_f32<T>(dev::to_f32(out) + dev::to_f32(pos[r * n + c]));
+    if (nm.y_f32) nm.y_f32[r * n + c] = dev::to_f32(out);
+  }
+}
+
 template <typename T, int CL>
 __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int k0,
                                                                  bool vec, ChainArgs a) {
@@ -190,36 +219,11 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
   }
   if (!a.norm.res) return;
   // layer_norm of the summed rows (now `in`, on every member): each member
-  // takes 16 / CL of the block's rows, a warp a row; f32 statistics (mean,
-  // then the squared deviations), biased variance, as layer_norm_rows.
-  const int n = a.n[a.layers - 1], per = kRows / CL;
-  for (int rr = rank * per + warp; rr < (rank + 1) * per; rr += kWarps) {  // per > kWarps without a cluster
-  const int64_t r = r0 + rr;
-  if (r >= rows) return;
-  const T* z = in + rr * a.ld;
-  float sum = 0.f;
-  for (int c = lane; c < n; c += 32) sum += dev::to_f32(z[c]);
-  const float mean = dev::warp_sum(sum) / float(n);
-  float q = 0.f;
-  for (int c = lane; c < n; c += 32) {
-    const float d = dev::to_f32(z[c]) - mean;
-    q += d * d;
-  }
-  const float inv = 1.f / sqrtf(dev::warp_sum(q) / float(n) + a.norm.eps);
-  const T* w = static_cast<const T*>(a.norm.weight);
-  const T* b = static_cast<const T*>(a.norm.bias);
-  const T* pos = static_cast<const T*>(a.norm.pos);
-  T* y_pos = static_cast<T*>(a.norm.y_pos);
-  for (int c = lane; c < n; c += 32) {
-    float o = (dev::to_f32(z[c]) - mean) * inv;
-    if (w) o *= dev::to_f32(w[c]);
-    if (b) o += dev::to_f32(b[c]);
-    const T out = dev::from_f32<T>(o);
-    y[r * n + c] = out;
-    if (y_pos) y_pos[r * n + c] = dev::from_f32<T>(dev::to_f32(out) + dev::to_f32(pos[r * n + c]));
-    if (a.norm.y_f32) a.norm.y_f32[r * n + c] = dev::to_f32(out);
-  }
-  }
+  // takes 16 / CL of the block's rows, a warp a row (several without a
+  // cluster: 16 rows, 8 warps).
+  const int per = kRows / CL;
+  for (int rr = rank * per + warp; rr < (rank + 1) * per && r0 + rr < rows; rr += kWarps)
+    norm_row<T>(in + rr * a.ld, a.n[a.layers - 1], r0 + rr, y, a.norm, lane);
 }
 
 }  // namespace
