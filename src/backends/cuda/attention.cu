@@ -182,19 +182,8 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-
-// Two f32 rounded to T (RNE), the lower column in the low half as mma wants it.
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  T r[2] = {from_f32<T>(lo), from_f32<T>(hi)};
-  uint32_t u;
-  memcpy(&u, r, 4);
-  return u;
-}
-template <typename T>
-__device__ __forceinline__ uint32_t ld32(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
+using dev::ld32;
+using dev::pack2;
 
 // Fragment layout is mma.m16n8k16's throughout: g = lane / 4 owns rows g and
 // g + 8 of the warp's 16 queries, t = lane % 4 columns 2t, 2t + 1 of every

@@ -174,6 +174,20 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // ---- tensor cores (mma.sync, sm_80+) ----------------------------------------
+// Two f32 rounded to T (RNE), the lower column in the low half as mma wants it.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  T r[2] = {from_f32<T>(lo), from_f32<T>(hi)};
+  uint32_t u;
+  memcpy(&u, r, 4);
+  return u;
+}
+// Two consecutive 16-bit elements as one mma fragment register.
+template <typename T>
+__device__ __forceinline__ uint32_t ld32(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
 // c += a b for one warp: a 16x16 row-major, b 16x8 column-major (T: __half or
 // __nv_bfloat16, two per register), c 16x8 f32; the PTX fragment layouts.
 template <typename T>

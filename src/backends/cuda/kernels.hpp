@@ -283,19 +283,15 @@ void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, 
 // layer's n_pad is the next one's k_pad (a multiple of 32), the last one's a
 // multiple of 8; widths up to kMaxMlpWidth. `cluster` blocks (1, 2 or 4)
 // share each 16 rows (mlp_chain_cluster picks it for the rows).
-// With norm: the last layer's rows z = T(T(product) + res) (res [rows, n]),
-// then y = layer_norm(z) (weight, bias: T or null; f32 statistics), and
-// y_pos = T(y + pos), y_f32 = f32(y) where given, as layer_norm_rows' io.
+// With norm: the last layer's rows z = T(T(product) + res) (res = norm->io.x2,
+// [rows, n]), then y = layer_norm(z) (weight, bias: T or null; f32
+// statistics), and y_pos = T(y + pos), y_f32 = f32(y) where given, as
+// layer_norm_rows takes its io.
 inline constexpr int kMaxMlpChain = 4;
 inline constexpr int kMaxMlpWidth = 1024;
 struct MlpChainNorm {
-  const void* res = nullptr;
-  const void* weight = nullptr;
-  const void* bias = nullptr;
+  LayerNormIo io;  // x2: the residual (res above); weight, bias, pos, y_pos, y_f32; x and y unused (y: mlp_chain's)
   float eps = 1e-5f;
-  const void* pos = nullptr;
-  void* y_pos = nullptr;
-  float* y_f32 = nullptr;
 };
 struct MlpChainLayer {
   const void* w = nullptr;

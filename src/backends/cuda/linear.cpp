@@ -138,23 +138,12 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain) {
   const Node& add = g.nodes[adds.residual];
   const int d = g.nodes[chain.back()].outputs[0];
   const Operand res = operand(L, add.inputs[0] == d ? add.inputs[1] : add.inputs[0]);
-  const Operand w = ln.inputs.size() > 1 ? operand(L, ln.inputs[1]) : Operand{},
-                b = ln.inputs.size() > 2 ? operand(L, ln.inputs[2]) : Operand{};
-  const bool has_w = ln.inputs.size() > 1, has_b = ln.inputs.size() > 2;
-  const Operand pos = adds.pos == kNoNode ? Operand{} : operand(L, adds.pos_value);
-  const int y_pos = adds.pos == kNoNode ? -1 : g.nodes[adds.pos].outputs[0];
-  const int y_f32 = adds.widen == kNoNode ? -1 : g.nodes[adds.widen].outputs[0];
-  const float eps = static_cast<float>(ln.attr_float("eps", 1e-5));
-  for (size_t fused : {adds.residual, adds.pos, adds.widen})
-    if (fused != kNoNode) L.record(g.nodes[fused].name, cat("inside ", ln.name, " (no launch of its own)"));
+  const NormOperands o = norm_operands(L, at, &adds);
   L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears with the residual layer norm, cluster ", cluster));
   L.step(cat("mlp_chain_layer_norm x", cluster), [=](const Exec& e) {
     MlpChainNorm nm;
-    nm.res = res(e), nm.eps = eps;
-    if (has_w) nm.weight = w(e);
-    if (has_b) nm.bias = b(e);
-    if (y_pos >= 0) nm.pos = pos(e), nm.y_pos = ptr(e, y_pos);
-    if (y_f32 >= 0) nm.y_f32 = static_cast<float*>(ptr(e, y_f32));
+    nm.io.x2 = res(e), nm.eps = o.eps;
+    o.fill(e, nm.io);
     mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream, &nm);
   });
 }

@@ -343,6 +343,19 @@ void plan_box_refines(const Graph& g, GraphFacts& f);
 // fused residual add (plan_norm_adds) runs inside the norm's launch when
 // `norms`. `sms`: the GPU's multiprocessors (mlp_chain_cluster).
 void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms);
+// A layer norm's operands besides its input and output (norm.cpp): weight,
+// bias, eps and, with plan_norm_adds' adds, the position add's operand and
+// output and the f32 copy. norm_operands records the adds as inside the
+// norm's launch; fill sets those pointers of a launch's LayerNormIo.
+struct NormOperands {
+  Operand w, b, pos;
+  bool has_w = false, has_b = false;
+  int y_pos = -1, y_f32 = -1;
+  float eps = 1e-5f;
+  ValuePtr ptr;
+  void fill(const Exec& x, LayerNormIo& io) const;
+};
+NormOperands norm_operands(Lowering& L, size_t ln, const NormAdds* adds);
 // plan_mlp_chains' launch at node `at` (linear.cpp; lower_Linear and lower_LayerNorm call it).
 void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain);
 

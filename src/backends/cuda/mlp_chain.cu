@@ -50,18 +50,10 @@ struct ChainArgs {
   unsigned gelu = 0;        // bit l: GELU (erf) after layer l, on the value rounded to T as the unfused step's
   int layers = 0;
   int ld = 0;               // shared row length in elements (max k_pad + 8)
-  // norm (res set): the last layer's rows go through the residual add and the
-  // layer norm (MlpChainNorm, kernels.hpp) instead of to y.
+  // norm (io.x2, the residual, set): the last layer's rows go through the
+  // residual add and the layer norm (MlpChainNorm, kernels.hpp) instead of to y.
   MlpChainNorm norm;
 };
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  const T lo = dev::from_f32<T>(a), hi = dev::from_f32<T>(b);
-  uint16_t l, h;
-  memcpy(&l, &lo, 2), memcpy(&h, &hi, 2);
-  return uint32_t(l) | (uint32_t(h) << 16);
-}
 
 // Cluster-wide barrier (all blocks' shared writes visible), or the block's.
 template <int CL>
@@ -84,10 +76,11 @@ __device__ void norm_row(const T* z, int n, int64_t r, T* y, const MlpChainNorm&
     q += d * d;
   }
   const float inv = 1.f / sqrtf(dev::warp_sum(q) / float(n) + nm.eps);
-  const T* w = static_cast<const T*>(nm.weight);
-  const T* b = static_cast<const T*>(nm.bias);
-  const T* pos = static_cast<const T*>(nm.pos);
-  T* y_pos = static_cast<T*>(nm.y_pos);
+  const T* w = static_cast<const T*>(nm.io.weight);
+  const T* b = static_cast<const T*>(nm.io.bias);
+  const T* pos = static_cast<const T*>(nm.io.pos);
+  T* y_pos = static_cast<T*>(nm.io.y_pos);
+  float* y_f32 = nm.io.y_f32;
   for (int c = lane; c < n; c += 32) {
     float o = (dev::to_f32(z[c]) - mean) * inv;
     if (w) o *= dev::to_f32(w[c]);
@@ -95,7 +88,7 @@ __device__ void norm_row(const T* z, int n, int64_t r, T* y, const MlpChainNorm&
     const T out = dev::from_f32<T>(o);
     y[r * n + c] = out;
     if (y_pos) y_pos[r * n + c] = dev::from_f32<T>(dev::to_f32(out) + dev::to_f32(pos[r * n + c]));
-    if (nm.y_f32) nm.y_f32[r * n + c] = dev::to_f32(out);
+    if (y_f32) y_f32[r * n + c] = dev::to_f32(out);
   }
 }
 
@@ -162,10 +155,8 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
           const int kc = (p0 + j) * 32 + tig * 2;
           const T* r_lo = in + gid * a.ld + kc;
           const T* r_hi = in + (gid + 8) * a.ld + kc;
-          const uint32_t f0[4] = {*reinterpret_cast<const uint32_t*>(r_lo), *reinterpret_cast<const uint32_t*>(r_hi),
-                                  *reinterpret_cast<const uint32_t*>(r_lo + 8), *reinterpret_cast<const uint32_t*>(r_hi + 8)};
-          const uint32_t f1[4] = {*reinterpret_cast<const uint32_t*>(r_lo + 16), *reinterpret_cast<const uint32_t*>(r_hi + 16),
-                                  *reinterpret_cast<const uint32_t*>(r_lo + 24), *reinterpret_cast<const uint32_t*>(r_hi + 24)};
+          const uint32_t f0[4] = {dev::ld32(r_lo), dev::ld32(r_hi), dev::ld32(r_lo + 8), dev::ld32(r_hi + 8)};
+          const uint32_t f1[4] = {dev::ld32(r_lo + 16), dev::ld32(r_hi + 16), dev::ld32(r_lo + 24), dev::ld32(r_hi + 24)};
           dev::mma16816<T>(acc, f0, bw[j].x, bw[j].y);
           dev::mma16816<T>(acc, f1, bw[j].z, bw[j].w);
         }
@@ -175,11 +166,11 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
         for (float& e : v) e = fmaxf(e, 0.f);
       if (gelu)  // cuBLASLt has no erf GELU epilogue: the unfused linear stores, then a kernel applies it
         for (float& e : v) e = dev::act<Activation::Gelu>(dev::to_f32(dev::from_f32<T>(e)));
-      if (last && a.norm.res) {
+      if (last && a.norm.io.x2) {
         // The residual add as the unfused graph stores it: the product
         // rounded to T, plus the residual, rounded again; rows past the
         // end and columns past n read as zero (never normalized).
-        const T* res = static_cast<const T*>(a.norm.res);
+        const T* res = static_cast<const T*>(a.norm.io.x2);
         for (int h = 0; h < 2; ++h) {
           const int64_t r = r0 + gid + 8 * h;
           for (int e = 0; e < 2; ++e) {
@@ -189,8 +180,8 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
           }
         }
       }
-      if (!last || a.norm.res) {
-        const uint32_t lo = pack2<T>(v[0], v[1]), hi = pack2<T>(v[2], v[3]);
+      if (!last || a.norm.io.x2) {
+        const uint32_t lo = dev::pack2<T>(v[0], v[1]), hi = dev::pack2<T>(v[2], v[3]);
         if constexpr (CL > 1) {
           cg::cluster_group cluster = cg::this_cluster();
 #pragma unroll
@@ -212,12 +203,12 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
         }
       }
     }
-    if (last && !a.norm.res) break;
+    if (last && !a.norm.io.x2) break;
     chain_sync<CL>();  // layer l written everywhere; its input no longer read
     T* t = in;
     in = out, out = t;
   }
-  if (!a.norm.res) return;
+  if (!a.norm.io.x2) return;
   // layer_norm of the summed rows (now `in`, on every member): each member
   // takes 16 / CL of the block's rows, a warp a row (several without a
   // cluster: 16 rows, 8 warps).
@@ -256,7 +247,7 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
     widest = std::max({widest, L.k_pad, L.n_pad});
   }
   if (norm) a.norm = *norm;
-  if (norm && !norm->res) fail_runtime("cuda mlp_chain: a layer norm without its residual");
+  if (norm && !norm->io.x2) fail_runtime("cuda mlp_chain: a layer norm without its residual");
   if (k0 > layers[0].k_pad) fail_runtime("cuda mlp_chain: input width ", k0, " over ", layers[0].k_pad);
   a.ld = widest + 8;  // 16 bytes of padding: the fragment reads of 8 rows hit distinct banks
   const int64_t blocks = (rows + kRows - 1) / kRows;

@@ -62,53 +62,65 @@ void plan_norm_adds(const Graph& g, GraphFacts& f) {
   }
 }
 
+NormOperands norm_operands(Lowering& L, size_t ln, const NormAdds* adds) {
+  const Graph& g = L.g;
+  const Node& n = g.nodes[ln];
+  NormOperands o;
+  o.has_w = n.inputs.size() > 1, o.has_b = n.inputs.size() > 2;
+  if (o.has_w) o.w = operand(L, n.inputs[1]);
+  if (o.has_b) o.b = operand(L, n.inputs[2]);
+  o.eps = static_cast<float>(n.attr_float("eps", 1e-5));
+  o.ptr = L.ptr;
+  if (!adds) return o;
+  for (size_t k : {adds->residual, adds->pos, adds->widen})
+    if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (no launch of its own)"));
+  if (adds->pos != kNoNode) o.pos = operand(L, adds->pos_value), o.y_pos = g.nodes[adds->pos].outputs[0];
+  if (adds->widen != kNoNode) o.y_f32 = g.nodes[adds->widen].outputs[0];
+  return o;
+}
+
+void NormOperands::fill(const Exec& x, LayerNormIo& io) const {
+  if (has_w) io.weight = w(x);
+  if (has_b) io.bias = b(x);
+  if (y_pos >= 0) io.pos = pos(x), io.y_pos = ptr(x, y_pos);
+  if (y_f32 >= 0) io.y_f32 = static_cast<float*>(ptr(x, y_f32));
+}
+
 void lower_LayerNorm(Lowering& L, size_t ni) {
   if (const auto chain = L.f.mlp_chains.find(ni); chain != L.f.mlp_chains.end()) return lower_mlp_chain(L, ni, chain->second);
   const Node& n = L.g.nodes[ni];
   const Value& yv = L.g.values[n.outputs[0]];
   const int64_t c = yv.shape.back(), rows = shape_numel(yv.shape) / std::max<int64_t>(1, c);
-  const Operand w = n.inputs.size() > 1 ? operand(L, n.inputs[1]) : Operand{},
-                b = n.inputs.size() > 2 ? operand(L, n.inputs[2]) : Operand{};
-  const bool has_w = n.inputs.size() > 1, has_b = n.inputs.size() > 2;
-  const float eps = static_cast<float>(n.attr_float("eps", 1e-5));
   const DType dt = yv.dtype;
   if (const auto it = L.f.norm_adds.find(ni); it != L.f.norm_adds.end()) {  // plan_norm_adds: row-major values only
     const NormAdds fused = it->second;
     const Graph& g = L.g;
-    for (size_t k : {fused.residual, fused.pos, fused.widen})
-      if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (no launch of its own)"));
+    const NormOperands o = norm_operands(L, ni, &fused);
     const int y = n.outputs[0];
     const bool has_r = fused.residual != kNoNode;
     const Operand a = operand(L, has_r ? g.nodes[fused.residual].inputs[0] : n.inputs[0]);
     const Operand r = has_r ? operand(L, g.nodes[fused.residual].inputs[1]) : Operand{};
-    const Operand pos = fused.pos == kNoNode ? Operand{} : operand(L, fused.pos_value);
-    const int y_pos = fused.pos == kNoNode ? -1 : g.nodes[fused.pos].outputs[0];
-    const int y_f32 = fused.widen == kNoNode ? -1 : g.nodes[fused.widen].outputs[0];
-    const ValuePtr ptr = L.ptr;
     std::string kernel = has_r ? "add_layer_norm" : "layer_norm";
-    if (y_pos >= 0) kernel += "_pos";
-    if (y_f32 >= 0) kernel += "_f32";
+    if (o.y_pos >= 0) kernel += "_pos";
+    if (o.y_f32 >= 0) kernel += "_f32";
     L.step(kernel, [=](const Exec& x) {
       LayerNormIo io;
-      io.x = a(x), io.y = ptr(x, y);
+      io.x = a(x), io.y = o.ptr(x, y);
       if (has_r) io.x2 = r(x);
-      if (has_w) io.weight = w(x);
-      if (has_b) io.bias = b(x);
-      if (y_pos >= 0) io.pos = pos(x), io.y_pos = ptr(x, y_pos);
-      if (y_f32 >= 0) io.y_f32 = static_cast<float*>(ptr(x, y_f32));
-      layer_norm_rows(io, dt, rows, as_int(c), eps, x.stream);
+      o.fill(x, io);
+      layer_norm_rows(io, dt, rows, as_int(c), o.eps, x.stream);
     });
     return;
   }
+  const NormOperands o = norm_operands(L, ni, nullptr);
   const RowMajorIo io(L, {n.inputs[0]}, {n.outputs[0]});
   L.reserve_workspace(io.scratch_bytes());
   L.step(io.kernel("layer_norm"), [=](const Exec& x) {
     io.load(x);
     LayerNormIo rows_io;
     rows_io.x = io.in(x, 0), rows_io.y = io.out(x, 0);
-    if (has_w) rows_io.weight = w(x);
-    if (has_b) rows_io.bias = b(x);
-    layer_norm_rows(rows_io, dt, rows, as_int(c), eps, x.stream);
+    o.fill(x, rows_io);
+    layer_norm_rows(rows_io, dt, rows, as_int(c), o.eps, x.stream);
     io.store(x);
   });
 }
