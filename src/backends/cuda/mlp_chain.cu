@@ -272,9 +272,8 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
       const auto* xt = static_cast<const T*>(x);
       const bool vec = k0 % 8 == 0 && detail::aligned16(x);
       auto* yt = static_cast<T*>(y);
-      if (cluster == 4) detail::launch_clustered("mlp_chain", 4, mlp_chain_kernel<T, 4>, grid, kWarps * 32, smem, stream, xt, yt, rows, k0, vec, a);
-      else if (cluster == 2) detail::launch_clustered("mlp_chain", 2, mlp_chain_kernel<T, 2>, grid, kWarps * 32, smem, stream, xt, yt, rows, k0, vec, a);
-      else detail::launch_clustered("mlp_chain", 1, mlp_chain_kernel<T, 1>, grid, kWarps * 32, smem, stream, xt, yt, rows, k0, vec, a);
+      auto* kernel = cluster == 4 ? mlp_chain_kernel<T, 4> : cluster == 2 ? mlp_chain_kernel<T, 2> : mlp_chain_kernel<T, 1>;
+      detail::launch_clustered("mlp_chain", unsigned(cluster), kernel, grid, kWarps * 32, smem, stream, xt, yt, rows, k0, vec, a);
     }
   });
 }
