@@ -532,6 +532,66 @@ TEST(CudaEngine, PlanIsRecordedAndReplayedExactly) {
   }
 }
 
+// kiln's implicit-GEMM conv end to end (switch igemm_conv on): a tactic cache
+// that names a tile for every 16-bit conv signature makes the build take that
+// tile wherever the kernel runs the conv (the cache is the build's second
+// source after the bundle), the bundle records it, a load replays it without
+// timing, two calls give the same bits, and the logits stay within the fp16
+// criterion of PyTorch fp32.
+TEST(CudaEngine, IgemmConvTilesNamedByTheCacheRunAndReplay) {
+  REQUIRE_GPU();
+  const std::string f = "resnet/basic";
+  const fs::path dir = temp_dir("igemm");
+  const fs::path cache = dir / "tactics.json";
+  fs::remove(cache);
+  auto build_with_cache = [&](const fs::path& out) {
+    BuildOptions o;
+    o.model = (kFixtures / f).string();
+    o.backend = "cuda";
+    o.precision = DType::F16;
+    o.opt_level = 3;
+    o.batch = 2;
+    o.tactic_cache = cache.string();
+    o.switches.set(Switch::IgemmConv, true);
+    build_bundle(o, out);
+  };
+  build_with_cache(dir / "timed.bundle");
+  std::ifstream in(cache);
+  ASSERT_TRUE(in) << cache;
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  int named = 0;
+  for (auto& [key, sigs] : j.items())
+    for (auto& [sig, v] : sigs.items())
+      if (sig.rfind("conv f16 ", 0) == 0 && sig.find(" groups=1 ") != std::string::npos)
+        v = nlohmann::json::array({"kiln igemm 64x32 s1", 1.0}), ++named;
+  ASSERT_GT(named, 0);
+  {
+    std::ofstream outf(cache);
+    outf << j.dump(1);
+  }
+  const fs::path b = dir / "named.bundle";
+  build_with_cache(b);
+  const nlohmann::json recorded = tactics_of(Bundle::open(b)).second;
+  int convs = 0, igemm = 0;
+  for (const auto& step : recorded["batches"]["2"]["plan"]["steps"]) {
+    const std::string kernel = step[1].get<std::string>();
+    convs += kernel.rfind("cudnn ", 0) == 0 || kernel.rfind("kiln igemm", 0) == 0;
+    igemm += kernel == "kiln igemm 64x32 s1";
+  }
+  EXPECT_GT(igemm, 0);
+  EXPECT_GE(2 * igemm, convs) << "most convs of the fixture have channels in multiples of 8";
+  HostTensor x = read_npy(kFixtures / f / "input.npy");
+  auto want = read_npy(kFixtures / f / "logits.npy").to_f32();
+  auto e = Engine::load(b.string());
+  auto ctx = e->create_context();
+  const auto first = ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+  const auto again = ctx->run({{"pixel_values", x.shape, x.to_f32()}}).at(0).data;
+  EXPECT_EQ(first, again);
+  EXPECT_GE(testing::cosine(first, want), 0.999);
+  fs::remove_all(dir);
+}
+
 // Loading with a recorded plan builds each conv's recorded cuDNN plan alone,
 // replayed by engine id and knobs (no heuristics query: one cuDNN graph per
 // plan build), and layers of one shape and tactic share one plan: at most

@@ -87,6 +87,11 @@ void add_conv_cases(std::vector<OpCase>& out) {
       // RT-DETR's batch_ones (families/rt_detr_v2/family.cpp): one output channel, a 1x1
       // kernel at the input's size as stride, so the output is one pixel per image.
       {"c3_k1_1x1_stride_hw_b2",  2, 3, 16, 24, 1, 1, 1, {16, 24}, p0, d1, 1, true, false, "none"},
+      // Channels in multiples of 8 (the 16-bit engines also time kiln's implicit-GEMM conv
+      // here, switch igemm_conv: harness_cuda.cpp): a basic block's conv with residual at
+      // batch 2, a strided 3x3 into fewer channels.
+      {"c32_k64_3x3_b2_res_relu", 2, 32, 12, 10, 64, 3, 3, s1, p1, d1, 1, true, true, "relu"},
+      {"c64_k32_3x3s2_silu",      1, 64, 13, 15, 32, 3, 3, s2, p1, d1, 1, true, false, "silu"},
       // Maps large enough that the CPU backend splits im2col rows, epilogue rows and
       // depthwise planes over its thread pool (small cases run in one chunk).
       {"big_c24_k24_3x3_28x28_res", 1, 24, 28, 28, 24, 3, 3, s1, p1, d1, 1, true, true, "relu"},

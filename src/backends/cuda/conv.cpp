@@ -3,6 +3,8 @@
 // alternatives handed to the one tactic selector (tactics.hpp).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -79,6 +81,50 @@ std::pair<const float*, const float*> unfused_epilogue(Lowering& L, const Node& 
     bn.emplace(key, std::make_pair(std::move(one_b), std::move(bias_b)));
   }
   return {static_cast<const float*>(bn.at(key).first.get()), static_cast<const float*>(bn.at(key).second.get())};
+}
+
+// The implicit-GEMM conv's view of d, when switch igemm_conv is on and the
+// kernel takes d (dense groups-1 f16/bf16, channels multiples of 8).
+std::optional<IgemmConvShape> igemm_shape(const ConvDesc& d, const EngineSwitches& sw) {
+  if (!sw.get(Switch::IgemmConv).value_or(false) || d.groups != 1) return std::nullopt;
+  IgemmConvShape s{d.n,        d.h,        d.w,     d.c,     d.k,     d.r,     d.s,     d.out_h(),
+                   d.out_w(),  d.stride_h, d.stride_w, d.pad_t, d.pad_l, d.dil_h, d.dil_w, d.x_stride, d.y_stride};
+  if (!igemm_conv_unsupported(d.dtype, s, IgemmTile{}).empty()) return std::nullopt;
+  return s;
+}
+
+// "kiln igemm 64x64 s2" -> its tile; nullopt for any other tactic name.
+std::optional<IgemmTile> parse_igemm_tile(const std::string& name) {
+  IgemmTile t;
+  char tail = 0;
+  if (std::sscanf(name.c_str(), "kiln igemm %dx%d s%d%c", &t.bm, &t.bn, &t.splits, &tail) != 3) return std::nullopt;
+  return igemm_tile_name(t) == name ? std::optional<IgemmTile>(t) : std::nullopt;
+}
+
+// The tiles to time for s, plus the bundle's recorded tile when the list
+// (which depends on the GPU's multiprocessor count) lacks it.
+std::vector<IgemmTile> igemm_candidates(const IgemmConvShape& s, DType dt, const std::string& recorded) {
+  std::vector<IgemmTile> out;
+  for (const IgemmTile& t : igemm_conv_tiles(s))
+    if (igemm_conv_unsupported(dt, s, t).empty()) out.push_back(t);
+  if (const std::optional<IgemmTile> r = parse_igemm_tile(recorded_tactic_name(recorded));
+      r && igemm_conv_unsupported(dt, s, *r).empty() &&
+      std::none_of(out.begin(), out.end(), [&](const IgemmTile& t) { return igemm_tile_name(t) == igemm_tile_name(*r); }))
+    out.push_back(*r);
+  return out;
+}
+
+// The program step of conv n as kiln's implicit-GEMM conv with tile t.
+void igemm_step(Lowering& L, const Node& n, const IgemmConvShape& s, const IgemmTile& t) {
+  const void* w = L.weight(n.inputs[1]);
+  const void* b = n.inputs.size() > 2 ? L.weight(n.inputs[2]) : nullptr;
+  const int in0 = n.inputs[0], out = n.outputs[0], res = n.inputs.size() > 3 ? n.inputs[3] : -1;
+  const DType dt = L.g.values[out].dtype;
+  const Activation act = n.activation();
+  const ValuePtr ptr = L.ptr;
+  L.step(igemm_tile_name(t), [=](const Exec& x) {
+    igemm_conv_nhwc(ptr(x, in0), w, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), dt, s, act, t, x.stream);
+  });
 }
 
 }  // namespace
@@ -175,6 +221,13 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const DType dt = ov.dtype;
   const ConvDesc d = conv_desc(g, n, L.m.opts.allow_tf32, L.stride_or_0(in0), L.stride_or_0(out));
   const std::string recorded = L.m.recorded_tactic(L.batch, n.name);
+  const std::optional<IgemmConvShape> igs = igemm_shape(d, L.m.opts.switches);
+  // Loading a conv recorded with one of kiln's implicit-GEMM tiles: no cuDNN plan to build.
+  if (const std::optional<IgemmTile> t = parse_igemm_tile(recorded_tactic_name(recorded));
+      t && igs && !L.f.view_convs.count(ni) && igemm_conv_unsupported(dt, *igs, *t).empty()) {
+    L.record(n.name, igemm_tile_name(*t), -1.f);
+    return igemm_step(L, n, *igs, *t);
+  }
   ConvOp* op = nullptr;
   if (L.f.view_convs.count(ni)) {
     op = L.p.convs.emplace_back(std::move(L.f.view_convs.at(ni))).get();
@@ -201,7 +254,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   Scratch yb(value_bytes(ov) / size_t(d.k) * size_t(d.y_stride ? d.y_stride : d.k));
   Scratch rb(d.has_residual ? value_bytes(ov) : 0);
   cudnnHandle_t h = L.m.cudnn.h;
-  bool own_kernel = false;
+  bool own_kernel = false, igemm = false;
   std::vector<Candidate> cands;
   for (int t = 0; t < op->tactic_count(); ++t)
     cands.push_back({op->tactic_name(t), [op, t, &own_kernel] { return own_kernel = false, op->try_select(t); },
@@ -224,7 +277,8 @@ void lower_Conv2d(Lowering& L, size_t ni) {
       KILN_CUDA_CHECK(cudaMemcpy(buf.get(), t.blob.data, t.nbytes(), cudaMemcpyHostToDevice));
       return buf;
     };
-    Candidate own{kDepthwiseTactic, [&] { return taps = L.engine_buffer(n.name + "#tap_major", tap_major), own_kernel = true; },
+    Candidate own{kDepthwiseTactic,
+                  [&] { return taps = L.engine_buffer(n.name + "#tap_major", tap_major), igemm = false, own_kernel = true; },
                   [&](cudaStream_t s, void*, size_t) {
                     depthwise_conv_nhwc(xb.get(s), taps, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, dws, d.act, s);
                     return true;
@@ -232,10 +286,25 @@ void lower_Conv2d(Lowering& L, size_t ni) {
     own.always_time = true;
     cands.push_back(std::move(own));
   }
+  // kiln's implicit-GEMM conv (switch igemm_conv): every tile worth timing.
+  IgemmTile tile{};
+  if (igs) {
+    for (const IgemmTile& t : igemm_candidates(*igs, d.dtype, recorded)) {
+      Candidate own{igemm_tile_name(t), [&tile, &igemm, &own_kernel, t] { return tile = t, igemm = own_kernel = true; },
+                    [&, t](cudaStream_t s, void*, size_t) {
+                      igemm_conv_nhwc(xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, *igs, d.act,
+                                      t, s);
+                      return true;
+                    }};
+      own.always_time = true;
+      cands.push_back(std::move(own));
+    }
+  }
   const TacticChoice c = L.tactics.choose(n.name, conv_signature(d), cands, heuristic);
   L.tactics.finish();  // scratch buffers die with this function
   L.record(n.name, cands[c.index].name, c.us);
   const ValuePtr ptr = L.ptr;
+  if (own_kernel && igemm) return igemm_step(L, n, *igs, tile);
   if (own_kernel) {
     const Activation act = d.act;
     L.step(kDepthwiseTactic, [=](const Exec& x) {

@@ -159,6 +159,30 @@ void window_conv_nhwc(const void* x, const void* x_add, const void* w_krsc, cons
 // The launch shape window_conv_nhwc picks for s (for reports and tests).
 WindowLaunch window_conv_launch(const WindowConvShape& s);
 
+// kiln's implicit-GEMM conv for dense convs (igemm_conv.cu), a candidate of
+// the conv selector: y = act(conv(x, w) + bias + residual), f16/bf16 NHWC,
+// groups 1, any kernel size/stride/pad/dilation, c and k multiples of 8;
+// filter KRSC, bias [k] (or null), residual [n*out_h*out_w][k] dense (or
+// null), all in dt and 16-byte aligned. x_stride/y_stride: pixel strides in
+// elements (0: c / k; else multiples of 8).
+struct IgemmConvShape {
+  int n, h, w, c, k, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
+  int x_stride = 0, y_stride = 0;
+};
+// A launch shape: a block's output tile bm x bn (64x32, 64x64, 128x64,
+// 64x128) and `splits` blocks of one cluster splitting K (1, 2, 4).
+struct IgemmTile {
+  int bm = 64, bn = 64, splits = 1;
+};
+// "kiln igemm 64x64 s2": the tactic name a tile is recorded under.
+std::string igemm_tile_name(const IgemmTile& t);
+// Empty when igemm_conv_nhwc runs this shape with this tile, else why not.
+std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const IgemmTile& t);
+// The tiles worth timing for s (every one igemm_conv_unsupported accepts or not: check it).
+std::vector<IgemmTile> igemm_conv_tiles(const IgemmConvShape& s);
+void igemm_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
+                     const IgemmConvShape& s, Activation act, const IgemmTile& t, cudaStream_t stream);
+
 // Squeeze-excitation MLP: s[n, :] = act2(W2 · act1(W1 · g[n, :] + b1) + b2),
 // g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; two launches, the
 // hidden vector in `workspace` (se_mlp_workspace_bytes). The hidden vector is

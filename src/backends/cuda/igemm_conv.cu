@@ -1,0 +1,343 @@
+// kiln's implicit-GEMM convolution for dense f16/bf16 NHWC convs (groups 1),
+// one candidate of the conv selector next to cuDNN's engines (conv.cpp,
+// switch igemm_conv).
+//
+// Why our own: at batch 1 a detector backbone's convs do not fill the GPU.
+// RT-DETR v2 r18vd's 3x3 convs each do 1.9 GFLOP (160x160x64 ... 20x20x512)
+// and cuDNN 9.14 takes 8-15 us for each where the FLOP and byte bound is
+// 3-4 us; its stem convs (320x320, 32-64 channels) take 10-22 us
+// (bench/results/2026-12-05-session21). cuDNN's engines cannot split K over
+// a thread-block cluster (the 20x20x512 convs make 56 tiles of 64x64 for 132
+// SMs), and a library kernel cannot start its constant filter loads before
+// the previous kernel ends (PDL). This kernel does both:
+//   - a block owns a BM x BN output tile; K walks (filter tap, 32-channel
+//     chunk) through a 3-stage cp.async pipeline in shared memory, ldmatrix
+//     into mma.sync.m16n8k16 (f32 accumulation), 4 warps in 2 x 2;
+//   - `splits` blocks of one cluster take equal parts of K and add their
+//     partial tiles through distributed shared memory; each finishes 1/splits
+//     of the tile's rows, so no workspace, no second launch, and the sum's
+//     order is fixed (deterministic);
+//   - the first stages' filter tiles are requested before the PDL wait
+//     (filters are engine constants, written before any call), the input
+//     tiles after it;
+//   - the epilogue is act(acc + bias + residual), cuDNN's fused pattern,
+//     stored 16 bytes at a time.
+#include <cooperative_groups.h>
+
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kBK = 32;             // K per stage: 32 channels of one filter tap
+constexpr int kPitch = kBK + 8;     // shared row pitch in elements (80 bytes: ldmatrix rows hit distinct banks)
+constexpr int kStages = 3;
+constexpr int kThreads = 128;       // 4 warps, 2 x 2 over the tile
+
+// 16 bytes global -> shared, zero-filled when `ok` is false (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Four 8x8 16-bit matrices from shared memory; lane l gives the row address
+// of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ float act_of(Activation a, float v) {
+  switch (a) {
+    case Activation::Relu: return dev::act<Activation::Relu, true>(v);
+    case Activation::Relu6: return dev::act<Activation::Relu6, true>(v);
+    case Activation::Silu: return dev::act<Activation::Silu, true>(v);
+    case Activation::Sigmoid: return dev::act<Activation::Sigmoid, true>(v);
+    case Activation::Gelu: return dev::act<Activation::Gelu, true>(v);
+    default: return v;
+  }
+}
+
+struct IgemmArgs {
+  IgemmConvShape s;
+  int64_t rows;      // output pixels, n * out_h * out_w
+  int x_px, y_px;    // pixel strides (elements)
+  int cchunks;       // 32-channel chunks per tap
+  int iters;         // K stages in all: r * s * cchunks
+  Activation act;
+};
+
+// y = act(conv(x, w) + bias + residual) for one BM x BN tile and one part of
+// K (blockIdx.z of a cluster of SPLITS along z).
+template <typename T, int BM, int BN>
+__global__ void __launch_bounds__(kThreads) igemm_conv_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                               const T* __restrict__ bias, const T* __restrict__ res,
+                                                               T* __restrict__ y, IgemmArgs a) {
+  constexpr int MT = BM / 32, NT = BN / 16;       // m16 / n8 tiles of a warp's (BM/2) x (BN/2)
+  constexpr int AR = BM / 32, BR = BN / 32;       // tile rows each thread loads (4 threads per 32-channel row)
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sa = reinterpret_cast<T*>(smem);                       // [kStages][BM][kPitch]
+  T* sb = sa + kStages * BM * kPitch;                       // [kStages][BN][kPitch]
+  const IgemmConvShape& s = a.s;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp & 1, wn = warp >> 1;
+  const int64_t m0 = int64_t(blockIdx.x) * BM;
+  const int n0 = blockIdx.y * BN;
+  const int splits = gridDim.z, part = blockIdx.z;
+  const int it0 = int(int64_t(a.iters) * part / splits), it1 = int(int64_t(a.iters) * (part + 1) / splits);
+  const int ld_row = tid >> 2, ld_ch = (tid & 3) * 8;  // this thread's row in each 32-row group, its 8 channels
+  const int64_t kdim = int64_t(s.r) * s.s * s.c;
+
+  // Filter rows this thread loads (KRSC: row n is output channel n's K values).
+  const T* wrow[BR];
+  bool wok[BR];
+#pragma unroll
+  for (int j = 0; j < BR; ++j) {
+    const int n = n0 + ld_row + 32 * j;
+    wok[j] = n < s.k;
+    wrow[j] = w + (wok[j] ? int64_t(n) * kdim : 0);
+  }
+  auto tap_of = [&](int it, int& tap, int& c0) {
+    tap = it / a.cchunks;
+    c0 = (it - tap * a.cchunks) * kBK;
+  };
+  auto load_b = [&](int stage, int it) {
+    int tap, c0;
+    tap_of(it, tap, c0);
+    const int ch = c0 + ld_ch;
+    const bool cok = ch < s.c;
+    T* dst = sb + stage * BN * kPitch + ld_row * kPitch + ld_ch;
+#pragma unroll
+    for (int j = 0; j < BR; ++j) {
+      const bool ok = wok[j] && cok;
+      cp_async16(dst + 32 * j * kPitch, ok ? wrow[j] + int64_t(tap) * s.c + ch : w, ok);
+    }
+  };
+
+  // Prefetch: the first stages' filter tiles need nothing from the kernel before.
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st)
+    if (it0 + st < it1) load_b(st, it0 + st);
+  dev::enter_grid();
+
+  // Output pixels of the rows this thread loads: image start, top-left input coordinate.
+  int64_t img[AR];
+  int iy0[AR], ix0[AR];
+#pragma unroll
+  for (int j = 0; j < AR; ++j) {
+    const int64_t m = m0 + ld_row + 32 * j;
+    if (m < a.rows) {
+      const int ox = int(m % s.out_w);
+      const int64_t rest = m / s.out_w;
+      const int oy = int(rest % s.out_h), nn = int(rest / s.out_h);
+      img[j] = int64_t(nn) * s.h * s.w;
+      iy0[j] = oy * s.stride_h - s.pad_t;
+      ix0[j] = ox * s.stride_w - s.pad_l;
+    } else {
+      img[j] = 0, iy0[j] = -(1 << 28), ix0[j] = 0;  // never inside the image
+    }
+  }
+  auto load_a = [&](int stage, int it) {
+    int tap, c0;
+    tap_of(it, tap, c0);
+    const int ky = tap / s.s, kx = tap - ky * s.s;
+    const int ch = c0 + ld_ch;
+    const bool cok = ch < s.c;
+    T* dst = sa + stage * BM * kPitch + ld_row * kPitch + ld_ch;
+#pragma unroll
+    for (int j = 0; j < AR; ++j) {
+      const int iy = iy0[j] + ky * s.dil_h, ix = ix0[j] + kx * s.dil_w;
+      const bool ok = cok && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+      const T* src = ok ? x + (img[j] + int64_t(iy) * s.w + ix) * a.x_px + ch : x;
+      cp_async16(dst + 32 * j * kPitch, src, ok);
+    }
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (it0 + st < it1) load_a(st, it0 + st);
+    cp_async_commit();
+  }
+
+  float acc[MT][NT][4] = {};
+  for (int it = it0; it < it1; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    {
+      const int nx = it + kStages - 1;
+      if (nx < it1) {
+        const int st = (nx - it0) % kStages;
+        load_b(st, nx);
+        load_a(st, nx);
+      }
+      cp_async_commit();
+    }
+    const int st = (it - it0) % kStages;
+    const T* tile_a = sa + st * BM * kPitch + (wm * (BM / 2)) * kPitch;
+    const T* tile_b = sb + st * BN * kPitch + (wn * (BN / 2)) * kPitch;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t fa[MT][4], fb[NT][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) ldmatrix_x4(fa[i], tile_a + (i * 16 + (lane & 15)) * kPitch + kk + (lane >> 4) * 8);
+#pragma unroll
+      for (int j = 0; j < NT; j += 2) {
+        uint32_t r[4];
+        ldmatrix_x4(r, tile_b + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * kPitch + kk + ((lane >> 3) & 1) * 8);
+        fb[j][0] = r[0], fb[j][1] = r[1], fb[j + 1][0] = r[2], fb[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) dev::mma16816<T>(acc[i][j], fa[i], fb[j][0], fb[j][1]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory becomes the f32 tile
+
+  // The partial tile in shared memory, [BM][BN + 4] f32.
+  constexpr int kOutPitch = BN + 4;
+  float* so = reinterpret_cast<float*>(smem);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int r = wm * (BM / 2) + i * 16 + g, c = wn * (BN / 2) + j * 8 + 2 * t;
+      *reinterpret_cast<float2*>(so + r * kOutPitch + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(so + (r + 8) * kOutPitch + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+  if (splits > 1) cg::this_cluster().sync();
+  else __syncthreads();
+
+  // This block's rows of the tile: the sum over the cluster's parts, then the epilogue.
+  const int r_lo = BM * part / splits, r_hi = BM * (part + 1) / splits;
+  constexpr int kGroups = BN / 8;  // 8 channels (16 bytes out) per step
+  for (int e = tid; e < (r_hi - r_lo) * kGroups; e += kThreads) {
+    const int r = r_lo + e / kGroups, c = (e % kGroups) * 8;
+    const int64_t m = m0 + r;
+    const int n = n0 + c;
+    if (m >= a.rows || n >= s.k) continue;
+    float v[8];
+    {
+      const float4* p = reinterpret_cast<const float4*>(so + r * kOutPitch + c);
+      const float4 lo = p[0], hi = p[1];
+      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    }
+    for (int q = 0; q < splits; ++q) {
+      if (q == part) continue;
+      const float4* p = reinterpret_cast<const float4*>(cg::this_cluster().map_shared_rank(so, q) + r * kOutPitch + c);
+      const float4 lo = p[0], hi = p[1];
+      v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w, v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+    }
+    if (bias) {
+      float b[8];
+      dev::load_vec<T, 8>(bias + n, b);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] += b[u];
+    }
+    if (res) {
+      float rr[8];
+      dev::load_vec<T, 8>(res + m * s.k + n, rr);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] += rr[u];
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = act_of(a.act, v[u]);
+    dev::store_vec<T, 8>(y + m * a.y_px + n, v);
+  }
+  if (splits > 1) cg::this_cluster().sync();  // peers read this block's tile until here
+}
+
+size_t smem_bytes(int bm, int bn, DType dt) {
+  const size_t pipe = size_t(kStages) * (bm + bn) * kPitch * dtype_size(dt);
+  const size_t out = size_t(bm) * (bn + 4) * sizeof(float);
+  return pipe > out ? pipe : out;
+}
+
+template <typename T, int BM, int BN>
+void launch(const void* x, const void* w, const void* bias, const void* res, void* y, const IgemmArgs& a, int splits,
+            DType dt, cudaStream_t stream) {
+  const size_t smem = smem_bytes(BM, BN, dt);
+  const dim3 grid(unsigned((a.rows + BM - 1) / BM), unsigned((a.s.k + BN - 1) / BN), unsigned(splits));
+  detail::launch_clustered("igemm_conv_nhwc", unsigned(splits), igemm_conv_kernel<T, BM, BN>, grid, kThreads, smem,
+                           stream, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias),
+                           static_cast<const T*>(res), static_cast<T*>(y), a);
+}
+
+constexpr IgemmTile kTiles[] = {{64, 32, 1}, {64, 64, 1}, {128, 64, 1}, {64, 128, 1}};
+
+}  // namespace
+
+std::string igemm_tile_name(const IgemmTile& t) { return cat("kiln igemm ", t.bm, "x", t.bn, " s", t.splits); }
+
+std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const IgemmTile& t) {
+  if (dt != DType::F16 && dt != DType::BF16) return cat("dtype ", dtype_name(dt), " (f16/bf16 only: tensor-core mma)");
+  if (s.c % 8 || s.k % 8) return cat("channels ", s.c, " -> ", s.k, " (multiples of 8 only: 16-byte loads and stores)");
+  if (s.n < 1 || s.h < 1 || s.w < 1 || s.c < 1 || s.k < 1 || s.r < 1 || s.s < 1 || s.out_h < 1 || s.out_w < 1 ||
+      s.stride_h < 1 || s.stride_w < 1 || s.dil_h < 1 || s.dil_w < 1 || s.pad_t < 0 || s.pad_l < 0)
+    return "empty or negative shape";
+  if ((s.x_stride && (s.x_stride < s.c || s.x_stride % 8)) || (s.y_stride && (s.y_stride < s.k || s.y_stride % 8)))
+    return cat("pixel strides ", s.x_stride, "/", s.y_stride, " (multiples of 8, >= the channels)");
+  const int64_t rows = int64_t(s.n) * s.out_h * s.out_w;
+  if (int64_t(s.n) * s.h * s.w > (int64_t(1) << 31) / 2 || rows > (int64_t(1) << 31) / 2)
+    return "more than 2^30 pixels";
+  if (int64_t(s.r) * s.s * s.c > (int64_t(1) << 30)) return "filter too large";
+  bool known = false;
+  for (const IgemmTile& k : kTiles) known = known || (k.bm == t.bm && k.bn == t.bn);
+  if (!known) return cat("tile ", t.bm, "x", t.bn, " (64x32, 64x64, 128x64 or 64x128)");
+  if (t.splits != 1 && t.splits != 2 && t.splits != 4) return cat("K split in ", t.splits, " (1, 2 or 4)");
+  const int iters = s.r * s.s * ((s.c + kBK - 1) / kBK);
+  if (t.splits > iters) return cat("K split in ", t.splits, " with ", iters, " K stages");
+  if ((rows + t.bm - 1) / t.bm > 0x7fffffff || (s.k + t.bn - 1) / t.bn > 65535) return "grid too large";
+  return "";
+}
+
+std::vector<IgemmTile> igemm_conv_tiles(const IgemmConvShape& s) {
+  // Every tile whose N extent is not mostly padding, at every K split that
+  // leaves each part >= 4 stages and makes at most ~4 blocks per SM: timing
+  // picks among them (conv.cpp).
+  std::vector<IgemmTile> out;
+  const int64_t rows = int64_t(s.n) * s.out_h * s.out_w;
+  const int iters = s.r * s.s * ((s.c + kBK - 1) / kBK);
+  const int64_t sms = detail::sm_count();
+  for (const IgemmTile& t : kTiles) {
+    if (t.bn > 32 && s.k <= t.bn / 2) continue;
+    const int64_t tiles = ((rows + t.bm - 1) / t.bm) * ((s.k + t.bn - 1) / t.bn);
+    for (int sp : {1, 2, 4}) {
+      if (sp > 1 && (iters / sp < 4 || tiles * sp > 4 * sms)) continue;
+      out.push_back({t.bm, t.bn, sp});
+    }
+  }
+  return out;
+}
+
+void igemm_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
+                     const IgemmConvShape& s, Activation act, const IgemmTile& t, cudaStream_t stream) {
+  const std::string why = igemm_conv_unsupported(dt, s, t);
+  if (!why.empty()) fail_runtime("igemm_conv_nhwc: unsupported ", why);
+  if (!detail::aligned16(x) || !detail::aligned16(w_krsc) || !detail::aligned16(y) || (bias && !detail::aligned16(bias)) ||
+      (residual && !detail::aligned16(residual)))
+    fail_runtime("igemm_conv_nhwc: pointers must be 16-byte aligned");
+  IgemmArgs a{s, int64_t(s.n) * s.out_h * s.out_w, s.x_stride ? s.x_stride : s.c, s.y_stride ? s.y_stride : s.k,
+              (s.c + kBK - 1) / kBK, 0, act};
+  a.iters = s.r * s.s * a.cchunks;
+  detail::dispatch_float(dt, "igemm_conv_nhwc", [&](auto tv) {
+    using T = decltype(tv);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (t.bm == 64 && t.bn == 32) launch<T, 64, 32>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
+      else if (t.bm == 64 && t.bn == 64) launch<T, 64, 64>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
+      else if (t.bm == 128) launch<T, 128, 64>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
+      else launch<T, 64, 128>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
+    }
+  });
+}
+
+}  // namespace kiln::cuda
