@@ -8,6 +8,7 @@
 #include <cmath>
 #include <memory>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -150,6 +151,30 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
     if (err > worst || (i == 0 && err == 0)) worst = err, at = i;
   }
   EXPECT_LE(worst, tol) << what << ": worst at " << at << " got " << got[at] << " ref " << ref[at];
+}
+
+// Mean microseconds per launch: 20 launches in one graph, 30 replays after 5 warm-ups.
+inline double graph_us(cudaStream_t st, const std::function<void()>& launch) {
+  constexpr int kPerGraph = 20, kReplays = 30;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  for (int i = 0; i < kPerGraph; ++i) launch();
+  EXPECT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 5; ++i) cudaGraphLaunch(exec, st);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a), cudaEventCreate(&b);
+  cudaEventRecord(a, st);
+  for (int i = 0; i < kReplays; ++i) cudaGraphLaunch(exec, st);
+  cudaEventRecord(b, st);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1000.0 * ms / (kPerGraph * kReplays);
 }
 
 }  // namespace kiln::cuda::test

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <functional>
 
 #include "backends/cuda/cudnn_conv.hpp"
 #include "backends/cuda/cuda_check.hpp"
@@ -17,30 +16,6 @@
 
 namespace kiln::cuda::test {
 namespace {
-
-// Mean microseconds per launch: 20 launches in one graph, 30 replays after 5 warm-ups.
-double graph_us(cudaStream_t st, const std::function<void()>& launch) {
-  constexpr int kPerGraph = 20, kReplays = 30;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  EXPECT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  for (int i = 0; i < kPerGraph; ++i) launch();
-  EXPECT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
-  EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 5; ++i) cudaGraphLaunch(exec, st);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a), cudaEventCreate(&b);
-  cudaEventRecord(a, st);
-  for (int i = 0; i < kReplays; ++i) cudaGraphLaunch(exec, st);
-  cudaEventRecord(b, st);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return 1000.0 * ms / (kPerGraph * kReplays);
-}
 
 TEST(CudaWindowConvPerf, Res2NetChunkShapes) {
   KILN_REQUIRE_GPU();

@@ -300,7 +300,11 @@ void lower_Conv2d(Lowering& L, size_t ni) {
       cands.push_back(std::move(own));
     }
   }
-  const TacticChoice c = L.tactics.choose(n.name, conv_signature(d), cands, heuristic);
+  // The candidates are part of the question: a cache entry timed without kiln's tiles must not
+  // answer a build that offers them (and one naming a tile is no answer without them).
+  LayerSignature sig = conv_signature(d);
+  if (igs) sig.attr("igemm", 1);
+  const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
   L.tactics.finish();  // scratch buffers die with this function
   L.record(n.name, cands[c.index].name, c.us);
   const ValuePtr ptr = L.ptr;
