@@ -5,7 +5,9 @@
 // 32-channel K stage empty, batches, odd sizes, dilation, asymmetric output
 // windows, pixel strides on x and y. Also: a K split gives the same result
 // as the unsplit tile within rounding, nothing outside the output window is
-// written, and unsupported shapes or tiles are refused with a reason.
+// written, and unsupported shapes or tiles are refused with a reason. The
+// halo form (patches whose input window is loaded once for every tap) runs
+// every case too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,8 +80,9 @@ const Case kCases[] = {
     {1, 12, 12, 32, 64, 3, 1, 1, 1, false, 96, 128, Activation::Relu},
 };
 
-const IgemmTile kAllTiles[] = {{64, 32, 1}, {64, 32, 2}, {64, 64, 1},  {64, 64, 2},  {64, 64, 4},
-                               {128, 64, 1}, {128, 64, 4}, {64, 128, 1}, {64, 128, 2}};
+const IgemmTile kAllTiles[] = {{64, 32, 1},     {64, 32, 2},    {64, 64, 1},    {64, 64, 2},    {64, 64, 4},
+                               {128, 64, 1},    {128, 64, 4},   {64, 128, 1},   {64, 128, 2},   {128, 32, 1, 8},
+                               {128, 64, 1, 8}, {64, 32, 1, 8}, {64, 64, 1, 8}};
 
 TEST(CudaIgemmConv, EveryTileMatchesCpuReference) {
   KILN_REQUIRE_GPU();
@@ -121,9 +124,9 @@ TEST(CudaIgemmConv, EveryTileMatchesCpuReference) {
       for (const IgemmTile& t : kAllTiles) {
         const std::string what = describe(k, dt, t);
         if (!igemm_conv_unsupported(dt, s, t).empty()) {
-          // Only a split deeper than K may be refused for these shapes.
+          // Only a split deeper than K may be refused for these shapes (every halo tile fits).
           const int iters = k.r * k.r * ((k.c + 31) / 32);
-          EXPECT_GT(t.splits, iters) << what << ": " << igemm_conv_unsupported(dt, s, t);
+          EXPECT_TRUE(t.th == 0 && t.splits > iters) << what << ": " << igemm_conv_unsupported(dt, s, t);
           continue;
         }
         const auto dy = upload(y0, dt);
@@ -149,7 +152,7 @@ TEST(CudaIgemmConv, EveryTileMatchesCpuReference) {
         EXPECT_EQ(touched, 0u) << what << ": wrote outside its output window";
         ++ran;
       }
-      EXPECT_GE(ran, 4) << describe(k, dt, {});
+      EXPECT_GE(ran, 8) << describe(k, dt, {});
     }
 }
 
@@ -170,6 +173,12 @@ TEST(CudaIgemmConv, RefusesWhatItCannotRun) {
   s = ok, s.out_h = 0;
   EXPECT_NE(igemm_conv_unsupported(DType::F16, s, {64, 64, 1}).find("empty"), std::string::npos);
   EXPECT_EQ(igemm_tile_name({128, 64, 4}), "kiln igemm 128x64 s4");
+  EXPECT_EQ(igemm_tile_name({128, 64, 1, 8}), "kiln igemm halo 8x16 n64");
+  EXPECT_NE(igemm_conv_unsupported(DType::F16, ok, {128, 64, 2, 8}).find("halo tile kiln igemm halo 8x16 n64"),
+            std::string::npos);
+  EXPECT_NE(igemm_conv_unsupported(DType::F16, ok, {128, 128, 1, 8}).find("halo tile"), std::string::npos);
+  s = ok, s.r = s.s = 7, s.c = 256;  // a 7x7 filter of 256 channels for 64 outputs: 201 KiB per stage
+  EXPECT_NE(igemm_conv_unsupported(DType::F16, s, {64, 64, 1, 8}).find("bytes of shared memory"), std::string::npos);
   KILN_REQUIRE_GPU();
   // The launcher refuses too, before anything runs.
   EXPECT_THROW(igemm_conv_nhwc(nullptr, nullptr, nullptr, nullptr, nullptr, DType::F32, ok, Activation::None,
@@ -190,9 +199,11 @@ TEST(CudaIgemmConv, TilesToTimeAreRunnable) {
     EXPECT_FALSE(tiles.empty());
     for (const IgemmTile& t : tiles) EXPECT_EQ(igemm_conv_unsupported(DType::F16, s, t), "") << igemm_tile_name(t);
   }
-  // 20x20x512 makes 56 tiles of 64x64: splits are offered.
+  // 20x20x512 makes 56 tiles of 64x64: splits are offered; the 320x320x32 stem conv gets the halo form.
   const std::vector<IgemmTile> deep = igemm_conv_tiles(shape_of(shapes[1]));
   EXPECT_TRUE(std::any_of(deep.begin(), deep.end(), [](const IgemmTile& t) { return t.splits == 4; }));
+  const std::vector<IgemmTile> stem = igemm_conv_tiles(shape_of(shapes[2]));
+  EXPECT_TRUE(std::any_of(stem.begin(), stem.end(), [](const IgemmTile& t) { return t.th > 0; }));
 }
 
 }  // namespace

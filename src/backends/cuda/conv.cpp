@@ -93,11 +93,17 @@ std::optional<IgemmConvShape> igemm_shape(const ConvDesc& d, const EngineSwitche
   return s;
 }
 
-// "kiln igemm 64x64 s2" -> its tile; nullopt for any other tactic name.
+// "kiln igemm 64x64 s2" / "kiln igemm halo 8x16 n64" -> its tile; nullopt for any other tactic name.
 std::optional<IgemmTile> parse_igemm_tile(const std::string& name) {
   IgemmTile t;
   char tail = 0;
-  if (std::sscanf(name.c_str(), "kiln igemm %dx%d s%d%c", &t.bm, &t.bn, &t.splits, &tail) != 3) return std::nullopt;
+  int tw = 0;
+  if (std::sscanf(name.c_str(), "kiln igemm halo %dx%d n%d%c", &t.th, &tw, &t.bn, &tail) == 3) {
+    if (t.th < 1 || tw < 1 || t.th > 1024 || tw > 1024) return std::nullopt;
+    t.bm = t.th * tw;
+  } else if (t.th = 0; std::sscanf(name.c_str(), "kiln igemm %dx%d s%d%c", &t.bm, &t.bn, &t.splits, &tail) != 3) {
+    return std::nullopt;
+  }
   return igemm_tile_name(t) == name ? std::optional<IgemmTile>(t) : std::nullopt;
 }
 

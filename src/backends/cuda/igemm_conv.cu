@@ -66,6 +66,12 @@ __device__ __forceinline__ float act_of(Activation a, float v) {
   }
 }
 
+// Adds 8 channels of an f32 accumulator tile row (a 16-byte-aligned f32 run in shared memory).
+__device__ __forceinline__ void add8(float (&v)[8], const float* p) {
+  const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
+  v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w, v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+}
+
 struct IgemmArgs {
   IgemmConvShape s;
   int64_t rows;      // output pixels, n * out_h * out_w
@@ -74,6 +80,74 @@ struct IgemmArgs {
   int iters;         // K stages in all: r * s * cchunks
   Activation act;
 };
+
+// The row of B (output channel within the tile) whose address lane gives
+// ldmatrix for the warp's first pair of n8 tiles (matrices: n 0-7 k 0-7,
+// n 0-7 k 8-15, n 8-15 k 0-7, n 8-15 k 8-15; the k half is added by the caller).
+template <int BN>
+__device__ __forceinline__ int b_lane_row(int wn, int lane) {
+  return wn * (BN / 2) + (lane & 7) + ((lane >> 4) << 3);
+}
+
+// acc += A B over one k16 step for a warp's MT x NT tiles of 16 x 8. arow[i]:
+// this lane's A row for m16 tile i (row i*16 + lane % 16, k half lane / 16,
+// as ldmatrix wants it); brow: this lane's B row for the first n8 pair (B
+// stored [n][k], pitch bpitch elements), its k half included.
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void mma_k16(float (&acc)[MT][NT][4], const T* (&arow)[MT], const T* brow,
+                                        int bpitch) {
+  uint32_t fa[MT][4], fb[NT][2];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) ldmatrix_x4(fa[i], arow[i]);
+#pragma unroll
+  for (int j = 0; j < NT; j += 2) {
+    uint32_t r[4];
+    ldmatrix_x4(r, brow + j * 8 * bpitch);
+    fb[j][0] = r[0], fb[j][1] = r[1], fb[j + 1][0] = r[2], fb[j + 1][1] = r[3];
+  }
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) dev::mma16816<T>(acc[i][j], fa[i], fb[j][0], fb[j][1]);
+}
+
+// The epilogue of 8 output channels [n, n + 8) of output pixel m: + bias,
+// + residual, activation, one 16-byte store.
+template <typename T>
+__device__ __forceinline__ void finish8(float (&v)[8], int64_t m, int n, const T* bias, const T* res, T* y,
+                                        const IgemmArgs& a) {
+  if (bias) {
+    float b[8];
+    dev::load_vec<T, 8>(bias + n, b);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] += b[u];
+  }
+  if (res) {
+    float rr[8];
+    dev::load_vec<T, 8>(res + m * a.s.k + n, rr);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] += rr[u];
+  }
+#pragma unroll
+  for (int u = 0; u < 8; ++u) v[u] = act_of(a.act, v[u]);
+  dev::store_vec<T, 8>(y + m * a.y_px + n, v);
+}
+
+// A warp's share of a BM x BN f32 tile into shared memory [BM][BN + 4]
+// (mma's accumulator layout: lane g = lane / 4 holds rows g and g + 8, t = lane % 4 columns 2t, 2t + 1).
+template <int BM, int BN>
+__device__ __forceinline__ void stage_tile(float* so, const float (&acc)[BM / 32][BN / 16][4], int wm, int wn, int lane) {
+  constexpr int kOutPitch = BN + 4;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < BM / 32; ++i)
+#pragma unroll
+    for (int j = 0; j < BN / 16; ++j) {
+      const int r = wm * (BM / 2) + i * 16 + g, c = wn * (BN / 2) + j * 8 + 2 * t;
+      *reinterpret_cast<float2*>(so + r * kOutPitch + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+      *reinterpret_cast<float2*>(so + (r + 8) * kOutPitch + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+}
 
 // y = act(conv(x, w) + bias + residual) for one BM x BN tile and one part of
 // K (blockIdx.z of a cluster of SPLITS along z).
@@ -180,23 +254,14 @@ __global__ void __launch_bounds__(kThreads) igemm_conv_kernel(const T* __restric
       cp_async_commit();
     }
     const int st = (it - it0) % kStages;
-    const T* tile_a = sa + st * BM * kPitch + (wm * (BM / 2)) * kPitch;
-    const T* tile_b = sb + st * BN * kPitch + (wn * (BN / 2)) * kPitch;
+    const T* tile_a = sa + st * BM * kPitch + (wm * (BM / 2) + (lane & 15)) * kPitch + (lane >> 4) * 8;
+    const T* tile_b = sb + st * BN * kPitch + b_lane_row<BN>(wn, lane) * kPitch + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
-      uint32_t fa[MT][4], fb[NT][2];
+      const T* arow[MT];
 #pragma unroll
-      for (int i = 0; i < MT; ++i) ldmatrix_x4(fa[i], tile_a + (i * 16 + (lane & 15)) * kPitch + kk + (lane >> 4) * 8);
-#pragma unroll
-      for (int j = 0; j < NT; j += 2) {
-        uint32_t r[4];
-        ldmatrix_x4(r, tile_b + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * kPitch + kk + ((lane >> 3) & 1) * 8);
-        fb[j][0] = r[0], fb[j][1] = r[1], fb[j + 1][0] = r[2], fb[j + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < NT; ++j) dev::mma16816<T>(acc[i][j], fa[i], fb[j][0], fb[j][1]);
+      for (int i = 0; i < MT; ++i) arow[i] = tile_a + i * 16 * kPitch + kk;
+      mma_k16<T, MT, NT>(acc, arow, tile_b + kk, kPitch);
     }
   }
   cp_async_wait<0>();
@@ -205,15 +270,7 @@ __global__ void __launch_bounds__(kThreads) igemm_conv_kernel(const T* __restric
   // The partial tile in shared memory, [BM][BN + 4] f32.
   constexpr int kOutPitch = BN + 4;
   float* so = reinterpret_cast<float*>(smem);
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int r = wm * (BM / 2) + i * 16 + g, c = wn * (BN / 2) + j * 8 + 2 * t;
-      *reinterpret_cast<float2*>(so + r * kOutPitch + c) = make_float2(acc[i][j][0], acc[i][j][1]);
-      *reinterpret_cast<float2*>(so + (r + 8) * kOutPitch + c) = make_float2(acc[i][j][2], acc[i][j][3]);
-    }
+  stage_tile<BM, BN>(so, acc, wm, wn, lane);
   if (splits > 1) cg::this_cluster().sync();
   else __syncthreads();
 
@@ -225,35 +282,130 @@ __global__ void __launch_bounds__(kThreads) igemm_conv_kernel(const T* __restric
     const int64_t m = m0 + r;
     const int n = n0 + c;
     if (m >= a.rows || n >= s.k) continue;
-    float v[8];
-    {
-      const float4* p = reinterpret_cast<const float4*>(so + r * kOutPitch + c);
-      const float4 lo = p[0], hi = p[1];
-      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-    }
-    for (int q = 0; q < splits; ++q) {
-      if (q == part) continue;
-      const float4* p = reinterpret_cast<const float4*>(cg::this_cluster().map_shared_rank(so, q) + r * kOutPitch + c);
-      const float4 lo = p[0], hi = p[1];
-      v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w, v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
-    }
-    if (bias) {
-      float b[8];
-      dev::load_vec<T, 8>(bias + n, b);
-#pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] += b[u];
-    }
-    if (res) {
-      float rr[8];
-      dev::load_vec<T, 8>(res + m * s.k + n, rr);
-#pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] += rr[u];
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) v[u] = act_of(a.act, v[u]);
-    dev::store_vec<T, 8>(y + m * a.y_px + n, v);
+    float v[8] = {};
+    add8(v, so + r * kOutPitch + c);
+    for (int q = 0; q < splits; ++q)
+      if (q != part) add8(v, cg::this_cluster().map_shared_rank(so, q) + r * kOutPitch + c);
+    finish8<T>(v, m, n, bias, res, y, a);
   }
   if (splits > 1) cg::this_cluster().sync();  // peers read this block's tile until here
+}
+
+// The halo form for convs of few channels over large maps (RT-DETR's stem and
+// first stage: 320x320x32, 160x160x64). The im2col form fetches every input
+// pixel once per filter tap (9x for 3x3) from L2; here a block owns a TH x TW
+// patch of output pixels of one image x BN channels, copies the patch's input
+// window (its halo: (TH-1)*stride + (R-1)*dil + 1 rows, likewise columns) for
+// one 32-channel chunk into shared memory once, with the chunk's filter for
+// every tap, and ldmatrix reads each tap's A rows straight out of the window
+// (a lane's row address is its output pixel's input pixel for that tap).
+// Chunks are double-buffered; the first chunk's filter is requested before
+// the PDL wait. No K split (the K loop is short: c / 32 chunks).
+struct HaloArgs {
+  int ih, iw;           // the input window of a patch
+  int tiles_x, tiles_y; // patches per image
+  int wpitch;           // filter row pitch in shared memory: r*s*32 + 8 elements
+};
+
+template <int TH, int TW, int BN>
+__host__ __device__ constexpr int halo_stage_elems(int ih, int iw, int wpitch) {
+  return ih * iw * kPitch + BN * wpitch;
+}
+
+template <typename T, int TH, int TW, int BN>
+__global__ void __launch_bounds__(kThreads) igemm_halo_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                               const T* __restrict__ bias, const T* __restrict__ res,
+                                                               T* __restrict__ y, IgemmArgs a, HaloArgs hl) {
+  constexpr int BM = TH * TW, MT = BM / 32, NT = BN / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* base = reinterpret_cast<T*>(smem);
+  const IgemmConvShape& s = a.s;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp & 1, wn = warp >> 1;
+  const int per_image = hl.tiles_x * hl.tiles_y;
+  const int img = blockIdx.x / per_image, patch = blockIdx.x - img * per_image;
+  const int oy0 = (patch / hl.tiles_x) * TH, ox0 = (patch % hl.tiles_x) * TW;
+  const int iy_base = oy0 * s.stride_h - s.pad_t, ix_base = ox0 * s.stride_w - s.pad_l;
+  const int n0 = blockIdx.y * BN;
+  const int taps = s.r * s.s;
+  const int64_t kdim = int64_t(taps) * s.c;
+  const int stage_elems = halo_stage_elems<TH, TW, BN>(hl.ih, hl.iw, hl.wpitch);
+  const int window_elems = hl.ih * hl.iw * kPitch;
+
+  auto load_w = [&](int stage, int q) {
+    T* dst = base + stage * stage_elems + window_elems;
+    const int c0 = q * kBK;
+    for (int e = tid; e < BN * taps * 4; e += kThreads) {
+      const int n = e / (taps * 4), rest = e - n * taps * 4, tap = rest >> 2, ch = c0 + (rest & 3) * 8;
+      const bool ok = n0 + n < s.k && ch < s.c;
+      cp_async16(dst + n * hl.wpitch + tap * kBK + (rest & 3) * 8, ok ? w + int64_t(n0 + n) * kdim + int64_t(tap) * s.c + ch : w,
+                 ok);
+    }
+  };
+  auto load_x = [&](int stage, int q) {
+    T* dst = base + stage * stage_elems;
+    const int c0 = q * kBK;
+    for (int e = tid; e < hl.ih * hl.iw * 4; e += kThreads) {
+      const int px = e >> 2, hy = px / hl.iw, hx = px - hy * hl.iw, ch = c0 + (e & 3) * 8;
+      const int iy = iy_base + hy, ix = ix_base + hx;
+      const bool ok = ch < s.c && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+      cp_async16(dst + px * kPitch + (e & 3) * 8,
+                 ok ? x + ((int64_t(img) * s.h + iy) * s.w + ix) * a.x_px + ch : x, ok);
+    }
+  };
+  load_w(0, 0);
+  dev::enter_grid();
+  load_x(0, 0);
+  cp_async_commit();
+
+  // This lane's A rows: output pixel (ty, tx) of the patch -> its window pixel for tap (0, 0).
+  int pix[MT];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    const int r = wm * (BM / 2) + i * 16 + (lane & 15), ty = r / TW, tx = r - ty * TW;
+    pix[i] = ty * s.stride_h * hl.iw + tx * s.stride_w;
+  }
+  const int a_half = (lane >> 4) * 8;
+  const int b_row = b_lane_row<BN>(wn, lane), b_half = ((lane >> 3) & 1) * 8;
+
+  float acc[MT][NT][4] = {};
+  for (int q = 0; q < a.cchunks; ++q) {
+    if (q + 1 < a.cchunks) {  // the next chunk into the other buffer (its last reader finished at the barrier below)
+      load_w((q + 1) & 1, q + 1);
+      load_x((q + 1) & 1, q + 1);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* window = base + (q & 1) * stage_elems;
+    const T* wts = window + window_elems + b_row * hl.wpitch + b_half;
+    for (int tap = 0; tap < taps; ++tap) {
+      const int ky = tap / s.s, kx = tap - ky * s.s;
+      const int toff = ky * s.dil_h * hl.iw + kx * s.dil_w;
+#pragma unroll
+      for (int kk = 0; kk < kBK; kk += 16) {
+        const T* arow[MT];
+#pragma unroll
+        for (int i = 0; i < MT; ++i) arow[i] = window + (pix[i] + toff) * kPitch + kk + a_half;
+        mma_k16<T, MT, NT>(acc, arow, wts + tap * kBK + kk, hl.wpitch);
+      }
+    }
+    __syncthreads();  // this buffer is loaded again two chunks on
+  }
+  cp_async_wait<0>();
+
+  float* so = reinterpret_cast<float*>(smem);  // every chunk's reads ended at the loop's last barrier
+  stage_tile<BM, BN>(so, acc, wm, wn, lane);
+  __syncthreads();
+  constexpr int kGroups = BN / 8;
+  for (int e = tid; e < BM * kGroups; e += kThreads) {
+    const int r = e / kGroups, c = (e - r * kGroups) * 8;
+    const int ty = r / TW, tx = r - ty * TW, oy = oy0 + ty, ox = ox0 + tx, n = n0 + c;
+    if (oy >= s.out_h || ox >= s.out_w || n >= s.k) continue;
+    float v[8] = {};
+    add8(v, so + r * (BN + 4) + c);
+    finish8<T>(v, (int64_t(img) * s.out_h + oy) * s.out_w + ox, n, bias, res, y, a);
+  }
 }
 
 size_t smem_bytes(int bm, int bn, DType dt) {
@@ -272,11 +424,43 @@ void launch(const void* x, const void* w, const void* bias, const void* res, voi
                            static_cast<const T*>(res), static_cast<T*>(y), a);
 }
 
+// The halo form's patch geometry and shared memory for tile t (t.th > 0).
+HaloArgs halo_args(const IgemmConvShape& s, const IgemmTile& t) {
+  const int th = t.th, tw = t.bm / t.th;
+  return {(th - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1, (tw - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1,
+          (s.out_w + tw - 1) / tw, (s.out_h + th - 1) / th, s.r * s.s * kBK + 8};
+}
+size_t halo_smem_bytes(const IgemmConvShape& s, const IgemmTile& t, DType dt) {
+  const HaloArgs h = halo_args(s, t);
+  const int stages = s.c > kBK ? 2 : 1;
+  const size_t pipe = size_t(stages) * (size_t(h.ih) * h.iw * kPitch + size_t(t.bn) * h.wpitch) * dtype_size(dt);
+  const size_t out = size_t(t.bm) * (t.bn + 4) * sizeof(float);
+  return pipe > out ? pipe : out;
+}
+constexpr size_t kHaloMaxSmem = 200 * 1024;  // of the 227 KiB a block may opt into on sm_90
+
+template <typename T, int TH, int TW, int BN>
+void launch_halo(const void* x, const void* w, const void* bias, const void* res, void* y, const IgemmArgs& a,
+                 const IgemmTile& t, DType dt, cudaStream_t stream) {
+  const HaloArgs h = halo_args(a.s, t);
+  const size_t smem = halo_smem_bytes(a.s, t, dt);
+  auto kernel = igemm_halo_kernel<T, TH, TW, BN>;
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned(int64_t(a.s.n) * h.tiles_x * h.tiles_y), unsigned((a.s.k + BN - 1) / BN), 1);
+  detail::launch("igemm_conv_nhwc", kernel, grid, kThreads, smem, stream, static_cast<const T*>(x),
+                 static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<const T*>(res), static_cast<T*>(y), a,
+                 h);
+}
+
 constexpr IgemmTile kTiles[] = {{64, 32, 1}, {64, 64, 1}, {128, 64, 1}, {64, 128, 1}};
+constexpr IgemmTile kHaloTiles[] = {{128, 32, 1, 8}, {128, 64, 1, 8}, {64, 32, 1, 8}, {64, 64, 1, 8}};
 
 }  // namespace
 
-std::string igemm_tile_name(const IgemmTile& t) { return cat("kiln igemm ", t.bm, "x", t.bn, " s", t.splits); }
+std::string igemm_tile_name(const IgemmTile& t) {
+  if (t.th > 0) return cat("kiln igemm halo ", t.th, "x", t.bm / t.th, " n", t.bn);
+  return cat("kiln igemm ", t.bm, "x", t.bn, " s", t.splits);
+}
 
 std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const IgemmTile& t) {
   if (dt != DType::F16 && dt != DType::BF16) return cat("dtype ", dtype_name(dt), " (f16/bf16 only: tensor-core mma)");
@@ -289,7 +473,19 @@ std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const Igem
   const int64_t rows = int64_t(s.n) * s.out_h * s.out_w;
   if (int64_t(s.n) * s.h * s.w > (int64_t(1) << 31) / 2 || rows > (int64_t(1) << 31) / 2)
     return "more than 2^30 pixels";
-  if (int64_t(s.r) * s.s * s.c > (int64_t(1) << 30)) return "filter too large";
+  if (int64_t(s.r) * s.s * s.c > (int64_t(1) << 30) || s.r > 64 || s.s > 64 || s.dil_h > 64 || s.dil_w > 64 ||
+      s.stride_h > 64 || s.stride_w > 64)
+    return "filter too large";
+  if (t.th > 0) {
+    bool known = false;
+    for (const IgemmTile& k : kHaloTiles) known = known || (k.bm == t.bm && k.bn == t.bn && k.th == t.th);
+    if (!known || t.splits != 1) return cat("halo tile ", igemm_tile_name(t), " (8x16 or 8x8 patches, 32 or 64 channels)");
+    if (halo_smem_bytes(s, t, dt) > kHaloMaxSmem)
+      return cat("halo tile ", igemm_tile_name(t), " needs ", halo_smem_bytes(s, t, dt), " bytes of shared memory");
+    const HaloArgs h = halo_args(s, t);
+    if (int64_t(s.n) * h.tiles_x * h.tiles_y > 0x7fffffff || (s.k + t.bn - 1) / t.bn > 65535) return "grid too large";
+    return "";
+  }
   bool known = false;
   for (const IgemmTile& k : kTiles) known = known || (k.bm == t.bm && k.bn == t.bn);
   if (!known) return cat("tile ", t.bm, "x", t.bn, " (64x32, 64x64, 128x64 or 64x128)");
@@ -302,8 +498,9 @@ std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const Igem
 
 std::vector<IgemmTile> igemm_conv_tiles(const IgemmConvShape& s) {
   // Every tile whose N extent is not mostly padding, at every K split that
-  // leaves each part >= 4 stages and makes at most ~4 blocks per SM: timing
-  // picks among them (conv.cpp).
+  // leaves each part >= 4 stages and makes at most ~4 blocks per SM; the halo
+  // form where a filter has several taps and the channels are few (<= 128:
+  // at most 4 chunks). Timing picks among them (conv.cpp).
   std::vector<IgemmTile> out;
   const int64_t rows = int64_t(s.n) * s.out_h * s.out_w;
   const int iters = s.r * s.s * ((s.c + kBK - 1) / kBK);
@@ -316,6 +513,9 @@ std::vector<IgemmTile> igemm_conv_tiles(const IgemmConvShape& s) {
       out.push_back({t.bm, t.bn, sp});
     }
   }
+  if (s.r * s.s > 1 && s.c <= 4 * kBK)
+    for (const IgemmTile& t : kHaloTiles)
+      if (!(t.bn > 32 && s.k <= t.bn / 2)) out.push_back(t);
   return out;
 }
 
@@ -332,7 +532,12 @@ void igemm_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const 
   detail::dispatch_float(dt, "igemm_conv_nhwc", [&](auto tv) {
     using T = decltype(tv);
     if constexpr (!std::is_same_v<T, float>) {
-      if (t.bm == 64 && t.bn == 32) launch<T, 64, 32>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
+      if (t.th > 0) {
+        if (t.bm == 128 && t.bn == 32) launch_halo<T, 8, 16, 32>(x, w_krsc, bias, residual, y, a, t, dt, stream);
+        else if (t.bm == 128) launch_halo<T, 8, 16, 64>(x, w_krsc, bias, residual, y, a, t, dt, stream);
+        else if (t.bn == 32) launch_halo<T, 8, 8, 32>(x, w_krsc, bias, residual, y, a, t, dt, stream);
+        else launch_halo<T, 8, 8, 64>(x, w_krsc, bias, residual, y, a, t, dt, stream);
+      } else if (t.bm == 64 && t.bn == 32) launch<T, 64, 32>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
       else if (t.bm == 64 && t.bn == 64) launch<T, 64, 64>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
       else if (t.bm == 128) launch<T, 128, 64>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
       else launch<T, 64, 128>(x, w_krsc, bias, residual, y, a, t.splits, dt, stream);
