@@ -6,8 +6,9 @@
 // windows, pixel strides on x and y. Also: a K split gives the same result
 // as the unsplit tile within rounding, nothing outside the output window is
 // written, and unsupported shapes or tiles are refused with a reason. The
-// halo form (patches whose input window is loaded once for every tap) runs
-// every case too.
+// halo forms (patches whose input window is loaded once for every tap; the
+// persistent one walking patches with its filter share held) run every case
+// too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,9 +81,11 @@ const Case kCases[] = {
     {1, 12, 12, 32, 64, 3, 1, 1, 1, false, 96, 128, Activation::Relu},
 };
 
-const IgemmTile kAllTiles[] = {{64, 32, 1},     {64, 32, 2},    {64, 64, 1},    {64, 64, 2},    {64, 64, 4},
-                               {128, 64, 1},    {128, 64, 4},   {64, 128, 1},   {64, 128, 2},   {128, 32, 1, 8},
-                               {128, 64, 1, 8}, {64, 32, 1, 8}, {64, 64, 1, 8}};
+const IgemmTile kAllTiles[] = {{64, 32, 1},           {64, 32, 2},           {64, 64, 1},          {64, 64, 2},
+                               {64, 64, 4},           {128, 64, 1},          {128, 64, 4},         {64, 128, 1},
+                               {64, 128, 2},          {128, 32, 1, 8},       {128, 64, 1, 8},      {64, 32, 1, 8},
+                               {64, 64, 1, 8},        {128, 32, 1, 8, true}, {128, 64, 1, 8, true}, {64, 32, 1, 8, true},
+                               {64, 64, 1, 8, true}};
 
 TEST(CudaIgemmConv, EveryTileMatchesCpuReference) {
   KILN_REQUIRE_GPU();
@@ -124,9 +127,12 @@ TEST(CudaIgemmConv, EveryTileMatchesCpuReference) {
       for (const IgemmTile& t : kAllTiles) {
         const std::string what = describe(k, dt, t);
         if (!igemm_conv_unsupported(dt, s, t).empty()) {
-          // Only a split deeper than K may be refused for these shapes (every halo tile fits).
+          // Only a split deeper than K may be refused for these shapes, and a persistent halo
+          // tile whose whole filter share does not fit in shared memory.
           const int iters = k.r * k.r * ((k.c + 31) / 32);
-          EXPECT_TRUE(t.th == 0 && t.splits > iters) << what << ": " << igemm_conv_unsupported(dt, s, t);
+          const std::string why = igemm_conv_unsupported(dt, s, t);
+          EXPECT_TRUE(t.th == 0 ? t.splits > iters : t.persist && why.find("bytes of shared memory") != std::string::npos)
+              << what << ": " << why;
           continue;
         }
         const auto dy = upload(y0, dt);
@@ -174,6 +180,7 @@ TEST(CudaIgemmConv, RefusesWhatItCannotRun) {
   EXPECT_NE(igemm_conv_unsupported(DType::F16, s, {64, 64, 1}).find("empty"), std::string::npos);
   EXPECT_EQ(igemm_tile_name({128, 64, 4}), "kiln igemm 128x64 s4");
   EXPECT_EQ(igemm_tile_name({128, 64, 1, 8}), "kiln igemm halo 8x16 n64");
+  EXPECT_EQ(igemm_tile_name({64, 32, 1, 8, true}), "kiln igemm halo persistent 8x8 n32");
   EXPECT_NE(igemm_conv_unsupported(DType::F16, ok, {128, 64, 2, 8}).find("halo tile kiln igemm halo 8x16 n64"),
             std::string::npos);
   EXPECT_NE(igemm_conv_unsupported(DType::F16, ok, {128, 128, 1, 8}).find("halo tile"), std::string::npos);

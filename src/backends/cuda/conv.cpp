@@ -98,7 +98,9 @@ std::optional<IgemmTile> parse_igemm_tile(const std::string& name) {
   IgemmTile t;
   char tail = 0;
   int tw = 0;
-  if (std::sscanf(name.c_str(), "kiln igemm halo %dx%d n%d%c", &t.th, &tw, &t.bn, &tail) == 3) {
+  t.persist = name.rfind("kiln igemm halo persistent ", 0) == 0;
+  const char* halo = t.persist ? "kiln igemm halo persistent %dx%d n%d%c" : "kiln igemm halo %dx%d n%d%c";
+  if (std::sscanf(name.c_str(), halo, &t.th, &tw, &t.bn, &tail) == 3) {
     if (t.th < 1 || tw < 1 || t.th > 1024 || tw > 1024) return std::nullopt;
     t.bm = t.th * tw;
   } else if (t.th = 0; std::sscanf(name.c_str(), "kiln igemm %dx%d s%d%c", &t.bm, &t.bn, &t.splits, &tail) != 3) {

@@ -24,6 +24,8 @@
 //     stored 16 bytes at a time.
 #include <cooperative_groups.h>
 
+#include <algorithm>
+
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -408,6 +410,126 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_kernel(const T* __restric
   }
 }
 
+// The persistent halo form: one block per SM share (per BN channels) holds
+// the filter of all its taps and channels in shared memory, loaded once
+// (before the PDL wait), and walks patches blockIdx.x, + gridDim.x, ...; each
+// patch's input window is loaded per 32-channel chunk, double-buffered across
+// chunks and patches, and the epilogue writes from the accumulator fragments.
+// For the stem and first-stage convs, whose filters (18-74 KiB) the plain
+// halo form re-reads from L2 for every patch. hl.wpitch: r*s*cchunks*32 + 8.
+template <typename T, int TH, int TW, int BN>
+__global__ void __launch_bounds__(kThreads) igemm_halo_persist_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                                       const T* __restrict__ bias,
+                                                                       const T* __restrict__ res, T* __restrict__ y,
+                                                                       IgemmArgs a, HaloArgs hl) {
+  constexpr int BM = TH * TW, MT = BM / 32, NT = BN / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* wts_all = reinterpret_cast<T*>(smem);              // [BN][wpitch]
+  T* windows = wts_all + BN * hl.wpitch;                 // [2][ih * iw][kPitch]
+  const IgemmConvShape& s = a.s;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp & 1, wn = warp >> 1;
+  const int n0 = blockIdx.y * BN;
+  const int taps = s.r * s.s, cpad = a.cchunks * kBK;
+  const int64_t kdim = int64_t(taps) * s.c;
+  const int window_elems = hl.ih * hl.iw * kPitch;
+  const int per_image = hl.tiles_x * hl.tiles_y, patches = s.n * per_image;
+
+  // The whole filter share, once.
+  for (int e = tid; e < BN * taps * a.cchunks * 4; e += kThreads) {
+    const int n = e / (taps * a.cchunks * 4), rest = e - n * taps * a.cchunks * 4;
+    const int tap = rest / (a.cchunks * 4), ch = (rest - tap * a.cchunks * 4) * 8;
+    const bool ok = n0 + n < s.k && ch < s.c;
+    cp_async16(wts_all + n * hl.wpitch + tap * cpad + ch, ok ? w + int64_t(n0 + n) * kdim + int64_t(tap) * s.c + ch : w,
+               ok);
+  }
+  cp_async_commit();
+  dev::enter_grid();
+  if (int(blockIdx.x) >= patches) {  // (the launcher makes no such block)
+    cp_async_wait<0>();
+    return;
+  }
+
+  auto load_window = [&](int buf, int p, int q) {
+    const int img = p / per_image, patch = p - img * per_image;
+    const int iy_base = (patch / hl.tiles_x) * TH * s.stride_h - s.pad_t;
+    const int ix_base = (patch % hl.tiles_x) * TW * s.stride_w - s.pad_l;
+    T* dst = windows + buf * window_elems;
+    const int c0 = q * kBK;
+    for (int e = tid; e < hl.ih * hl.iw * 4; e += kThreads) {
+      const int px = e >> 2, hy = px / hl.iw, hx = px - hy * hl.iw, ch = c0 + (e & 3) * 8;
+      const int iy = iy_base + hy, ix = ix_base + hx;
+      const bool ok = ch < s.c && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+      cp_async16(dst + px * kPitch + (e & 3) * 8,
+                 ok ? x + ((int64_t(img) * s.h + iy) * s.w + ix) * a.x_px + ch : x, ok);
+    }
+  };
+  load_window(0, blockIdx.x, 0);
+  cp_async_commit();
+
+  int pix[MT];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) {
+    const int r = wm * (BM / 2) + i * 16 + (lane & 15), ty = r / TW, tx = r - ty * TW;
+    pix[i] = ty * s.stride_h * hl.iw + tx * s.stride_w;
+  }
+  const int a_half = (lane >> 4) * 8;
+  const T* wrow = wts_all + b_lane_row<BN>(wn, lane) * hl.wpitch + ((lane >> 3) & 1) * 8;
+  const int g = lane >> 2, t = lane & 3;
+
+  int buf = 0;
+  for (int p = blockIdx.x; p < patches; p += gridDim.x) {
+    float acc[MT][NT][4] = {};
+    for (int q = 0; q < a.cchunks; ++q) {
+      const bool last = q + 1 == a.cchunks;
+      const int np = last ? p + int(gridDim.x) : p, nq = last ? 0 : q + 1;
+      if (np < patches) load_window(buf ^ 1, np, nq);  // its last reader finished at the barrier below
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      const T* window = windows + buf * window_elems;
+      for (int tap = 0; tap < taps; ++tap) {
+        const int ky = tap / s.s, kx = tap - ky * s.s;
+        const int toff = ky * s.dil_h * hl.iw + kx * s.dil_w;
+#pragma unroll
+        for (int kk = 0; kk < kBK; kk += 16) {
+          const T* arow[MT];
+#pragma unroll
+          for (int i = 0; i < MT; ++i) arow[i] = window + (pix[i] + toff) * kPitch + kk + a_half;
+          mma_k16<T, MT, NT>(acc, arow, wrow + tap * cpad + q * kBK + kk, hl.wpitch);
+        }
+      }
+      __syncthreads();
+      buf ^= 1;
+    }
+    // Epilogue from the fragments: rows g and g + 8 of each m16 tile, channels 2t and 2t + 1 of each n8 tile.
+    const int img = p / per_image, patch = p - img * per_image;
+    const int oy0 = (patch / hl.tiles_x) * TH, ox0 = (patch % hl.tiles_x) * TW;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * (BM / 2) + i * 16 + g + 8 * h, ty = r / TW, tx = r - ty * TW;
+        const int oy = oy0 + ty, ox = ox0 + tx;
+        if (oy >= s.out_h || ox >= s.out_w) continue;
+        const int64_t m = (int64_t(img) * s.out_h + oy) * s.out_w + ox;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int n = n0 + wn * (BN / 2) + j * 8 + 2 * t;
+          if (n >= s.k) continue;
+          float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+          if (bias) v0 += dev::to_f32(bias[n]), v1 += dev::to_f32(bias[n + 1]);
+          if (res) {
+            const T* rp = res + m * s.k + n;
+            v0 += dev::to_f32(rp[0]), v1 += dev::to_f32(rp[1]);
+          }
+          *reinterpret_cast<uint32_t*>(y + m * a.y_px + n) = dev::pack2<T>(act_of(a.act, v0), act_of(a.act, v1));
+        }
+      }
+  }
+  cp_async_wait<0>();
+}
+
 size_t smem_bytes(int bm, int bn, DType dt) {
   const size_t pipe = size_t(kStages) * (bm + bn) * kPitch * dtype_size(dt);
   const size_t out = size_t(bm) * (bn + 4) * sizeof(float);
@@ -427,13 +549,16 @@ void launch(const void* x, const void* w, const void* bias, const void* res, voi
 // The halo form's patch geometry and shared memory for tile t (t.th > 0).
 HaloArgs halo_args(const IgemmConvShape& s, const IgemmTile& t) {
   const int th = t.th, tw = t.bm / t.th;
+  const int cchunks = (s.c + kBK - 1) / kBK;
   return {(th - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1, (tw - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1,
-          (s.out_w + tw - 1) / tw, (s.out_h + th - 1) / th, s.r * s.s * kBK + 8};
+          (s.out_w + tw - 1) / tw, (s.out_h + th - 1) / th, s.r * s.s * (t.persist ? cchunks : 1) * kBK + 8};
 }
 size_t halo_smem_bytes(const IgemmConvShape& s, const IgemmTile& t, DType dt) {
   const HaloArgs h = halo_args(s, t);
+  const size_t window = size_t(h.ih) * h.iw * kPitch, filter = size_t(t.bn) * h.wpitch;
+  if (t.persist) return (filter + 2 * window) * dtype_size(dt);
   const int stages = s.c > kBK ? 2 : 1;
-  const size_t pipe = size_t(stages) * (size_t(h.ih) * h.iw * kPitch + size_t(t.bn) * h.wpitch) * dtype_size(dt);
+  const size_t pipe = size_t(stages) * (window + filter) * dtype_size(dt);
   const size_t out = size_t(t.bm) * (t.bn + 4) * sizeof(float);
   return pipe > out ? pipe : out;
 }
@@ -444,21 +569,31 @@ void launch_halo(const void* x, const void* w, const void* bias, const void* res
                  const IgemmTile& t, DType dt, cudaStream_t stream) {
   const HaloArgs h = halo_args(a.s, t);
   const size_t smem = halo_smem_bytes(a.s, t, dt);
-  auto kernel = igemm_halo_kernel<T, TH, TW, BN>;
+  auto kernel = t.persist ? igemm_halo_persist_kernel<T, TH, TW, BN> : igemm_halo_kernel<T, TH, TW, BN>;
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(unsigned(int64_t(a.s.n) * h.tiles_x * h.tiles_y), unsigned((a.s.k + BN - 1) / BN), 1);
+  const int64_t patches = int64_t(a.s.n) * h.tiles_x * h.tiles_y;
+  const unsigned ytiles = unsigned((a.s.k + BN - 1) / BN);
+  int64_t xblocks = patches;
+  if (t.persist) {  // as many blocks as stay resident, shared among the channel tiles
+    int per_sm = 0;
+    KILN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    const int64_t resident = int64_t(std::max(per_sm, 1)) * detail::sm_count();
+    xblocks = std::min<int64_t>(patches, std::max<int64_t>(1, resident / ytiles));
+  }
+  const dim3 grid(unsigned(xblocks), ytiles, 1);
   detail::launch("igemm_conv_nhwc", kernel, grid, kThreads, smem, stream, static_cast<const T*>(x),
                  static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<const T*>(res), static_cast<T*>(y), a,
                  h);
 }
 
 constexpr IgemmTile kTiles[] = {{64, 32, 1}, {64, 64, 1}, {128, 64, 1}, {64, 128, 1}};
-constexpr IgemmTile kHaloTiles[] = {{128, 32, 1, 8}, {128, 64, 1, 8}, {64, 32, 1, 8}, {64, 64, 1, 8}};
+constexpr IgemmTile kHaloTiles[] = {{128, 32, 1, 8},       {128, 64, 1, 8},       {64, 32, 1, 8},       {64, 64, 1, 8},
+                                    {128, 32, 1, 8, true}, {128, 64, 1, 8, true}, {64, 32, 1, 8, true}, {64, 64, 1, 8, true}};
 
 }  // namespace
 
 std::string igemm_tile_name(const IgemmTile& t) {
-  if (t.th > 0) return cat("kiln igemm halo ", t.th, "x", t.bm / t.th, " n", t.bn);
+  if (t.th > 0) return cat("kiln igemm halo ", t.persist ? "persistent " : "", t.th, "x", t.bm / t.th, " n", t.bn);
   return cat("kiln igemm ", t.bm, "x", t.bn, " s", t.splits);
 }
 
@@ -478,7 +613,8 @@ std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const Igem
     return "filter too large";
   if (t.th > 0) {
     bool known = false;
-    for (const IgemmTile& k : kHaloTiles) known = known || (k.bm == t.bm && k.bn == t.bn && k.th == t.th);
+    for (const IgemmTile& k : kHaloTiles)
+      known = known || (k.bm == t.bm && k.bn == t.bn && k.th == t.th && k.persist == t.persist);
     if (!known || t.splits != 1) return cat("halo tile ", igemm_tile_name(t), " (8x16 or 8x8 patches, 32 or 64 channels)");
     if (halo_smem_bytes(s, t, dt) > kHaloMaxSmem)
       return cat("halo tile ", igemm_tile_name(t), " needs ", halo_smem_bytes(s, t, dt), " bytes of shared memory");
@@ -499,8 +635,9 @@ std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const Igem
 std::vector<IgemmTile> igemm_conv_tiles(const IgemmConvShape& s) {
   // Every tile whose N extent is not mostly padding, at every K split that
   // leaves each part >= 4 stages and makes at most ~4 blocks per SM; the halo
-  // form where a filter has several taps and the channels are few (<= 128:
-  // at most 4 chunks). Timing picks among them (conv.cpp).
+  // forms where a filter has several taps and the channels are few (<= 128:
+  // at most 4 chunks) and they fit in shared memory. Timing picks among them
+  // (conv.cpp).
   std::vector<IgemmTile> out;
   const int64_t rows = int64_t(s.n) * s.out_h * s.out_w;
   const int iters = s.r * s.s * ((s.c + kBK - 1) / kBK);
@@ -515,7 +652,7 @@ std::vector<IgemmTile> igemm_conv_tiles(const IgemmConvShape& s) {
   }
   if (s.r * s.s > 1 && s.c <= 4 * kBK)
     for (const IgemmTile& t : kHaloTiles)
-      if (!(t.bn > 32 && s.k <= t.bn / 2)) out.push_back(t);
+      if (!(t.bn > 32 && s.k <= t.bn / 2) && halo_smem_bytes(s, t, DType::F16) <= kHaloMaxSmem) out.push_back(t);
   return out;
 }
 

@@ -172,11 +172,15 @@ struct IgemmConvShape {
 // A launch shape: a block's output tile bm x bn (64x32, 64x64, 128x64,
 // 64x128) and `splits` blocks of one cluster splitting K (1, 2, 4); or, with
 // th > 0, the halo form: patches of th x (bm / th) output pixels (8x16, 8x8)
-// x bn channels (32, 64) whose input window is loaded once for every tap.
+// x bn channels (32, 64) whose input window is loaded once for every tap;
+// `persist`: its persistent variant (the block's filter share loaded once,
+// patches walked in turn).
 struct IgemmTile {
   int bm = 64, bn = 64, splits = 1, th = 0;
+  bool persist = false;
 };
-// "kiln igemm 64x64 s2" / "kiln igemm halo 8x16 n64": the tactic name a tile is recorded under.
+// "kiln igemm 64x64 s2" / "kiln igemm halo 8x16 n64" / "kiln igemm halo persistent 8x16 n64":
+// the tactic name a tile is recorded under.
 std::string igemm_tile_name(const IgemmTile& t);
 // Empty when igemm_conv_nhwc runs this shape with this tile, else why not.
 std::string igemm_conv_unsupported(DType dt, const IgemmConvShape& s, const IgemmTile& t);
