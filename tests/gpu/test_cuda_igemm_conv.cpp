@@ -16,25 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernels.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
+#include "conv_reference.hpp"
 #include "cuda_test_util.hpp"
 
-namespace kiln::cuda {
+namespace kiln::cuda::test {
 namespace {
-
-using test::download;
-using test::nchw_to_nhwc;
-using test::nhwc_to_nchw;
-using test::random_values;
-using test::round_all;
-using test::upload;
-
-cpu::ThreadPool& pool() {
-  static cpu::ThreadPool p(0);
-  return p;
-}
 
 struct Case {
   int n, h, w, c, k, r, stride, pad, dil;
@@ -50,11 +38,7 @@ std::string describe(const Case& k, DType dt, const IgemmTile& t) {
 }
 
 IgemmConvShape shape_of(const Case& k) {
-  IgemmConvShape s{};
-  s.n = k.n, s.h = k.h, s.w = k.w, s.c = k.c, s.k = k.k, s.r = s.s = k.r;
-  s.out_h = (k.h + 2 * k.pad - k.dil * (k.r - 1) - 1) / k.stride + 1;
-  s.out_w = (k.w + 2 * k.pad - k.dil * (k.r - 1) - 1) / k.stride + 1;
-  s.stride_h = s.stride_w = k.stride, s.pad_t = s.pad_l = k.pad, s.dil_h = s.dil_w = k.dil;
+  IgemmConvShape s = square_conv_shape<IgemmConvShape>({k.n, k.h, k.w, k.c, k.k, k.r, k.stride, k.pad, k.dil, k.act});
   s.x_stride = k.xw, s.y_stride = k.yw;
   return s;
 }
@@ -101,23 +85,12 @@ TEST(CudaIgemmConv, EveryTileMatchesCpuReference) {
       const auto resid = round_all(random_values(size_t(out_px) * k.k, 34, -1.f, 1.f), dt);
       const auto y0 = round_all(random_values(size_t(out_px) * yw, 35), dt);
 
-      // Reference: NCHW/KCRS on the CPU.
+      // Reference: the CPU conv.
       std::vector<float> xd(size_t(in_px) * k.c);
       for (int64_t p = 0; p < in_px; ++p)
         for (int ch = 0; ch < k.c; ++ch) xd[size_t(p) * k.c + ch] = xwide[size_t(p) * xw + ch];
-      std::vector<float> wkcrs(wk.size());
-      for (int o = 0; o < k.k; ++o)
-        for (int t = 0; t < k.r * k.r; ++t)
-          for (int ch = 0; ch < k.c; ++ch)
-            wkcrs[(size_t(o) * k.c + ch) * k.r * k.r + t] = wk[(size_t(o) * k.r * k.r + t) * k.c + ch];
-      cpu::Conv2dParams p;
-      p.n = k.n, p.c_in = k.c, p.h = k.h, p.w = k.w, p.c_out = k.k, p.kh = p.kw = k.r;
-      p.stride_h = p.stride_w = k.stride, p.pad_t = p.pad_l = p.pad_b = p.pad_r = k.pad, p.dil_h = p.dil_w = k.dil;
-      std::vector<float> ref(size_t(out_px) * k.k);
-      const auto res_nchw = nhwc_to_nchw(resid, k.n, k.k, s.out_h, s.out_w);
-      cpu::conv2d(p, nhwc_to_nchw(xd, k.n, k.c, k.h, k.w).data(), wkcrs.data(), bias.data(),
-                  k.residual ? res_nchw.data() : nullptr, k.act, ref.data(), pool());
-      ref = nchw_to_nhwc(ref, k.n, k.k, s.out_h, s.out_w);
+      const std::vector<float> ref = reference_conv_nhwc({k.n, k.h, k.w, k.c, k.k, k.r, k.stride, k.pad, k.dil, k.act},
+                                                               dt, xd, {}, wk, bias, k.residual ? resid : std::vector<float>{});
       float ref_max = 0.f;
       for (float v : ref) ref_max = std::max(ref_max, std::fabs(v));
 
@@ -214,4 +187,4 @@ TEST(CudaIgemmConv, TilesToTimeAreRunnable) {
 }
 
 }  // namespace
-}  // namespace kiln::cuda
+}  // namespace kiln::cuda::test

@@ -14,6 +14,7 @@
 #include "backends/cpu/kernels.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
+#include "conv_reference.hpp"
 #include "cuda_test_util.hpp"
 
 namespace kiln::cuda {
@@ -21,16 +22,9 @@ namespace {
 
 using test::alloc;
 using test::download;
-using test::nchw_to_nhwc;
-using test::nhwc_to_nchw;
 using test::random_values;
 using test::round_all;
 using test::upload;
-
-cpu::ThreadPool& pool() {
-  static cpu::ThreadPool p(0);
-  return p;
-}
 
 struct Case {
   int n, h, w, c, k, r, stride, pad, dil;
@@ -55,11 +49,7 @@ std::vector<float> window(const std::vector<float>& wide, int64_t rows, int wide
 }
 
 WindowConvShape shape_of(const Case& k) {
-  WindowConvShape s{};
-  s.n = k.n, s.h = k.h, s.w = k.w, s.c = k.c, s.k = k.k, s.r = s.s = k.r;
-  s.out_h = (k.h + 2 * k.pad - k.dil * (k.r - 1) - 1) / k.stride + 1;
-  s.out_w = (k.w + 2 * k.pad - k.dil * (k.r - 1) - 1) / k.stride + 1;
-  s.stride_h = s.stride_w = k.stride, s.pad_t = s.pad_l = k.pad, s.dil_h = s.dil_w = k.dil;
+  WindowConvShape s = test::square_conv_shape<WindowConvShape>({k.n, k.h, k.w, k.c, k.k, k.r, k.stride, k.pad, k.dil, k.act});
   s.x_stride = k.xw, s.x_add_stride = k.aw ? k.aw : k.c, s.y_stride = k.yw;
   return s;
 }
@@ -94,21 +84,11 @@ TEST(CudaWindowConv, MatchesCpuReferenceOnWindows) {
       const auto bias = round_all(random_values(size_t(k.k), 14, -0.5f, 0.5f), dt);
       const auto y0 = round_all(random_values(size_t(out_px) * k.yw, 15), dt);
 
-      // Reference: NCHW/KCRS on the CPU, the sum rounded to dt as an add node stores it.
+      // Reference: the CPU conv of the sum, rounded to dt as an add node stores it.
       const auto xd = window(xwide, in_px, k.xw, k.xo, k.c);
-      const auto ad = k.aw ? window(awide, in_px, k.aw, k.ao, k.c) : std::vector<float>(xd.size(), 0.f);
-      std::vector<float> wkcrs(wk.size());
-      for (int o = 0; o < k.k; ++o)
-        for (int t = 0; t < k.r * k.r; ++t)
-          for (int ch = 0; ch < k.c; ++ch)
-            wkcrs[(size_t(o) * k.c + ch) * k.r * k.r + t] = wk[(size_t(o) * k.r * k.r + t) * k.c + ch];
-      cpu::Conv2dParams p;
-      p.n = k.n, p.c_in = k.c, p.h = k.h, p.w = k.w, p.c_out = k.k, p.kh = p.kw = k.r;
-      p.stride_h = p.stride_w = k.stride, p.pad_t = p.pad_l = p.pad_b = p.pad_r = k.pad, p.dil_h = p.dil_w = k.dil;
-      std::vector<float> ref(size_t(out_px) * k.k);
-      cpu::conv2d_of_sum(p, nhwc_to_nchw(xd, k.n, k.c, k.h, k.w).data(), nhwc_to_nchw(ad, k.n, k.c, k.h, k.w).data(), dt,
-                         wkcrs.data(), bias.data(), nullptr, k.act, ref.data(), pool());
-      ref = nchw_to_nhwc(ref, k.n, k.k, s.out_h, s.out_w);
+      const auto ad = k.aw ? window(awide, in_px, k.aw, k.ao, k.c) : std::vector<float>{};
+      const std::vector<float> ref =
+          test::reference_conv_nhwc({k.n, k.h, k.w, k.c, k.k, k.r, k.stride, k.pad, k.dil, k.act}, dt, xd, ad, wk, bias, {});
       float ref_max = 0.f;
       for (float v : ref) ref_max = std::max(ref_max, std::fabs(v));
 

@@ -314,6 +314,54 @@ __host__ __device__ constexpr int halo_stage_elems(int ih, int iw, int wpitch) {
   return ih * iw * kPitch + BN * wpitch;
 }
 
+// Copies chunk c0 (32 channels) of the input window of the patch whose
+// top-left output pixel is (oy0, ox0) of image img into dst [ih * iw][kPitch],
+// zeros outside the image and past the channels.
+template <typename T, int TH, int TW>
+__device__ __forceinline__ void load_window(T* dst, const T* x, const IgemmArgs& a, const HaloArgs& hl, int img, int oy0,
+                                            int ox0, int c0) {
+  const IgemmConvShape& s = a.s;
+  const int iy_base = oy0 * s.stride_h - s.pad_t, ix_base = ox0 * s.stride_w - s.pad_l;
+  for (int e = threadIdx.x; e < hl.ih * hl.iw * 4; e += kThreads) {
+    const int px = e >> 2, hy = px / hl.iw, hx = px - hy * hl.iw, ch = c0 + (e & 3) * 8;
+    const int iy = iy_base + hy, ix = ix_base + hx;
+    const bool ok = ch < s.c && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+    cp_async16(dst + px * kPitch + (e & 3) * 8, ok ? x + ((int64_t(img) * s.h + iy) * s.w + ix) * a.x_px + ch : x, ok);
+  }
+}
+
+// This lane's A rows in a window: for m16 tile i, output pixel (ty, tx) of
+// the patch (row wm * BM/2 + i*16 + lane % 16) -> its window pixel for tap (0, 0).
+template <int BM, int TW>
+__device__ __forceinline__ void window_rows(int (&pix)[BM / 32], const IgemmConvShape& s, const HaloArgs& hl, int wm,
+                                            int lane) {
+#pragma unroll
+  for (int i = 0; i < BM / 32; ++i) {
+    const int r = wm * (BM / 2) + i * 16 + (lane & 15), ty = r / TW, tx = r - ty * TW;
+    pix[i] = ty * s.stride_h * hl.iw + tx * s.stride_w;
+  }
+}
+
+// acc += one 32-channel chunk of every tap: A rows out of the window (pix:
+// window_rows), B from shared filter rows at wrow + tap * tap_step (this
+// lane's ldmatrix row and k half included), pitch hl.wpitch.
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void window_chunk(float (&acc)[MT][NT][4], const T* window, const int (&pix)[MT], int lane,
+                                             const T* wrow, int tap_step, const IgemmConvShape& s, const HaloArgs& hl) {
+  const int a_half = (lane >> 4) * 8;
+  for (int tap = 0; tap < s.r * s.s; ++tap) {
+    const int ky = tap / s.s, kx = tap - ky * s.s;
+    const int toff = ky * s.dil_h * hl.iw + kx * s.dil_w;
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      const T* arow[MT];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) arow[i] = window + (pix[i] + toff) * kPitch + kk + a_half;
+      mma_k16<T, MT, NT>(acc, arow, wrow + tap * tap_step + kk, hl.wpitch);
+    }
+  }
+}
+
 template <typename T, int TH, int TW, int BN>
 __global__ void __launch_bounds__(kThreads) igemm_halo_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                                                const T* __restrict__ bias, const T* __restrict__ res,
@@ -327,7 +375,6 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_kernel(const T* __restric
   const int per_image = hl.tiles_x * hl.tiles_y;
   const int img = blockIdx.x / per_image, patch = blockIdx.x - img * per_image;
   const int oy0 = (patch / hl.tiles_x) * TH, ox0 = (patch % hl.tiles_x) * TW;
-  const int iy_base = oy0 * s.stride_h - s.pad_t, ix_base = ox0 * s.stride_w - s.pad_l;
   const int n0 = blockIdx.y * BN;
   const int taps = s.r * s.s;
   const int64_t kdim = int64_t(taps) * s.c;
@@ -345,29 +392,15 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_kernel(const T* __restric
     }
   };
   auto load_x = [&](int stage, int q) {
-    T* dst = base + stage * stage_elems;
-    const int c0 = q * kBK;
-    for (int e = tid; e < hl.ih * hl.iw * 4; e += kThreads) {
-      const int px = e >> 2, hy = px / hl.iw, hx = px - hy * hl.iw, ch = c0 + (e & 3) * 8;
-      const int iy = iy_base + hy, ix = ix_base + hx;
-      const bool ok = ch < s.c && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
-      cp_async16(dst + px * kPitch + (e & 3) * 8,
-                 ok ? x + ((int64_t(img) * s.h + iy) * s.w + ix) * a.x_px + ch : x, ok);
-    }
+    load_window<T, TH, TW>(base + stage * stage_elems, x, a, hl, img, oy0, ox0, q * kBK);
   };
   load_w(0, 0);
   dev::enter_grid();
   load_x(0, 0);
   cp_async_commit();
 
-  // This lane's A rows: output pixel (ty, tx) of the patch -> its window pixel for tap (0, 0).
   int pix[MT];
-#pragma unroll
-  for (int i = 0; i < MT; ++i) {
-    const int r = wm * (BM / 2) + i * 16 + (lane & 15), ty = r / TW, tx = r - ty * TW;
-    pix[i] = ty * s.stride_h * hl.iw + tx * s.stride_w;
-  }
-  const int a_half = (lane >> 4) * 8;
+  window_rows<BM, TW>(pix, s, hl, wm, lane);
   const int b_row = b_lane_row<BN>(wn, lane), b_half = ((lane >> 3) & 1) * 8;
 
   float acc[MT][NT][4] = {};
@@ -380,18 +413,7 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_kernel(const T* __restric
     cp_async_wait<1>();
     __syncthreads();
     const T* window = base + (q & 1) * stage_elems;
-    const T* wts = window + window_elems + b_row * hl.wpitch + b_half;
-    for (int tap = 0; tap < taps; ++tap) {
-      const int ky = tap / s.s, kx = tap - ky * s.s;
-      const int toff = ky * s.dil_h * hl.iw + kx * s.dil_w;
-#pragma unroll
-      for (int kk = 0; kk < kBK; kk += 16) {
-        const T* arow[MT];
-#pragma unroll
-        for (int i = 0; i < MT; ++i) arow[i] = window + (pix[i] + toff) * kPitch + kk + a_half;
-        mma_k16<T, MT, NT>(acc, arow, wts + tap * kBK + kk, hl.wpitch);
-      }
-    }
+    window_chunk<T, MT, NT>(acc, window, pix, lane, window + window_elems + b_row * hl.wpitch + b_half, kBK, s, hl);
     __syncthreads();  // this buffer is loaded again two chunks on
   }
   cp_async_wait<0>();
@@ -450,30 +472,16 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_persist_kernel(const T* _
     return;
   }
 
-  auto load_window = [&](int buf, int p, int q) {
+  auto load_item = [&](int buf, int p, int q) {
     const int img = p / per_image, patch = p - img * per_image;
-    const int iy_base = (patch / hl.tiles_x) * TH * s.stride_h - s.pad_t;
-    const int ix_base = (patch % hl.tiles_x) * TW * s.stride_w - s.pad_l;
-    T* dst = windows + buf * window_elems;
-    const int c0 = q * kBK;
-    for (int e = tid; e < hl.ih * hl.iw * 4; e += kThreads) {
-      const int px = e >> 2, hy = px / hl.iw, hx = px - hy * hl.iw, ch = c0 + (e & 3) * 8;
-      const int iy = iy_base + hy, ix = ix_base + hx;
-      const bool ok = ch < s.c && iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
-      cp_async16(dst + px * kPitch + (e & 3) * 8,
-                 ok ? x + ((int64_t(img) * s.h + iy) * s.w + ix) * a.x_px + ch : x, ok);
-    }
+    load_window<T, TH, TW>(windows + buf * window_elems, x, a, hl, img, (patch / hl.tiles_x) * TH,
+                           (patch % hl.tiles_x) * TW, q * kBK);
   };
-  load_window(0, blockIdx.x, 0);
+  load_item(0, blockIdx.x, 0);
   cp_async_commit();
 
   int pix[MT];
-#pragma unroll
-  for (int i = 0; i < MT; ++i) {
-    const int r = wm * (BM / 2) + i * 16 + (lane & 15), ty = r / TW, tx = r - ty * TW;
-    pix[i] = ty * s.stride_h * hl.iw + tx * s.stride_w;
-  }
-  const int a_half = (lane >> 4) * 8;
+  window_rows<BM, TW>(pix, s, hl, wm, lane);
   const T* wrow = wts_all + b_lane_row<BN>(wn, lane) * hl.wpitch + ((lane >> 3) & 1) * 8;
   const int g = lane >> 2, t = lane & 3;
 
@@ -483,22 +491,11 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_persist_kernel(const T* _
     for (int q = 0; q < a.cchunks; ++q) {
       const bool last = q + 1 == a.cchunks;
       const int np = last ? p + int(gridDim.x) : p, nq = last ? 0 : q + 1;
-      if (np < patches) load_window(buf ^ 1, np, nq);  // its last reader finished at the barrier below
+      if (np < patches) load_item(buf ^ 1, np, nq);  // its last reader finished at the barrier below
       cp_async_commit();
       cp_async_wait<1>();
       __syncthreads();
-      const T* window = windows + buf * window_elems;
-      for (int tap = 0; tap < taps; ++tap) {
-        const int ky = tap / s.s, kx = tap - ky * s.s;
-        const int toff = ky * s.dil_h * hl.iw + kx * s.dil_w;
-#pragma unroll
-        for (int kk = 0; kk < kBK; kk += 16) {
-          const T* arow[MT];
-#pragma unroll
-          for (int i = 0; i < MT; ++i) arow[i] = window + (pix[i] + toff) * kPitch + kk + a_half;
-          mma_k16<T, MT, NT>(acc, arow, wrow + tap * cpad + q * kBK + kk, hl.wpitch);
-        }
-      }
+      window_chunk<T, MT, NT>(acc, windows + buf * window_elems, pix, lane, wrow + q * kBK, cpad, s, hl);
       __syncthreads();
       buf ^= 1;
     }
