@@ -21,7 +21,7 @@ out=${1:?OUT}; secs=${2:-560}
 r=$(mktemp -d)/round; mkdir -p "$r" "$out"
 nvidia-smi > "$r/gpu.txt" 2>&1
 models=rtdetr_demo
-[ "${KILN_ROUND_STUDY:-1}" = 0 ] && models=none  # study.sh reads an empty list as all four of #13's models
+[ "${KILN_ROUND_STUDY:-1}" = 0 ] && models=none
 KILN_STUDY_MODELS="$models" \
   KILN_STUDY_TESTS='*CudaIgemmConv*:*IgemmConv*:*CudaRtDetr*:*KernelNames*:*CudaGather*:*Transformer*' \
   KILN_STUDY_OPS='Cases/OpCuda.*conv2d*:Cases/OpCuda.*group*:Cases/OpCuda.*layer_norm*:Cases/OpCuda.*concat*:Cases/OpCuda.*top_k*:Cases/OpCuda.*attention*:Cases/OpCuda.*deform*' \

@@ -86,8 +86,8 @@ plans() {
   done
 }
 # KILN_STUDY_MODELS narrows stream A (space-separated: resnet50 res2net50_26w_4s efficientnet_b0 digits;
-# rtdetr_demo adds the detector's study).
-models=" ${KILN_STUDY_MODELS:-resnet50 res2net50_26w_4s efficientnet_b0 digits} "
+# rtdetr_demo adds the detector's study). Unset: those four; set but empty (or "none"): no study.
+models=" ${KILN_STUDY_MODELS-resnet50 res2net50_26w_4s efficientnet_b0 digits} "
 want() { [[ "$models" == *" $1 "* ]]; }
 stream_a() {
   want digits && bounded 120 study_digits_resnet $kiln study quant models/digits_resnet --backend cuda \
