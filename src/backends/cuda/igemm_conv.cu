@@ -22,6 +22,10 @@
 //     tiles after it;
 //   - the epilogue is act(acc + bias + residual), cuDNN's fused pattern,
 //     stored 16 bytes at a time.
+// Measured (H100, CudaIgemmConvPerf, bench/results/2026-12-05-session22):
+// every form below loses to cuDNN's fastest tactic on every r18vd conv
+// (im2col 1.4-3.3x; the halo form 1.07x on the stem, 1.5x on 160x160x64), so
+// the switch is off by default. Beating cuDNN here needs wgmma + TMA.
 #include <cooperative_groups.h>
 
 #include <algorithm>
