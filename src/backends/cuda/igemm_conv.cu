@@ -313,9 +313,26 @@ struct HaloArgs {
   int wpitch;           // filter row pitch in shared memory: r*s*32 + 8 elements
 };
 
-template <int TH, int TW, int BN>
-__host__ __device__ constexpr int halo_stage_elems(int ih, int iw, int wpitch) {
-  return ih * iw * kPitch + BN * wpitch;
+// Elements of one stage of the halo form: the window, then bn filter rows.
+__host__ __device__ constexpr int halo_stage_elems(int ih, int iw, int wpitch, int bn) {
+  return ih * iw * kPitch + bn * wpitch;
+}
+
+// Copies channels [c0, c0 + 32 * chunks) of every tap of filter rows
+// [n0, n0 + BN) (KRSC) into dst [BN][wpitch], tap t's channels at t * 32 * chunks;
+// zeros past k and c.
+template <typename T, int BN>
+__device__ __forceinline__ void load_filter(T* dst, const T* w, const IgemmConvShape& s, int n0, int c0, int chunks,
+                                            int wpitch) {
+  const int taps = s.r * s.s, per_row = taps * chunks * 4;
+  const int64_t kdim = int64_t(taps) * s.c;
+  for (int e = threadIdx.x; e < BN * per_row; e += kThreads) {
+    const int n = e / per_row, rest = e - n * per_row, tap = rest / (chunks * 4), off = (rest - tap * chunks * 4) * 8;
+    const int ch = c0 + off;
+    const bool ok = n0 + n < s.k && ch < s.c;
+    cp_async16(dst + n * wpitch + tap * chunks * kBK + off, ok ? w + int64_t(n0 + n) * kdim + int64_t(tap) * s.c + ch : w,
+               ok);
+  }
 }
 
 // Copies chunk c0 (32 channels) of the input window of the patch whose
@@ -380,20 +397,11 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_kernel(const T* __restric
   const int img = blockIdx.x / per_image, patch = blockIdx.x - img * per_image;
   const int oy0 = (patch / hl.tiles_x) * TH, ox0 = (patch % hl.tiles_x) * TW;
   const int n0 = blockIdx.y * BN;
-  const int taps = s.r * s.s;
-  const int64_t kdim = int64_t(taps) * s.c;
-  const int stage_elems = halo_stage_elems<TH, TW, BN>(hl.ih, hl.iw, hl.wpitch);
+  const int stage_elems = halo_stage_elems(hl.ih, hl.iw, hl.wpitch, BN);
   const int window_elems = hl.ih * hl.iw * kPitch;
 
   auto load_w = [&](int stage, int q) {
-    T* dst = base + stage * stage_elems + window_elems;
-    const int c0 = q * kBK;
-    for (int e = tid; e < BN * taps * 4; e += kThreads) {
-      const int n = e / (taps * 4), rest = e - n * taps * 4, tap = rest >> 2, ch = c0 + (rest & 3) * 8;
-      const bool ok = n0 + n < s.k && ch < s.c;
-      cp_async16(dst + n * hl.wpitch + tap * kBK + (rest & 3) * 8, ok ? w + int64_t(n0 + n) * kdim + int64_t(tap) * s.c + ch : w,
-                 ok);
-    }
+    load_filter<T, BN>(base + stage * stage_elems + window_elems, w, s, n0, q * kBK, 1, hl.wpitch);
   };
   auto load_x = [&](int stage, int q) {
     load_window<T, TH, TW>(base + stage * stage_elems, x, a, hl, img, oy0, ox0, q * kBK);
@@ -456,19 +464,12 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_persist_kernel(const T* _
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp & 1, wn = warp >> 1;
   const int n0 = blockIdx.y * BN;
-  const int taps = s.r * s.s, cpad = a.cchunks * kBK;
-  const int64_t kdim = int64_t(taps) * s.c;
+  const int cpad = a.cchunks * kBK;
   const int window_elems = hl.ih * hl.iw * kPitch;
   const int per_image = hl.tiles_x * hl.tiles_y, patches = s.n * per_image;
 
   // The whole filter share, once.
-  for (int e = tid; e < BN * taps * a.cchunks * 4; e += kThreads) {
-    const int n = e / (taps * a.cchunks * 4), rest = e - n * taps * a.cchunks * 4;
-    const int tap = rest / (a.cchunks * 4), ch = (rest - tap * a.cchunks * 4) * 8;
-    const bool ok = n0 + n < s.k && ch < s.c;
-    cp_async16(wts_all + n * hl.wpitch + tap * cpad + ch, ok ? w + int64_t(n0 + n) * kdim + int64_t(tap) * s.c + ch : w,
-               ok);
-  }
+  load_filter<T, BN>(wts_all, w, s, n0, 0, a.cchunks, hl.wpitch);
   cp_async_commit();
   dev::enter_grid();
   if (int(blockIdx.x) >= patches) {  // (the launcher makes no such block)
@@ -556,10 +557,10 @@ HaloArgs halo_args(const IgemmConvShape& s, const IgemmTile& t) {
 }
 size_t halo_smem_bytes(const IgemmConvShape& s, const IgemmTile& t, DType dt) {
   const HaloArgs h = halo_args(s, t);
-  const size_t window = size_t(h.ih) * h.iw * kPitch, filter = size_t(t.bn) * h.wpitch;
-  if (t.persist) return (filter + 2 * window) * dtype_size(dt);
+  const size_t stage = size_t(halo_stage_elems(h.ih, h.iw, h.wpitch, t.bn));
+  if (t.persist) return (stage + size_t(h.ih) * h.iw * kPitch) * dtype_size(dt);  // the filter share, two windows
   const int stages = s.c > kBK ? 2 : 1;
-  const size_t pipe = size_t(stages) * (window + filter) * dtype_size(dt);
+  const size_t pipe = size_t(stages) * stage * dtype_size(dt);
   const size_t out = size_t(t.bm) * (t.bn + 4) * sizeof(float);
   return pipe > out ? pipe : out;
 }
