@@ -84,14 +84,21 @@ inline MatMulDims matmul_dims(const Graph& g, const Node& n) {
 }
 
 // gather: x as [outer, extent, inner] around the axis, index as [outer, k].
+// gather's extents: the index's rows (outer, each of k), x's rows around the
+// axis; x_outer is 1 when x is shared by every index row (x.shape[:axis] all
+// 1, the shape rule), else outer. Row o of the index reads x's row
+// (x_outer == 1 ? 0 : o).
 struct GatherDims {
-  int64_t outer = 1, extent = 1, inner = 1, k = 1;
+  int64_t outer = 1, extent = 1, inner = 1, k = 1, x_outer = 1;
+  int64_t x_row(int64_t o) const { return x_outer == 1 ? 0 : o; }
 };
 inline GatherDims gather_dims(const Graph& g, const Node& n) {
   const Shape& x = g.values.at(n.inputs.at(0)).shape;
+  const Shape& index = g.values.at(n.inputs.at(1)).shape;
   const int64_t axis = axis_attr(n, x.size(), 1);
   const AxisSplit s = split_at(x, axis);
-  return {s.outer, s.extent, s.inner, g.values.at(n.inputs.at(1)).shape.at(static_cast<size_t>(axis))};
+  const AxisSplit is = split_at(index, axis);
+  return {is.outer, s.extent, s.inner, index.at(static_cast<size_t>(axis)), s.outer};
 }
 
 // ms_deform_attn's extents and attributes (checked by the shape rule):

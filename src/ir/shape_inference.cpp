@@ -329,8 +329,10 @@ Shape infer_gather(const Graph& g, const Node& n) {
   if (index.dtype != DType::I64 && index.dtype != DType::I32)
     fail_input(n.name, ": index '", index.name, "' is ", dtype_name(index.dtype), ", expected i64 or i32");
   Shape want(x.shape.begin(), x.shape.begin() + axis);  // index: x.shape[:axis] + [K]
+  // ... or any leading dims when x's are all 1: x shared by every index row (a constant table, e.g. RT-DETR's anchors).
+  const bool shared = std::all_of(want.begin(), want.end(), [](int64_t d) { return d == 1; });
   const bool ok = index.shape.size() == static_cast<size_t>(axis) + 1 &&
-                  std::equal(want.begin(), want.end(), index.shape.begin());
+                  (shared || std::equal(want.begin(), want.end(), index.shape.begin()));
   if (!ok) {
     want.push_back(-1);
     fail_input(n.name, ": index '", index.name, "' has shape ", shape_str(index.shape), "; gather along axis ", axis,

@@ -632,6 +632,18 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
       if (ln.ends_with(".query_pos.1")) {
         ++query_pos;
         EXPECT_EQ(chain.size(), 2u) << ln;
+        // The self-attention's query + position add is written by the chain's
+        // launch: fused away, its buffer live from the launch, and the query
+        // (produced before) kept until it.
+        ASSERT_EQ(f.mlp_chain_sums.count(last), 1u) << ln;
+        const size_t add = f.mlp_chain_sums.at(last);
+        const Node& an = g.nodes[add];
+        EXPECT_EQ(an.name, ln.substr(0, ln.size() - std::string(".query_pos.1").size()) + ".self_attn.pos_add") << ln;
+        EXPECT_TRUE(f.fused_away[add]) << an.name;
+        EXPECT_EQ(f.live_from.at(an.outputs[0]), static_cast<int>(last)) << an.name;
+        const int other = an.inputs[0] == g.nodes[last].outputs[0] ? an.inputs[1] : an.inputs[0];
+        EXPECT_LT(g.values[other].producer, static_cast<int>(last)) << an.name;
+        EXPECT_GE(f.live_until.at(other), static_cast<int>(last)) << an.name;
       } else if (ln.starts_with("model.decoder.bbox_embed.")) {
         ++box;
         EXPECT_EQ(chain.size(), 3u) << ln;
@@ -653,6 +665,7 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
     for (const Node& n : g.nodes) layers += n.op == Op::Linear && n.name.ends_with(".fc2");
     EXPECT_GE(query_pos, 1u) << name;
     EXPECT_EQ(box, query_pos) << name;
+    EXPECT_EQ(f.mlp_chain_sums.size(), query_pos) << name;  // no other chain's output is added to an earlier value
     size_t post_norms = 0;  // two per AIFI layer, three per decoder layer
     for (const Node& n : g.nodes)
       post_norms += n.op == Op::LayerNorm && (n.name.ends_with("self_attn_layer_norm") || n.name.ends_with("encoder_attn_layer_norm") ||
@@ -678,8 +691,9 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
 // layer's box refinement (`bbox_embed.<i>.add`) takes in its inverse_sigmoid,
 // and in 16-bit graphs the cast that widens the delta and the cast that
 // narrows the new reference for the next layer (none after the last layer);
-// the narrowed value's buffer lives from the add's step. The reference points'
-// sigmoid and its narrowing cast are one launch too.
+// the narrowed value's buffer lives from the add's step. The initial
+// reference points (head + picked anchors, sigmoid, narrowing cast) are one
+// launch too.
 TEST(BoxRefinePlan, RtDetrRefinementsAreOneLaunchEach) {
   for_each_rtdetr_graph([](const std::string& name, DType dt, Graph& g) {
     const GraphFacts f = planned(g, plan_box_refines);
@@ -715,22 +729,34 @@ TEST(BoxRefinePlan, RtDetrRefinementsAreOneLaunchEach) {
       EXPECT_GE(f.live_until.at(r.ref), static_cast<int>(r.narrow)) << n.name;
     }
     EXPECT_GE(layers, 1u) << name;
-    // The reference points' sigmoid before the first layer, with its narrowing
-    // cast in 16-bit graphs (nothing to save in f32 ones).
-    const Node* sig = g.find_node("model.decoder.reference_points.sigmoid");
-    ASSERT_NE(sig, nullptr) << name;
-    const size_t si = static_cast<size_t>(sig - g.nodes.data());
-    ASSERT_EQ(f.box_refines.count(si), dt == DType::F16 ? 1u : 0u) << name;
+    // The reference points before the first layer: sigmoid(box head on the
+    // picked rows + the picked anchors), the sigmoid folded into the add. One
+    // launch with the head's widening cast and, in 16-bit graphs, the
+    // narrowing cast for the first layer; the anchors are added as they are.
+    const Node* init = g.find_node("model.enc_bbox_head.anchors");
+    ASSERT_NE(init, nullptr) << name;
+    EXPECT_EQ(init->activation(), Activation::Sigmoid) << name;
+    const size_t ii = static_cast<size_t>(init - g.nodes.data());
+    ASSERT_EQ(f.box_refines.count(ii), 1u) << name;
+    const BoxRefine& r0 = f.box_refines.at(ii);
+    EXPECT_EQ(r0.inverse, kNoNode) << name;
+    EXPECT_EQ(r0.ref, init->inputs[1]) << name;
+    const int anchors_from = g.values[r0.ref].producer;
+    ASSERT_GE(anchors_from, 0) << name;
+    EXPECT_EQ(g.nodes[anchors_from].name, "model.enc_topk_anchors") << name;
+    EXPECT_EQ(g.nodes[anchors_from].op, Op::Gather) << name;
     if (dt == DType::F16) {
-      const BoxRefine& r = f.box_refines.at(si);
-      EXPECT_EQ(r.inverse, kNoNode);
-      EXPECT_EQ(r.ref, -1);
-      EXPECT_EQ(r.delta, sig->inputs[0]);
-      ASSERT_NE(r.narrow, kNoNode);
-      EXPECT_TRUE(f.fused_away[r.narrow]);
-      EXPECT_EQ(f.live_from.at(g.nodes[r.narrow].outputs[0]), static_cast<int>(si));
+      ASSERT_NE(r0.widen, kNoNode) << name;
+      EXPECT_TRUE(f.fused_away[r0.widen]) << name;
+      EXPECT_EQ(g.values[r0.delta].dtype, DType::F16) << name;
+      ASSERT_NE(r0.narrow, kNoNode) << name;
+      EXPECT_TRUE(f.fused_away[r0.narrow]) << name;
+      EXPECT_EQ(f.live_from.at(g.nodes[r0.narrow].outputs[0]), static_cast<int>(ii)) << name;
+    } else {
+      EXPECT_EQ(r0.widen, kNoNode) << name;
+      EXPECT_EQ(r0.narrow, kNoNode) << name;
     }
-    EXPECT_EQ(f.box_refines.size(), layers + (dt == DType::F16 ? 1 : 0)) << name;  // no other node matches
+    EXPECT_EQ(f.box_refines.size(), layers + 1) << name;  // no other node matches
     if (dt == DType::F16) EXPECT_EQ(narrowed, layers - 1) << name;  // the last layer's boxes are an output, in f32
   });
 }

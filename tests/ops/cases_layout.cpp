@@ -45,6 +45,7 @@ void add_layout_cases(std::vector<OpCase>& out) {
     int64_t axis, k;
     DType index_dtype = DType::I64;
     bool constant = false;
+    int64_t table_batch = 0;  // > 0: x a constant [1, ...] shared by every image of this batch
   };
   const GatherSpec gather_specs[] = {
       {"r4_last_axis_b1", {1, 3, 5, 13}, 3, 4},
@@ -56,6 +57,9 @@ void add_layout_cases(std::vector<OpCase>& out) {
       {"k1_b3", {3, 13, 24}, 1, 1},
       {"i32_index_b3", {3, 13, 2}, 1, 4, DType::I32},
       {"constant_index_b1", {1, 24, 4}, 1, 5, DType::I64, true},
+      // RT-DETR's anchors [1, S, 4] picked by each image's indices (x shared by the batch).
+      {"shared_table_b3", {1, 24, 4}, 1, 5, DType::I64, false, 3},
+      {"shared_table_b1", {1, 13, 6}, 1, 13, DType::I32, false, 1},
   };
   for (DType dt : kCaseTypes) {
     for (const auto& [x, perm] : transpose_specs) {
@@ -86,7 +90,8 @@ void add_layout_cases(std::vector<OpCase>& out) {
       const int64_t axis = s.axis < 0 ? s.axis + static_cast<int64_t>(s.x.size()) : s.axis;
       Shape index_shape(s.x.begin(), s.x.begin() + axis);
       index_shape.push_back(s.k);
-      const int x = b.input("x", s.x);
+      if (s.table_batch > 0) index_shape[0] = s.table_batch;
+      const int x = s.table_batch > 0 ? b.weight("x", s.x, -5.f, 5.f) : b.input("x", s.x);
       const int index = s.constant ? b.index_constant("index", s.index_dtype, index_shape, 0, s.x[axis])
                                    : b.input_as("index", s.index_dtype, index_shape);
       c.input_range["index"] = {0.f, static_cast<float>(s.x[axis])};

@@ -112,6 +112,9 @@ TEST(TransformerOps, ShapeRuleErrorsNameTheNode) {
                     "takes an index of shape [3,-1]");
   EXPECT_NODE_ERROR(rule_error(Op::Gather, {{{3, 24, 13}}, {{2, 5}, DType::I64}}, {{"axis", int64_t{1}}}),
                     "takes an index of shape [3,-1]");
+  // A table shared by every index row has leading dims of 1; any other extent must match the index's.
+  EXPECT_NODE_ERROR(rule_error(Op::Gather, {{{2, 24, 13}}, {{3, 5}, DType::I64}}, {{"axis", int64_t{1}}}),
+                    "takes an index of shape [2,-1]");
   EXPECT_NODE_ERROR(rule_error(Op::InverseSigmoid, {{{3, 4}}}, {{"eps", std::nan("")}}), "'eps' must be finite");
   EXPECT_NODE_ERROR(rule_error(Op::Linear, {{{3, 13, 24}}, {{5, 13}}}, {}), "does not fit input [3,13,24]");
   EXPECT_NODE_ERROR(rule_error(Op::Linear, {{{24}}, {{5, 24}}}, {}), "expected rank >= 2");
@@ -312,6 +315,42 @@ TEST(TransformerOps, QuerySelectionThroughACpuEngine) {
       for (int64_t j = 0; j < 5; ++j) {
         const float i = got[1].data[b * 5 + j];
         ASSERT_TRUE(i >= 0 && i < 24 && i == std::floor(i)) << i;
+      }
+  }
+}
+
+// A gather from a constant table shared by every image ([1, S, C], leading
+// dims 1: RT-DETR's anchors picked by each image's top-k), at batches 1 and 3:
+// every output row is the table row its index names, on the CPU engine and
+// the plain reference alike.
+TEST(TransformerOps, GatherFromATableSharedByEveryImage) {
+  Graph g;
+  std::vector<float> table(6 * 4);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.5f * static_cast<float>(i) - 3.f;
+  const int t = g.add_constant("anchors", HostTensor::from_f32({1, 6, 4}, table));
+  const int idx = g.add_input("idx", DType::I64, {3, 5});
+  const int y = g.add_node(Op::Gather, "pick", {t, idx}, {{"axis", int64_t{1}}});
+  g.values[y].name = "picked";
+  g.mark_output(y);
+  EXPECT_EQ(g.values[y].shape, (Shape{3, 5, 4}));
+  const std::vector<uint8_t> bytes = testing::cpu_bundle(g, "test/shared_gather");
+  const auto engine = Engine::load_from_memory(bytes.data(), bytes.size(), {}, "shared_gather.bundle");
+  for (int64_t batch : {1, 3}) {
+    std::vector<float> index(static_cast<size_t>(batch * 5));
+    for (size_t i = 0; i < index.size(); ++i) index[i] = static_cast<float>((i * 7 + 3) % 6);
+    Graph shaped = g;
+    shaped.values[idx].shape[0] = batch;
+    shaped.infer_shapes();
+    const auto want = ref::run_reference_graph(shaped, {index});
+    const auto got = engine->create_context()->run({{"idx", {batch, 5}, index}});
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].shape, (Shape{batch, 5, 4}));
+    ASSERT_EQ(want[0].size(), got[0].data.size());
+    for (size_t r = 0; r < index.size(); ++r)
+      for (size_t c = 0; c < 4; ++c) {
+        const float expect = table[static_cast<size_t>(index[r]) * 4 + c];
+        EXPECT_EQ(got[0].data[r * 4 + c], expect) << "batch " << batch << " row " << r;
+        EXPECT_EQ(want[0][r * 4 + c], expect) << "batch " << batch << " row " << r;
       }
   }
 }

@@ -112,18 +112,23 @@ void decoder(Ctx& c, const std::vector<int>& maps) {
   if (c.shape(enc_class)[2] != cfg.num_labels)
     fail_input(kFamily, ": 'model.enc_score_head.weight' has ", c.shape(enc_class)[2], " classes, config num_labels is ",
                cfg.num_labels, " (", cfg.path, ")");
-  const int anchor_logits = c.image_constant("model.anchors", anchors.logits);
-  const int coord = c.node(Op::Add, "model.enc_bbox_head.anchors", {mlp(c, "model.enc_bbox_head", out_memory), anchor_logits});
   // top-k of the max class logit per anchor; the max is top_k with k = 1.
   const int best = c.g().add_node_multi(Op::TopK, "model.enc_class_max", {enc_class}, {{"k", int64_t{1}}, {"axis", int64_t{-1}}})[0];
   if (cfg.num_queries > S)
     fail_input(cfg.path, ": config key 'num_queries' ", cfg.num_queries, " exceeds the ", S, " anchors of this input size");
   const int best_rows = c.reshape("model.enc_class_max.rows", best, {-1, S});
   const int topk_ind = c.g().add_node_multi(Op::TopK, "model.topk", {best_rows}, {{"k", cfg.num_queries}, {"axis", int64_t{1}}})[1];
-  const int picked = c.node(Op::Gather, "model.reference_points", {coord, topk_ind}, {{"axis", int64_t{1}}});
   int h = c.node(Op::Gather, "model.target", {out_memory, topk_ind}, {{"axis", int64_t{1}}});
+  // transformers computes the box head on every anchor, adds the anchors and
+  // gathers the top-k rows; the head is row-wise, so kiln gathers first and
+  // runs it on the num_queries picked rows only (the same numbers: 300 rows
+  // instead of 8400 at 640x640), then adds the picked anchors (the constant
+  // table [1, S, 4] shared by every image).
+  const int anchor_logits = c.image_constant("model.anchors", anchors.logits);
+  const int picked_anchors = c.node(Op::Gather, "model.enc_topk_anchors", {anchor_logits, topk_ind}, {{"axis", int64_t{1}}});
+  const int picked = c.node(Op::Add, "model.enc_bbox_head.anchors", {mlp(c, "model.enc_bbox_head", h), picked_anchors});
   int ref = c.b.act("model.decoder.reference_points.sigmoid", picked, Activation::Sigmoid);
-  keep_f32(c, {enc_class, best_rows, topk_ind, coord, picked, ref});  // the anchors: a constant only f32 nodes read
+  keep_f32(c, {enc_class, best_rows, topk_ind, picked_anchors, picked, ref});  // the anchors: a constant only f32 nodes read
 
   // Decoder layers.
   const int64_t heads = cfg.decoder_heads, hd = C / heads, Q = cfg.num_queries;

@@ -114,9 +114,10 @@ void upsample_nearest(int64_t planes, int64_t h, int64_t w, int64_t sh, int64_t 
 int64_t first_bad_index(const float* index, int64_t count, int64_t extent);
 // y[o, j, :] = x[o, index[o, j], :] with x [outer, extent, inner], index
 // [outer, k] (integers held as floats; throws when one is out of range: check
-// first_bad_index to name the node), y [outer, k, inner].
+// first_bad_index to name the node), y [outer, k, inner]; shared_x: x is
+// [1, extent, inner], read for every o.
 void gather(int64_t outer, int64_t extent, int64_t inner, int64_t k, const float* x, const float* index, float* y,
-            ThreadPool& pool);
+            ThreadPool& pool, bool shared_x = false);
 // transformers' inverse_sigmoid: log(max(c, eps) / max(1 - c, eps)) with c =
 // x clamped to [0, 1], in f32; NaN stays NaN. May run in place.
 void inverse_sigmoid(int64_t count, const float* x, float eps, float* y);

@@ -128,13 +128,13 @@ int64_t first_bad_index(const float* index, int64_t count, int64_t extent) {
 }
 
 void gather(int64_t outer, int64_t extent, int64_t inner, int64_t k, const float* x, const float* index, float* y,
-            ThreadPool& pool) {
+            ThreadPool& pool, bool shared_x) {
   if (outer < 0 || extent < 0 || inner < 0 || k < 0) fail_runtime("gather: negative size");
   if (first_bad_index(index, outer * k, extent) >= 0) fail_runtime("gather: index outside [0, ", extent, ")");
   pool.parallel_for(outer * k, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = r / k, i = static_cast<int64_t>(index[r]);
-      std::memcpy(y + r * inner, x + (o * extent + i) * inner, static_cast<size_t>(inner) * sizeof(float));
+      std::memcpy(y + r * inner, x + ((shared_x ? 0 : o) * extent + i) * inner, static_cast<size_t>(inner) * sizeof(float));
     }
   }, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, inner)));
 }

@@ -107,8 +107,12 @@ void plan_box_refines(const Graph& g, GraphFacts& f) {
     if (yv.dtype != DType::F32 || (a != Activation::None && a != Activation::Sigmoid) || code_out(g, y).on()) continue;
     BoxRefine r;
     r.inverse = sole_producer(add.inputs[1], Op::InverseSigmoid, ai);
-    if (r.inverse == kNoNode) continue;
-    r.ref = g.nodes[r.inverse].inputs[0];
+    // Without an inverse_sigmoid: the initial reference points' sigmoid(head
+    // + picked anchors), the f32 operand added as it is.
+    r.ref = r.inverse == kNoNode ? add.inputs[1] : g.nodes[r.inverse].inputs[0];
+    if (r.inverse == kNoNode && (a != Activation::Sigmoid || g.values[r.ref].constant || stored_nhwc(g.values[r.ref]) ||
+                                 f.viewed(r.ref) || f.viewed(add.inputs[0]) || f.viewed(y)))
+      continue;
     const Value& d0 = g.values[add.inputs[0]];
     if (g.values[r.ref].dtype != DType::F32 || g.values[r.ref].shape != yv.shape || d0.constant || d0.shape != yv.shape)
       continue;
@@ -145,7 +149,8 @@ bool lower_box_refine(Lowering& L, size_t ni) {
     if (k != kNoNode) L.record(g.nodes[k].name, cat("inside ", n.name, " (box_refine, no launch of its own)"));
   const int y = n.outputs[0], narrow = r.narrow == kNoNode ? -1 : g.nodes[r.narrow].outputs[0];
   const DType delta_dt = g.values[r.delta].dtype, narrow_dt = narrow < 0 ? DType::F16 : g.values[narrow].dtype;
-  const float eps = r.inverse == kNoNode ? 0.f : static_cast<float>(g.nodes[r.inverse].attr_float("eps", 1e-5));
+  // eps < 0 tells box_refine to add ref as it is (no inverse_sigmoid node).
+  const float eps = r.inverse == kNoNode ? -1.f : static_cast<float>(g.nodes[r.inverse].attr_float("eps", 1e-5));
   const int64_t count = shape_numel(g.values[y].shape);
   const Activation a = n.activation();
   const ValuePtr ptr = L.ptr;

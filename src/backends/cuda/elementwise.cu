@@ -238,7 +238,7 @@ __global__ void box_refine_kernel(const Td* delta, const float* ref, float eps, 
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += stride) {
     const float d = dev::to_f32(delta[e]);
-    const float v = act<A, false>(ref ? d + inverse_sigmoid_f32(ref[e], eps) : d);
+    const float v = act<A, false>(ref ? d + (eps < 0.f ? ref[e] : inverse_sigmoid_f32(ref[e], eps)) : d);
     y[e] = v;
     if (y_narrow) y_narrow[e] = dev::from_f32<Tn>(v);
   }

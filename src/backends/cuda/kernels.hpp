@@ -270,11 +270,12 @@ void strided_copy(const void* x, void* y, size_t elem_bytes, const StridedCopy& 
 StridedCopy simplify_strided_copy(const StridedCopy& s, size_t& word_bytes, uintptr_t x_addr, uintptr_t y_addr);
 
 // gather (shape_ops.cu): x as [outer, extent, inner], index [outer, k] (i64 or
-// i32), y[o, j, r] = x[o, index[o, j], r]. An index outside [0, extent) reads
+// i32), y[o, j, r] = x[o, index[o, j], r] (shared_x: x is [1, extent, inner],
+// read as x[0, index[o, j], r] for every o). An index outside [0, extent) reads
 // row 0 and is reported in `flag` (3 int64: set, the index, its position
 // o * k + j; the first such index wins). The caller zeroes the flag and checks it.
 void gather_rows(const void* x, const void* index, DType index_dt, void* y, size_t elem_bytes, int64_t outer,
-                 int64_t extent, int64_t inner, int64_t k, int64_t* flag, cudaStream_t stream);
+                 int64_t extent, int64_t inner, int64_t k, bool shared_x, int64_t* flag, cudaStream_t stream);
 
 // layer_norm over rows of c contiguous elements (norm.cu): statistics in f32,
 // weight/bias [c] in dt or null, one warp per row. The other pointers are
@@ -300,7 +301,8 @@ void softmax_axis(const void* x, void* y, DType dt, int64_t outer, int64_t exten
 void inverse_sigmoid(const void* x, void* y, DType dt, int64_t count, float eps, cudaStream_t stream);
 // RT-DETR's box refinement in one launch (elementwise.cu, plan_box_refines):
 // y = act(f32(delta) + inverse_sigmoid(ref, eps)) in f32 (act none or
-// sigmoid; ref null: act(f32(delta))), and with y_narrow (not null) y rounded
+// sigmoid; ref null: act(f32(delta)); eps < 0: act(f32(delta) + ref), the
+// initial reference points from the picked anchors' logits), and with y_narrow (not null) y rounded
 // to narrow_dt (f16/bf16) too; the bits of the cast, inverse_sigmoid, add (or
 // activation) and cast kernels it replaces.
 void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, float* y, void* y_narrow, DType narrow_dt,
@@ -317,11 +319,18 @@ void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, 
 // [rows, n]), then y = layer_norm(z) (weight, bias: T or null; f32
 // statistics), and y_pos = T(y + pos), y_f32 = f32(y) where given, as
 // layer_norm_rows takes its io.
+// With sum (no norm): also y_sum = T(f32(y) + f32(add_to)), add_to and y_sum
+// [rows, n] of the chain's type (RT-DETR's query + position embedding, the
+// add the unfused graph runs after the query position head).
 inline constexpr int kMaxMlpChain = 4;
 inline constexpr int kMaxMlpWidth = 1024;
 struct MlpChainNorm {
   LayerNormIo io;  // x2: the residual (res above); weight, bias, pos, y_pos, y_f32; x and y unused (y: mlp_chain's)
   float eps = 1e-5f;
+};
+struct MlpChainSum {
+  const void* add_to = nullptr;
+  void* y = nullptr;
 };
 struct MlpChainLayer {
   const void* w = nullptr;
@@ -333,7 +342,7 @@ int mlp_chain_cluster(int64_t rows, int sms);
 // Multiprocessors of the current device (read once per process).
 int device_sm_count();
 void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const MlpChainLayer* layers, int count, int cluster,
-               cudaStream_t stream, const MlpChainNorm* norm = nullptr);
+               cudaStream_t stream, const MlpChainNorm* norm = nullptr, const MlpChainSum* sum = nullptr);
 
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by

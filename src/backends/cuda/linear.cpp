@@ -127,9 +127,25 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain) {
   const int k = as_int(k0);
   const Node& ln = g.nodes[at];
   if (ln.op != Op::LayerNorm) {
-    L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears, cluster ", cluster));
-    L.step(cat("mlp_chain x", cluster), [=](const Exec& e) {
-      mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream);
+    const auto fused = L.f.mlp_chain_sums.find(at);
+    if (fused == L.f.mlp_chain_sums.end()) {
+      L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears, cluster ", cluster));
+      L.step(cat("mlp_chain x", cluster), [=](const Exec& e) {
+        mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream);
+      });
+      return;
+    }
+    // plan_mlp_chains' add of the output and an earlier value, written by this launch.
+    const Node& add = g.nodes[fused->second];
+    const Operand other = operand(L, add.inputs[0] == y ? add.inputs[1] : add.inputs[0]);
+    const int y_sum = add.outputs[0];
+    L.record(add.name, cat("inside ", ln.name, " (mlp_chain's sum output, no launch of its own)"));
+    L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears with the sum ", add.name, ", cluster ", cluster));
+    L.step(cat("mlp_chain_sum x", cluster), [=](const Exec& e) {
+      MlpChainSum sum;
+      sum.add_to = other(e), sum.y = ptr(e, y_sum);
+      mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream, nullptr,
+                &sum);
     });
     return;
   }
@@ -170,6 +186,25 @@ size_t norm_reading(const Graph& g, const GraphFacts& f, int v) {
   return kNoNode;
 }
 
+// A plain add reading the chain's output (launched at `at`) and a value
+// produced before it, which the launch can write too (RT-DETR's query +
+// position after the query position head); kNoNode if none.
+size_t sum_reading(const Graph& g, const GraphFacts& f, size_t at) {
+  const int y = g.nodes[at].outputs[0];
+  if (g.values[y].dtype != DType::F16 && g.values[y].dtype != DType::BF16) return kNoNode;
+  for (int r : g.consumers(y)) {
+    const auto ai = static_cast<size_t>(r);
+    if (!plain_add(g, f, ai, g.values[y])) continue;
+    const Node& add = g.nodes[ai];
+    const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+    if (other == y || g.values[other].producer >= static_cast<int>(at) || f.alias[add.outputs[0]] >= 0 ||
+        f.viewed(add.outputs[0]) || g.values[add.outputs[0]].shape != g.values[y].shape)
+      continue;
+    return ai;
+  }
+  return kNoNode;
+}
+
 }  // namespace
 
 void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
@@ -194,6 +229,13 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
       if (c != at) f.fused_away[c] = 1;
     f.live_through(in, static_cast<int>(at));
     f.mlp_chains[at] = chain;
+    if (ln == kNoNode)
+      if (const size_t add = sum_reading(g, f, at); add != kNoNode) {
+        const Node& an = g.nodes[add];
+        write_early(g, f, add, at);
+        f.live_through(an.inputs[0] == g.nodes[at].outputs[0] ? an.inputs[1] : an.inputs[0], static_cast<int>(at));
+        f.mlp_chain_sums[at] = add;
+      }
   }
 }
 

@@ -40,10 +40,11 @@ namespace kiln::cuda {
 
 // RT-DETR's box refinement around one f32 add, y = act(f32(delta) +
 // inverse_sigmoid(ref)), as one launch (plan_box_refines): the nodes it
-// takes in (kNoNode where absent) and the values it reads and writes.
+// takes in (kNoNode where absent) and the values it reads and writes. The
+// initial reference points (sigmoid(head + picked anchors)) add ref as it is.
 struct BoxRefine {
   size_t widen = kNoNode;   // cast delta -> f32 read only by the add
-  size_t inverse = kNoNode; // inverse_sigmoid(ref) read only by the add
+  size_t inverse = kNoNode; // inverse_sigmoid(ref) read only by the add (kNoNode with ref set: ref added as it is)
   size_t narrow = kNoNode;  // cast of y to 16 bits (written by the same launch)
   int delta = -1, ref = -1;
 };
@@ -91,6 +92,7 @@ struct GraphFacts {
   std::map<std::pair<size_t, size_t>, UpsampleRead> upsample_reads;  // (concat, input) read through its upsample (plan_upsample_concats)
   std::map<size_t, int> wide_linears;  // f32 linear -> the 16-bit value it reads instead of its widening cast (plan_wide_linears)
   std::map<size_t, std::vector<size_t>> mlp_chains;  // launch node (last linear, or a layer norm) -> the chain's linears in order (plan_mlp_chains)
+  std::map<size_t, size_t> mlp_chain_sums;  // chain launch node -> the add of its output it writes too (plan_mlp_chains)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -275,6 +277,11 @@ void plan_deform_inputs(const Graph& g, GraphFacts& f);
 // fused away and the tokens alias x (shape_ops.cpp; RT-DETR's encoder input
 // and decoder memory). Called by plan_fusions, not for dense graphs.
 void plan_token_rows(const Graph& g, GraphFacts& f);
+
+// Whether add node `ai` is a plain sum of row-major values of y's shape and
+// type: no activation, no codes, no constant or channel-view operand, not
+// fused away (norm.cpp; plan_norm_adds and plan_mlp_chains take such adds).
+bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y);
 
 // The first cast reading v to one of `to` that no plan has taken yet, or
 // kNoNode (plan_norm_adds' f32 copy, plan_box_refines' narrowed reference).

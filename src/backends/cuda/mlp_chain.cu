@@ -53,6 +53,9 @@ struct ChainArgs {
   // norm (io.x2, the residual, set): the last layer's rows go through the
   // residual add and the layer norm (MlpChainNorm, kernels.hpp) instead of to y.
   MlpChainNorm norm;
+  // add_to set (no norm): y_sum = T(f32(y) + f32(add_to)) too, [rows, n] like y.
+  const void* add_to = nullptr;
+  void* y_sum = nullptr;
 };
 
 // Cluster-wide barrier (all blocks' shared writes visible), or the block's.
@@ -195,11 +198,18 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
           *reinterpret_cast<uint32_t*>(out + (gid + 8) * a.ld + col) = hi;
         }
       } else {
+        // The unfused add (RT-DETR's query + position, plan_mlp_chains): the
+        // stored product plus the other operand in f32, rounded once.
+        const T* add_to = static_cast<const T*>(a.add_to);
+        T* y_sum = static_cast<T*>(a.y_sum);
         for (int h = 0; h < 2; ++h) {
           const int64_t r = r0 + gid + 8 * h;
           if (r >= rows) continue;
-          if (col < n) y[r * n + col] = dev::from_f32<T>(v[2 * h]);
-          if (col + 1 < n) y[r * n + col + 1] = dev::from_f32<T>(v[2 * h + 1]);
+          for (int e = 0; e < 2 && col + e < n; ++e) {
+            const T o = dev::from_f32<T>(v[2 * h + e]);
+            y[r * n + col + e] = o;
+            if (y_sum) y_sum[r * n + col + e] = dev::from_f32<T>(dev::to_f32(o) + dev::to_f32(add_to[r * n + col + e]));
+          }
         }
       }
     }
@@ -228,7 +238,7 @@ int mlp_chain_cluster(int64_t rows, int sms) {
 int device_sm_count() { return detail::sm_count(); }
 
 void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const MlpChainLayer* layers, int count, int cluster,
-               cudaStream_t stream, const MlpChainNorm* norm) {
+               cudaStream_t stream, const MlpChainNorm* norm, const MlpChainSum* sum) {
   if (rows <= 0) return;
   if (count < 1 || count > kMaxMlpChain) fail_runtime("cuda mlp_chain: ", count, " layers (1..", kMaxMlpChain, ")");
   if (cluster != 1 && cluster != 2 && cluster != 4) fail_runtime("cuda mlp_chain: cluster of ", cluster);
@@ -248,6 +258,11 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
   }
   if (norm) a.norm = *norm;
   if (norm && !norm->io.x2) fail_runtime("cuda mlp_chain: a layer norm without its residual");
+  if (sum) {
+    if (norm) fail_runtime("cuda mlp_chain: a sum output and a layer norm together");
+    if (!sum->add_to || !sum->y) fail_runtime("cuda mlp_chain: a sum output without its operand or destination");
+    a.add_to = sum->add_to, a.y_sum = sum->y;
+  }
   if (k0 > layers[0].k_pad) fail_runtime("cuda mlp_chain: input width ", k0, " over ", layers[0].k_pad);
   a.ld = widest + 8;  // 16 bytes of padding: the fragment reads of 8 rows hit distinct banks
   const int64_t blocks = (rows + kRows - 1) / kRows;

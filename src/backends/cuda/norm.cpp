@@ -10,10 +10,6 @@
 
 namespace kiln::cuda {
 
-namespace {
-
-// Whether add node `ai` is a plain sum of row-major values of y's shape and
-// type: no activation, no codes, no constant or channel-view operand.
 bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y) {
   const Node& add = g.nodes[ai];
   if (add.op != Op::Add || f.fused_away[ai] || add.activation() != Activation::None || code_out(g, add.outputs[0]).on() ||
@@ -25,8 +21,6 @@ bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y) {
   }
   return true;
 }
-
-}  // namespace
 
 void plan_norm_adds(const Graph& g, GraphFacts& f) {
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {

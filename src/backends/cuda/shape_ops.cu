@@ -30,12 +30,12 @@ __global__ void strided_copy_kernel(const W* x, W* y, StridedCopy s, I total) {
 
 template <typename W, typename I>
 __global__ void gather_kernel(const W* x, const I* index, W* y, int64_t extent, int64_t inner, int64_t k, int64_t total,
-                              int64_t* flag) {
+                              bool shared_x, int64_t* flag) {
   dev::enter_grid();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
     const int64_t r = i % inner, row = i / inner;  // row = o * k + j
-    const int64_t o = row / k;
+    const int64_t o = shared_x ? 0 : row / k;
     int64_t at = int64_t(index[row]);
     if (at < 0 || at >= extent) {
       if (r == 0 && atomicCAS(reinterpret_cast<unsigned long long*>(flag), 0ull, 1ull) == 0ull) {
@@ -119,7 +119,7 @@ void strided_copy(const void* x, void* y, size_t elem_bytes, const StridedCopy& 
 }
 
 void gather_rows(const void* x, const void* index, DType index_dt, void* y, size_t elem_bytes, int64_t outer,
-                 int64_t extent, int64_t inner, int64_t k, int64_t* flag, cudaStream_t stream) {
+                 int64_t extent, int64_t inner, int64_t k, bool shared_x, int64_t* flag, cudaStream_t stream) {
   const int64_t total = outer * k * inner;
   if (total <= 0) return;
   if (extent <= 0) fail_runtime("cuda gather_rows: gather from an empty axis");
@@ -129,7 +129,7 @@ void gather_rows(const void* x, const void* index, DType index_dt, void* y, size
       using I = decltype(i);
       detail::launch("gather_rows", gather_kernel<W, I>, detail::grid_for(total), detail::kThreads, 0, stream,
                      static_cast<const W*>(x), static_cast<const I*>(index), static_cast<W*>(y), extent, inner, k, total,
-                     flag);
+                     shared_x, flag);
     };
     if (index_dt == DType::I64) go(int64_t{});
     else if (index_dt == DType::I32) go(int32_t{});

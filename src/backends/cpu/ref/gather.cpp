@@ -2,7 +2,7 @@
 // around the axis, index as [outer, k]: y[o, j, r] = x[o, index[o, j], r].
 // That is torch.gather(x, axis, index[..., None, ...].expand(...)) with the
 // index repeated over x's trailing dims, as RT-DETR's query selection writes
-// it. An index outside [0, extent) (torch.gather refuses negatives too) is an
+// it; x with leading dims of 1 is shared by every index row (x_row). An index outside [0, extent) (torch.gather refuses negatives too) is an
 // input error naming the node. Indices arrive as floats holding integers.
 #include <cmath>
 
@@ -22,7 +22,7 @@ Buffer gather(const OpArgs& a) {
       if (!(f >= 0 && f < float(d.extent)) || f != std::floor(f))
         fail_input(a.n.name, ": gather index ", f, " (row ", o, ", position ", j, ") is not an integer in [0, ", d.extent, ")");
       const int64_t i = static_cast<int64_t>(f);
-      for (int64_t r = 0; r < d.inner; ++r) y[(o * d.k + j) * d.inner + r] = x[(o * d.extent + i) * d.inner + r];
+      for (int64_t r = 0; r < d.inner; ++r) y[(o * d.k + j) * d.inner + r] = x[(d.x_row(o) * d.extent + i) * d.inner + r];
     }
   return y;
 }
