@@ -687,6 +687,69 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
   });
 }
 
+// RT-DETR v2 on CUDA (linear.cpp, plan_mlp_chains' links): in 16-bit graphs
+// the box head chain before each query position head (the encoder's head
+// before the first decoder layer, layer i's box head before layer i + 1's),
+// the box refinement between them and that query position chain run as one
+// launch at the box head's last linear: the refinement (its add, casts and
+// inverse_sigmoid), the second chain and its query + position sum are fused
+// away, and everything they write lives from that launch. The last layer's
+// box head and refinement (the pred_boxes output) keep their own launches.
+TEST(MlpChainPlan, RtDetrBoxHeadRefinementAndNextQueryPositionAreOneLaunch) {
+  auto plan = [](const Graph& g, GraphFacts& f) {
+    plan_wide_linears(g, f);
+    plan_norm_adds(g, f);
+    plan_box_refines(g, f);
+    plan_mlp_chains(g, f, 132, false);  // the default: switch fuse_mlp auto
+  };
+  for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) {
+    const GraphFacts f = planned(g, plan);
+    if (dt == DType::F32) {
+      EXPECT_TRUE(f.mlp_chain_links.empty()) << name;
+      return;
+    }
+    size_t decoder_layers = 0;
+    for (const Node& n : g.nodes) decoder_layers += n.op == Op::Add && n.name.starts_with("model.decoder.bbox_embed.");
+    ASSERT_GE(decoder_layers, 1u) << name;
+    EXPECT_EQ(f.mlp_chain_links.size(), decoder_layers) << name;  // before the first layer, and between layers
+    for (const auto& [a, link] : f.mlp_chain_links) {
+      const std::string& an = g.nodes[a].name;
+      EXPECT_TRUE(an == "model.enc_bbox_head.layers.2" || (an.starts_with("model.decoder.bbox_embed.") && an.ends_with(".layers.2")))
+          << an;
+      ASSERT_EQ(f.mlp_chains.count(a), 1u) << an;
+      EXPECT_EQ(f.mlp_chains.at(a).size(), 3u) << an;
+      ASSERT_EQ(link.next.size(), 2u) << an;
+      const Node& qp = g.nodes[link.next.back()];
+      EXPECT_TRUE(qp.name.ends_with(".query_pos.1")) << qp.name;
+      EXPECT_EQ(f.mlp_chains.count(link.next.back()), 0u) << qp.name;  // no launch of its own
+      ASSERT_EQ(f.box_refines.count(link.refine), 1u) << an;
+      const BoxRefine& r = f.box_refines.at(link.refine);
+      EXPECT_EQ(r.delta, g.nodes[a].outputs[0]) << an;
+      ASSERT_NE(r.narrow, kNoNode) << an;
+      EXPECT_EQ(g.nodes[link.next.front()].inputs[0], g.nodes[r.narrow].outputs[0]) << an;  // the narrowed reference
+      EXPECT_EQ(r.inverse == kNoNode, an == "model.enc_bbox_head.layers.2") << an;  // the picked anchors are added as they are
+      for (size_t k : {link.refine, r.narrow, link.next.front(), link.next.back()}) EXPECT_TRUE(f.fused_away[k]) << g.nodes[k].name;
+      for (size_t k : {link.refine, r.narrow, link.next.back()})
+        EXPECT_EQ(f.live_from.at(g.nodes[k].outputs[0]), static_cast<int>(a)) << g.nodes[k].name;
+      ASSERT_EQ(f.mlp_chain_sums.count(link.next.back()), 1u) << qp.name;
+      const size_t sum = f.mlp_chain_sums.at(link.next.back());
+      EXPECT_EQ(f.live_from.at(g.nodes[sum].outputs[0]), static_cast<int>(a)) << g.nodes[sum].name;
+      EXPECT_GE(f.live_until.at(r.ref), static_cast<int>(a)) << an;
+      EXPECT_LT(g.values[r.ref].producer, static_cast<int>(a)) << an;
+    }
+    // The last layer: its box head is a chain alone, its refinement its own launch.
+    const std::string last = "model.decoder.bbox_embed." + std::to_string(decoder_layers - 1);
+    const Node* head = g.find_node(last + ".layers.2");
+    const Node* refine = g.find_node(last + ".add");
+    ASSERT_NE(head, nullptr) << name;
+    ASSERT_NE(refine, nullptr) << name;
+    const auto hi = static_cast<size_t>(head - g.nodes.data()), ri = static_cast<size_t>(refine - g.nodes.data());
+    EXPECT_EQ(f.mlp_chains.count(hi), 1u) << name;
+    EXPECT_EQ(f.mlp_chain_links.count(hi), 0u) << name;
+    EXPECT_FALSE(f.fused_away[ri]) << name;
+  });
+}
+
 // RT-DETR v2 on CUDA (elementwise.cpp, plan_box_refines): each decoder
 // layer's box refinement (`bbox_embed.<i>.add`) takes in its inverse_sigmoid,
 // and in 16-bit graphs the cast that widens the delta and the cast that

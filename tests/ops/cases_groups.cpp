@@ -15,7 +15,8 @@
 //  - RT-DETR's f32 score head reading a widened 16-bit value (CUDA: a 16-bit
 //    product with f32 output, plan_wide_linears)
 //  - chains of small linears (RT-DETR's query position and box heads; CUDA:
-//    one mlp_chain launch, plan_mlp_chains)
+//    one mlp_chain launch, plan_mlp_chains), and a box head, the box
+//    refinement and the next query position head with its sum (one launch)
 //  - RT-DETR's FPN upsample read by a concat (CUDA: inside the concat's launch,
 //    plan_upsample_concats), and one that is also an output (its own launch)
 #include <cmath>
@@ -335,6 +336,39 @@ void add_group_cases(std::vector<OpCase>& out) {
         mark_fusions(gr.c.graph, FusionOptions{});
         out.push_back(std::move(gr.c));
       }
+      // RT-DETR's decoder between layers: box head chain (32 -> 32 -> 32 -> 4)
+      // -> box refinement in f32 (inverse_sigmoid of the old reference, or the
+      // picked anchors' logits added as they are before the first layer) ->
+      // narrowed -> query position chain (4 -> 64 -> 32) -> query + position.
+      // CUDA (16-bit) runs it all as one mlp_chain launch (plan_mlp_chains' links).
+      if (dt != DType::F32)
+        for (const char* form : {"inverse", "anchors"}) {
+          Group gr("mlp_chain_refine", std::string(form) + "_" + bt, dt);
+          const Shape boxes{n, 30, 4};
+          const int h = gr.b.input("h", {n, 30, 32});
+          auto linear = [&](const std::string& name, int x, int64_t k, int64_t m, bool relu) {
+            const float wr = 1.7f / std::sqrt(static_cast<float>(k));
+            Attrs a;
+            if (relu) a["activation"] = std::string("relu");
+            return gr.b.node(Op::Linear, name, {x, gr.b.weight(name + ".w", {m, k}, -wr, wr), gr.b.weight(name + ".b", {m}, -0.3f, 0.3f)}, a);
+          };
+          int d = linear("bbox.0", h, 32, 32, true);
+          d = linear("bbox.1", d, 32, 32, true);
+          d = linear("bbox.2", d, 32, 4, false);
+          const int wide = gr.b.node(Op::Cast, "bbox.to_f32", {d}, {{"dtype", std::string("f32")}});
+          const int ref = gr.b.input_as("ref", DType::F32, boxes);
+          const bool inverse = std::string(form) == "inverse";
+          const int term = inverse ? gr.b.node(Op::InverseSigmoid, "inverse_sigmoid", {ref}, {{"eps", 1e-5}}) : ref;
+          const int y = gr.b.node(Op::Add, "refine", {wide, term}, {{"activation", std::string("sigmoid")}});
+          const int narrow = gr.b.node(Op::Cast, "refine.to_narrow", {y}, {{"dtype", std::string(dtype_name(dt))}});
+          int pos = linear("query_pos.0", narrow, 4, 64, true);
+          pos = linear("query_pos.1", pos, 64, 32, false);
+          const int qk = gr.b.node(Op::Add, "pos_add", {h, pos});
+          gr.c.input_range["ref"] = inverse ? std::pair<float, float>{-0.05f, 1.05f} : std::pair<float, float>{-4.f, 4.f};
+          gr.c.graph = gr.b.finish(std::vector<int>{narrow, pos, qk});
+          mark_fusions(gr.c.graph, FusionOptions{});
+          out.push_back(std::move(gr.c));
+        }
       // RT-DETR's box refinement in its f32 island: ref' = sigmoid(f32(delta) +
       // inverse_sigmoid(ref)), and ref' narrowed for the next layer in 16-bit
       // graphs; CUDA runs the four nodes as one box_refine launch

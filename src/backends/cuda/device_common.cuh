@@ -65,6 +65,13 @@ __device__ __forceinline__ float act(float x) {
   else return x;
 }
 
+// transformers' inverse_sigmoid in f32: x clamped to [0, 1], log(max(x, eps) /
+// max(1 - x, eps)) (the inverse_sigmoid op, box_refine, mlp_chain's refine).
+__device__ __forceinline__ float inverse_sigmoid_f32(float x, float eps) {
+  const float v = fminf(fmaxf(x, 0.f), 1.f);
+  return logf(fmaxf(v, eps) / fmaxf(1.f - v, eps));
+}
+
 // Whether element type T takes the fast activation path.
 template <typename T>
 inline constexpr bool kFastMath = sizeof(T) == 2;

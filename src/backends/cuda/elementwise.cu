@@ -10,6 +10,7 @@ namespace kiln::cuda {
 namespace {
 
 using dev::act;
+using dev::inverse_sigmoid_f32;
 using dev::load_vec;
 using dev::store_vec;
 
@@ -212,11 +213,6 @@ void int_cast(const void* x, DType xdt, void* y, DType ydt, int64_t count, cudaS
                        static_cast<const I*>(x), static_cast<F*>(y), count);
     });
   });
-}
-
-__device__ __forceinline__ float inverse_sigmoid_f32(float x, float eps) {
-  const float v = fminf(fmaxf(x, 0.f), 1.f);
-  return logf(fmaxf(v, eps) / fmaxf(1.f - v, eps));
 }
 
 struct InverseSigmoidOp {

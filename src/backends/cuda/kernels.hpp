@@ -322,7 +322,7 @@ void box_refine(const void* delta, DType delta_dt, const float* ref, float eps, 
 // With sum (no norm): also y_sum = T(f32(y) + f32(add_to)), add_to and y_sum
 // [rows, n] of the chain's type (RT-DETR's query + position embedding, the
 // add the unfused graph runs after the query position head).
-inline constexpr int kMaxMlpChain = 4;
+inline constexpr int kMaxMlpChain = 6;  // layers one launch takes (plan_mlp_chains plans up to 4, links up to 6)
 inline constexpr int kMaxMlpWidth = 1024;
 struct MlpChainNorm {
   LayerNormIo io;  // x2: the residual (res above); weight, bias, pos, y_pos, y_f32; x and y unused (y: mlp_chain's)
@@ -331,6 +331,20 @@ struct MlpChainNorm {
 struct MlpChainSum {
   const void* add_to = nullptr;
   void* y = nullptr;
+};
+// RT-DETR's box refinement between two chains run as one (plan_mlp_chains'
+// links: the box head, the refinement, the next query position head): layer
+// `layer` (no activation) gives delta [rows, n]; y = act(f32(T(delta)) +
+// inverse_sigmoid(ref, eps)) in f32 (eps < 0: + ref as it is; act none or
+// sigmoid), written to y (f32) and, rounded, to y_narrow (null: not
+// written); the rounded rows are the next layer's input. box_refine's bits.
+struct MlpChainRefine {
+  int layer = -1;
+  const float* ref = nullptr;
+  float eps = -1.f;
+  Activation act = Activation::None;
+  float* y = nullptr;
+  void* y_narrow = nullptr;
 };
 struct MlpChainLayer {
   const void* w = nullptr;
@@ -342,7 +356,8 @@ int mlp_chain_cluster(int64_t rows, int sms);
 // Multiprocessors of the current device (read once per process).
 int device_sm_count();
 void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const MlpChainLayer* layers, int count, int cluster,
-               cudaStream_t stream, const MlpChainNorm* norm = nullptr, const MlpChainSum* sum = nullptr);
+               cudaStream_t stream, const MlpChainNorm* norm = nullptr, const MlpChainSum* sum = nullptr,
+               const MlpChainRefine* refine = nullptr);
 
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by

@@ -91,9 +91,14 @@ int round_up(int64_t v, int to) { return static_cast<int>((v + to - 1) / to * to
 
 // The fused step of plan_mlp_chains' chain launched at node `at`: its last
 // linear, or the layer norm that reads the last one through its residual add.
-void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain) {
+void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned) {
   const Graph& g = L.g;
-  const int x = g.nodes[chain.front()].inputs[0], y = g.nodes[at].outputs[0];
+  // A link (plan_mlp_chains): the refinement and the second chain run here too.
+  const auto link = L.f.mlp_chain_links.find(at);
+  std::vector<size_t> chain = planned;
+  if (link != L.f.mlp_chain_links.end()) chain.insert(chain.end(), link->second.next.begin(), link->second.next.end());
+  const size_t tail = link != L.f.mlp_chain_links.end() ? chain.back() : at;  // the node whose output y is
+  const int x = g.nodes[chain.front()].inputs[0], y = g.nodes[tail].outputs[0];
   const DType dt = g.values[x].dtype;
   const int64_t k0 = g.values[g.nodes[chain.front()].inputs[1]].shape[1];
   const int64_t rows = shape_numel(g.values[x].shape) / k0;
@@ -127,25 +132,49 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& chain) {
   const int k = as_int(k0);
   const Node& ln = g.nodes[at];
   if (ln.op != Op::LayerNorm) {
-    const auto fused = L.f.mlp_chain_sums.find(at);
-    if (fused == L.f.mlp_chain_sums.end()) {
-      L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears, cluster ", cluster));
-      L.step(cat("mlp_chain x", cluster), [=](const Exec& e) {
-        mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream);
-      });
-      return;
+    std::string what = cat("mlp_chain of ", chain.size(), " linears"), kernel = "mlp_chain";
+    // plan_mlp_chains' box refinement between linked chains, written by this launch.
+    bool has_refine = false;
+    int ref = -1, refine_y = -1, refine_narrow = -1;
+    MlpChainRefine rf;
+    if (link != L.f.mlp_chain_links.end()) {
+      const BoxRefine& r = L.f.box_refines.at(link->second.refine);
+      const Node& radd = g.nodes[link->second.refine];
+      has_refine = true;
+      ref = r.ref, refine_y = radd.outputs[0], refine_narrow = g.nodes[r.narrow].outputs[0];
+      rf.layer = static_cast<int>(planned.size()) - 1;
+      rf.eps = r.inverse == kNoNode ? -1.f : static_cast<float>(g.nodes[r.inverse].attr_float("eps", 1e-5));
+      rf.act = radd.activation();
+      for (size_t kn : {r.widen, r.inverse, link->second.refine, r.narrow})
+        if (kn != kNoNode) L.record(g.nodes[kn].name, cat("inside ", ln.name, " (mlp_chain's box refinement, no launch of its own)"));
+      what += cat(" with the box refinement ", radd.name);
+      kernel += "_refine";
     }
     // plan_mlp_chains' add of the output and an earlier value, written by this launch.
-    const Node& add = g.nodes[fused->second];
-    const Operand other = operand(L, add.inputs[0] == y ? add.inputs[1] : add.inputs[0]);
-    const int y_sum = add.outputs[0];
-    L.record(add.name, cat("inside ", ln.name, " (mlp_chain's sum output, no launch of its own)"));
-    L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears with the sum ", add.name, ", cluster ", cluster));
-    L.step(cat("mlp_chain_sum x", cluster), [=](const Exec& e) {
+    const auto fused = L.f.mlp_chain_sums.find(tail);
+    const bool has_sum = fused != L.f.mlp_chain_sums.end();
+    Operand other;
+    int y_sum = -1;
+    if (has_sum) {
+      const Node& add = g.nodes[fused->second];
+      other = operand(L, add.inputs[0] == y ? add.inputs[1] : add.inputs[0]);
+      y_sum = add.outputs[0];
+      L.record(add.name, cat("inside ", ln.name, " (mlp_chain's sum output, no launch of its own)"));
+      what += cat(" with the sum ", add.name);
+      kernel += "_sum";
+    }
+    L.record(ln.name, cat(what, ", cluster ", cluster));
+    L.step(cat(kernel, " x", cluster), [=](const Exec& e) {
       MlpChainSum sum;
-      sum.add_to = other(e), sum.y = ptr(e, y_sum);
+      if (has_sum) sum.add_to = other(e), sum.y = ptr(e, y_sum);
+      MlpChainRefine r = rf;
+      if (has_refine) {
+        r.ref = static_cast<const float*>(ptr(e, ref));
+        r.y = static_cast<float*>(ptr(e, refine_y));
+        r.y_narrow = ptr(e, refine_narrow);
+      }
       mlp_chain(ptr(e, x), ptr(e, y), dt, rows, k, layers.data(), static_cast<int>(layers.size()), cluster, e.stream, nullptr,
-                &sum);
+                has_sum ? &sum : nullptr, has_refine ? &r : nullptr);
     });
     return;
   }
@@ -172,6 +201,7 @@ namespace {
 // and the FFN's 256 KiB lost to two GEMMs and a norm; at batch 8 (cluster
 // 1: the whole 128-266 KiB a block) every chain lost. So: up to 96 KiB.
 constexpr int64_t kMaxMlpBytesPerBlock = 96 * 1024;
+constexpr size_t kMaxPlannedChain = 4;  // linears in one planned chain (links join two: kMaxMlpChain)
 
 // The layer norm reading v through its fused residual add (plan_norm_adds), or kNoNode.
 size_t norm_reading(const Graph& g, const GraphFacts& f, int v) {
@@ -205,6 +235,59 @@ size_t sum_reading(const Graph& g, const GraphFacts& f, size_t at) {
   return kNoNode;
 }
 
+// RT-DETR's decoder between two layers (and before the first): box head
+// chain -> box refinement (plan_box_refines: widen, inverse_sigmoid or the
+// picked anchors, add + sigmoid, narrowing cast) -> query position head chain
+// on the narrowed reference. Row by row these are one computation, so one
+// launch runs them: the first chain's launch writes the refinement's f32
+// result, its narrowed copy (the deformable attention reads it too), the
+// second chain's result and its sum output (all live from that launch).
+// The delta (the first chain's result) must have no other reader; the last
+// decoder layer's refinement (the pred_boxes output, no narrowing) is left to
+// its own launch.
+void link_mlp_chains(const Graph& g, GraphFacts& f) {
+  std::map<int, size_t> chain_by_input;  // first linear's input -> launch node, for plain chains
+  for (const auto& [at, chain] : f.mlp_chains)
+    if (g.nodes[at].op == Op::Linear) chain_by_input[g.nodes[chain.front()].inputs[0]] = at;
+  for (auto& [b, r] : f.box_refines) {
+    if (r.widen == kNoNode || r.narrow == kNoNode || r.ref < 0) continue;
+    const int d = r.delta, y = g.nodes[b].outputs[0], nv = g.nodes[r.narrow].outputs[0];
+    const int pa = g.values[d].producer;
+    if (pa < 0 || g.consumers(d).size() != 1 || g.is_graph_output(d) || g.is_graph_output(y)) continue;
+    const auto a = static_cast<size_t>(pa);
+    const auto first = f.mlp_chains.find(a);
+    const auto second = chain_by_input.find(nv);
+    if (first == f.mlp_chains.end() || second == chain_by_input.end() || f.mlp_chain_sums.count(a) ||
+        f.mlp_chain_links.count(a) || f.mlp_chain_links.count(second->second) || second->second <= b)
+      continue;
+    const size_t c = second->second;
+    const std::vector<size_t>& next = f.mlp_chains.at(c);
+    const Node& last_a = g.nodes[first->second.back()];
+    if (first->second.size() + next.size() > static_cast<size_t>(kMaxMlpChain) || last_a.activation() != Activation::None ||
+        g.values[r.ref].producer >= static_cast<int>(a) || g.values[d].shape != g.values[y].shape ||
+        g.values[nv].dtype != g.values[d].dtype)
+      continue;
+    if (const auto sum = f.mlp_chain_sums.find(c); sum != f.mlp_chain_sums.end()) {
+      const Node& add = g.nodes[sum->second];
+      const int other = add.inputs[0] == g.nodes[c].outputs[0] ? add.inputs[1] : add.inputs[0];
+      if (g.values[other].producer >= static_cast<int>(a)) continue;  // the sum's operand must exist at a
+    }
+    // Written by the launch at a, before their own nodes.
+    write_early(g, f, b, a);
+    write_early(g, f, r.narrow, a);
+    for (size_t k : next) f.fused_away[k] = 1;
+    write_early(g, f, c, a);
+    f.live_through(r.ref, static_cast<int>(a));
+    if (const auto sum = f.mlp_chain_sums.find(c); sum != f.mlp_chain_sums.end()) write_early(g, f, sum->second, a);
+    f.mlp_chain_links[a] = {b, next};
+    chain_by_input.erase(second);
+  }
+  for (const auto& [a, link] : f.mlp_chain_links) {
+    (void)a;
+    f.mlp_chains.erase(link.next.back());
+  }
+}
+
 }  // namespace
 
 void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
@@ -215,7 +298,7 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
     const int p = g.values[in].producer;
     if (p >= 0 && chain_linear(g, f, static_cast<size_t>(p)) && next_in_chain(g, f, in) == ni) continue;
     std::vector<size_t> chain = {ni};
-    for (size_t nx = next_in_chain(g, f, g.nodes[ni].outputs[0]); nx != kNoNode && chain.size() < kMaxMlpChain;
+    for (size_t nx = next_in_chain(g, f, g.nodes[ni].outputs[0]); nx != kNoNode && chain.size() < kMaxPlannedChain;
          nx = next_in_chain(g, f, g.nodes[chain.back()].outputs[0]))
       chain.push_back(nx);
     const size_t ln = norms ? norm_reading(g, f, g.nodes[chain.back()].outputs[0]) : kNoNode;
@@ -237,6 +320,7 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
         f.mlp_chain_sums[at] = add;
       }
   }
+  link_mlp_chains(g, f);
 }
 
 void lower_Linear(Lowering& L, size_t ni) {

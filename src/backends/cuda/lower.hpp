@@ -49,6 +49,15 @@ struct BoxRefine {
   int delta = -1, ref = -1;
 };
 
+// RT-DETR's box head chain, its box refinement and the next query position
+// head chain in one mlp_chain launch (plan_mlp_chains): the refinement's add
+// node (a plan_box_refines entry with a narrowing cast) and the second
+// chain's linears; every node of them runs inside the first chain's launch.
+struct MlpChainLink {
+  size_t refine = kNoNode;
+  std::vector<size_t> next;
+};
+
 // The adds a layer_norm's launch takes in (plan_norm_adds; kNoNode where none):
 // the residual add it reads through, and an add of its output and a value
 // computed before it (RT-DETR's query + position), written by the same launch.
@@ -93,6 +102,7 @@ struct GraphFacts {
   std::map<size_t, int> wide_linears;  // f32 linear -> the 16-bit value it reads instead of its widening cast (plan_wide_linears)
   std::map<size_t, std::vector<size_t>> mlp_chains;  // launch node (last linear, or a layer norm) -> the chain's linears in order (plan_mlp_chains)
   std::map<size_t, size_t> mlp_chain_sums;  // chain launch node -> the add of its output it writes too (plan_mlp_chains)
+  std::map<size_t, MlpChainLink> mlp_chain_links;  // chain launch node -> the box refinement and chain it runs too (plan_mlp_chains)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
