@@ -114,8 +114,10 @@ TEST(KernelNames, ProfileListsEveryNodeOfTheCapturedCall) {
     }
     EXPECT_EQ(listed, p.kernels_per_call) << fixture;
     if (fixture.starts_with("resnet/")) continue;
-    // RT-DETR: residual adds and box refinements have no layer of their own.
-    int norms = 0, refines = 0;
+    // RT-DETR: residual adds and inverse sigmoids have no layer of their own;
+    // a box refinement before another layer runs inside the box head chain's
+    // launch with the next query position head (plan_mlp_chains' links).
+    int norms = 0, refines = 0, links = 0;
     for (const LayerTime& l : p.layers) {
       EXPECT_FALSE(l.name.ends_with(".residual")) << l.name;
       EXPECT_FALSE(l.name.ends_with(".inverse_sigmoid")) << l.name;
@@ -127,9 +129,14 @@ TEST(KernelNames, ProfileListsEveryNodeOfTheCapturedCall) {
         EXPECT_EQ(l.kernels, std::vector<std::string>{"kiln::cuda::box_refine_kernel"}) << l.name;
         ++refines;
       }
+      if ((l.name.starts_with("model.decoder.bbox_embed.") || l.name.starts_with("model.enc_bbox_head.")) &&
+          l.name.ends_with(".layers.2") && l.kernels.size() == 1 && l.kernels[0].starts_with("kiln::cuda::mlp_chain"))
+        ++links;
+      EXPECT_FALSE(l.name.ends_with(".query_pos.1")) << l.name << ": inside the box head chain before it";
     }
     EXPECT_GE(norms, 5) << "AIFI's two and three per decoder layer, each one launch";
-    EXPECT_EQ(refines, 2) << "one per decoder layer";
+    EXPECT_EQ(refines, 1) << "the last decoder layer's (the pred_boxes output)";
+    EXPECT_EQ(links, 3) << "the encoder's box head and both decoder layers' box heads, each one launch";
   }
 }
 
