@@ -73,7 +73,7 @@ std::pair<const float*, const float*> unfused_epilogue(Lowering& L, const Node& 
   auto& bn = L.m.bn;
   const std::string key = n.name + "#epilogue";
   if (!bn.count(key)) {
-    auto bias = d.has_bias ? L.m.graph->values[n.inputs[2]].constant->to_f32() : std::vector<float>(d.k, 0.f);
+    auto bias = d.has_bias ? L.g.values[n.inputs[2]].constant->to_f32() : std::vector<float>(d.k, 0.f);
     std::vector<float> ones(d.k, 1.f);
     DeviceBuffer one_b(ones.size() * 4), bias_b(bias.size() * 4);
     KILN_CUDA_CHECK(cudaMemcpy(one_b.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
@@ -279,7 +279,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const void* taps = nullptr;
   if (depthwise) {
     auto tap_major = [&] {
-      auto f = L.m.graph->values[n.inputs[1]].constant->to_f32();
+      auto f = L.g.values[n.inputs[1]].constant->to_f32();
       HostTensor t = HostTensor::from_f32_as(dt, {d.r * d.s, d.c}, depthwise_weights_tap_major(f.data(), d.c, d.r, d.s));
       DeviceBuffer buf(t.nbytes());
       KILN_CUDA_CHECK(cudaMemcpy(buf.get(), t.blob.data, t.nbytes(), cudaMemcpyHostToDevice));

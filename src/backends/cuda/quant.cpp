@@ -73,7 +73,7 @@ const void* device_bytes(Lowering& L, const std::string& key, const std::vector<
 // ones the CPU kernels use, uploaded once per engine.
 QuantEpilogue epilogue_of(Lowering& L, const Node& n) {
   std::vector<float> bias;
-  if (n.inputs.size() > 2) bias = L.m.graph->values[n.inputs[2]].constant->to_f32();
+  if (n.inputs.size() > 2) bias = L.g.values[n.inputs[2]].constant->to_f32();
   const quant::LayerEpilogue e = quant::layer_epilogue(L.g, n, bias.empty() ? nullptr : bias.data());
   QuantEpilogue q;
   q.alpha = device_f32(L, n.name + "#q_alpha", e.alpha);
@@ -408,7 +408,7 @@ void lower_quantized_linear(Lowering& L, size_t ni) {
   run.code = g.values[in0].dtype;
   run.e = epilogue_of(L, n);
   // W [k, c] row-major codes, padded once to [kp, cp] with zeros.
-  const HostTensor& wt = *L.m.graph->values[n.inputs[1]].constant;
+  const HostTensor& wt = *L.g.values[n.inputs[1]].constant;
   std::vector<uint8_t> wp(size_t(run.kp) * size_t(run.cp), 0);
   for (int o = 0; o < run.k; ++o)
     for (int i = 0; i < run.c; ++i)
@@ -455,7 +455,7 @@ void lower_quantized_conv(Lowering& L, size_t ni) {
   run.code = g.values[in0].dtype;
   run.e = epilogue_of(L, n);
   // KCRS codes -> KRSC padded to [kp, r, s, cp] with zeros (NHWC engines' filter layout).
-  const HostTensor& wt = *L.m.graph->values[n.inputs[1]].constant;
+  const HostTensor& wt = *L.g.values[n.inputs[1]].constant;
   std::vector<uint8_t> wp(size_t(run.kp) * size_t(d.r) * size_t(d.s) * size_t(run.cp), 0);
   for (int o = 0; o < d.k; ++o)
     for (int i = 0; i < d.c; ++i)
