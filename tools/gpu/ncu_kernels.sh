@@ -41,11 +41,11 @@ with open(sys.argv[2], "w") as f:
     if hdr is None:
         f.write("no kernels profiled\n"); sys.exit(0)
     h = rows[hdr]
-    col = lambda r, m: r[h.index(m)] if m in h else ""
+    col = lambda r, m: r[h.index(m)].replace(",", "") if m in h else ""  # values carry thousands separators
     f.write("   us   grid  blk regs occ%  sm%  mem%   L2 KB  kernel\n")
     for r in rows[hdr + 2:]:
         if len(r) < len(h): continue
-        name = col(r, "Kernel Name").split("(")[0].split("<")[0].replace("kiln::cuda::", "")
+        name = r[h.index("Kernel Name")].split("(")[0].split("<")[0].replace("void ", "").replace("unnamed>::", "")
         try:
             f.write("%6.2f %6s %4s %4s %4.0f %4.0f %5.0f %7.0f  %s\n" % (
                 float(col(r, "gpu__time_duration.sum")) / 1e3, col(r, "launch__grid_size"), col(r, "launch__block_size"),
