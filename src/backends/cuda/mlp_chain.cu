@@ -122,21 +122,6 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
       for (int p = lane / 4; p < kp; p += 8)  // a pair's 512 bytes are 4 lines: 4 lanes a pair, 8 pairs a step
         asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w[l] + (int64_t(t) * kp + p) * 32 + (lane % 4) * 8));
   }
-  // A warp's weight fragments for (layer l, tile t, pairs p0..p0+15): a
-  // batch in registers. The first batch of each layer is requested before
-  // the barrier that ends the layer before it (and layer 0's before the PDL
-  // wait), so its L2 round trip overlaps the barrier instead of following it
-  // (in-kernel layers took ~3.5 us each on an H100, Nsight Compute, session 23).
-  uint4 bw[kPairBatch];
-  auto load_batch = [&](int l, int t, int p0) {
-    const int kp = a.k_pad[l] / 32;
-#pragma unroll
-    for (int j = 0; j < kPairBatch; ++j)
-      if (p0 + j < kp) bw[j] = __ldg(a.w[l] + (int64_t(t) * kp + p0 + j) * 32 + lane);
-  };
-  const int first_tile = rank * kWarps + warp;  // this warp's first tile of every layer
-  bool preloaded = false;                       // bw holds (layer l, first_tile, pairs 0..15)
-  if (first_tile < a.n_pad[0] / 8) load_batch(0, first_tile, 0), preloaded = true;
   dev::enter_grid();
   // The block's rows of x, zero past the rows and past k0 up to k_pad[0]
   // (16-byte loads when `vec`: k0 % 8 == 0 and x 16-byte aligned).
@@ -163,6 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
   for (int l = 0; l < a.layers; ++l) {
     const bool last = l + 1 == a.layers;
     const int kp = a.k_pad[l] / 32, n = a.n[l], tiles = a.n_pad[l] / 8;
+    const uint4* __restrict__ w = a.w[l];
     const float* __restrict__ bias = a.b[l];
     const bool relu = (a.relu >> l) & 1u, gelu = (a.gelu >> l) & 1u;
     for (int t = rank * kWarps + warp; t < tiles; t += CL * kWarps) {
@@ -170,8 +156,10 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
       const float b0 = bias[col], b1 = bias[col + 1];  // loaded with the weights, used after
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       for (int p0 = 0; p0 < kp; p0 += kPairBatch) {
-        if (!(preloaded && t == first_tile && p0 == 0)) load_batch(l, t, p0);
-        preloaded = false;
+        uint4 bw[kPairBatch];
+#pragma unroll
+        for (int j = 0; j < kPairBatch; ++j)
+          if (p0 + j < kp) bw[j] = __ldg(w + (int64_t(t) * kp + p0 + j) * 32 + lane);
 #pragma unroll
         for (int j = 0; j < kPairBatch; ++j) {
           if (p0 + j >= kp) break;
@@ -260,7 +248,6 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
       }
     }
     if (last && !a.norm.io.x2) break;
-    if (!last && first_tile < a.n_pad[l + 1] / 8) load_batch(l + 1, first_tile, 0), preloaded = true;
     chain_sync<CL>();  // layer l written everywhere; its input no longer read
     T* t = in;
     in = out, out = t;
