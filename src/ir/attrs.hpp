@@ -86,11 +86,11 @@ inline MatMulDims matmul_dims(const Graph& g, const Node& n) {
 // gather: x as [outer, extent, inner] around the axis, index as [outer, k].
 // gather's extents: the index's rows (outer, each of k), x's rows around the
 // axis; x_outer is 1 when x is shared by every index row (x.shape[:axis] all
-// 1, the shape rule), else outer. Row o of the index reads x's row
-// (x_outer == 1 ? 0 : o).
+// 1, the shape rule), else outer. Row o of the index reads x's row x_row(o).
 struct GatherDims {
   int64_t outer = 1, extent = 1, inner = 1, k = 1, x_outer = 1;
-  int64_t x_row(int64_t o) const { return x_outer == 1 ? 0 : o; }
+  bool shared_x() const { return x_outer != outer; }
+  int64_t x_row(int64_t o) const { return shared_x() ? 0 : o; }
 };
 inline GatherDims gather_dims(const Graph& g, const Node& n) {
   const Shape& x = g.values.at(n.inputs.at(0)).shape;

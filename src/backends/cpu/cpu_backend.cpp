@@ -234,7 +234,7 @@ void CpuProgram::run_node(const Graph& g, const Node& n, const std::vector<float
       if (const int64_t bad = first_bad_index(in(1), d.outer * d.k, d.extent); bad >= 0)
         fail_input(n.name, ": gather index ", in(1)[bad], " (row ", bad / std::max<int64_t>(1, d.k), ", position ",
                    bad % std::max<int64_t>(1, d.k), ") is not an integer in [0, ", d.extent, ")");
-      gather(d.outer, d.extent, d.inner, d.k, in(0), in(1), out, pool, d.x_outer != d.outer);
+      gather(d.outer, d.extent, d.inner, d.k, in(0), in(1), out, pool, d.shared_x());
       break;
     }
     case Op::MsDeformAttn: {

@@ -157,7 +157,7 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned)
     int y_sum = -1;
     if (has_sum) {
       const Node& add = g.nodes[fused->second];
-      other = operand(L, add.inputs[0] == y ? add.inputs[1] : add.inputs[0]);
+      other = operand(L, other_input(add, y));
       y_sum = add.outputs[0];
       L.record(add.name, cat("inside ", ln.name, " (mlp_chain's sum output, no launch of its own)"));
       what += cat(" with the sum ", add.name);
@@ -182,7 +182,7 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned)
   const NormAdds adds = L.f.norm_adds.at(at);
   const Node& add = g.nodes[adds.residual];
   const int d = g.nodes[chain.back()].outputs[0];
-  const Operand res = operand(L, add.inputs[0] == d ? add.inputs[1] : add.inputs[0]);
+  const Operand res = operand(L, other_input(add, d));
   const NormOperands o = norm_operands(L, at, &adds);
   L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears with the residual layer norm, cluster ", cluster));
   L.step(cat("mlp_chain_layer_norm x", cluster), [=](const Exec& e) {
@@ -213,25 +213,6 @@ size_t norm_reading(const Graph& g, const GraphFacts& f, int v) {
       const Value& d = g.values[v];
       return y.dtype == d.dtype && y.shape == d.shape ? ln : kNoNode;
     }
-  return kNoNode;
-}
-
-// A plain add reading the chain's output (launched at `at`) and a value
-// produced before it, which the launch can write too (RT-DETR's query +
-// position after the query position head); kNoNode if none.
-size_t sum_reading(const Graph& g, const GraphFacts& f, size_t at) {
-  const int y = g.nodes[at].outputs[0];
-  if (g.values[y].dtype != DType::F16 && g.values[y].dtype != DType::BF16) return kNoNode;
-  for (int r : g.consumers(y)) {
-    const auto ai = static_cast<size_t>(r);
-    if (!plain_add(g, f, ai, g.values[y])) continue;
-    const Node& add = g.nodes[ai];
-    const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
-    if (other == y || g.values[other].producer >= static_cast<int>(at) || f.alias[add.outputs[0]] >= 0 ||
-        f.viewed(add.outputs[0]) || g.values[add.outputs[0]].shape != g.values[y].shape)
-      continue;
-    return ai;
-  }
   return kNoNode;
 }
 
@@ -267,25 +248,21 @@ void link_mlp_chains(const Graph& g, GraphFacts& f) {
         g.values[r.ref].producer >= static_cast<int>(a) || g.values[d].shape != g.values[y].shape ||
         g.values[nv].dtype != g.values[d].dtype)
       continue;
-    if (const auto sum = f.mlp_chain_sums.find(c); sum != f.mlp_chain_sums.end()) {
-      const Node& add = g.nodes[sum->second];
-      const int other = add.inputs[0] == g.nodes[c].outputs[0] ? add.inputs[1] : add.inputs[0];
-      if (g.values[other].producer >= static_cast<int>(a)) continue;  // the sum's operand must exist at a
-    }
+    const auto sum = f.mlp_chain_sums.find(c);
+    if (sum != f.mlp_chain_sums.end() &&
+        g.values[other_input(g.nodes[sum->second], g.nodes[c].outputs[0])].producer >= static_cast<int>(a))
+      continue;  // the sum's operand must exist at a
     // Written by the launch at a, before their own nodes.
     write_early(g, f, b, a);
     write_early(g, f, r.narrow, a);
     for (size_t k : next) f.fused_away[k] = 1;
     write_early(g, f, c, a);
     f.live_through(r.ref, static_cast<int>(a));
-    if (const auto sum = f.mlp_chain_sums.find(c); sum != f.mlp_chain_sums.end()) write_early(g, f, sum->second, a);
+    if (sum != f.mlp_chain_sums.end()) write_early(g, f, sum->second, a);
     f.mlp_chain_links[a] = {b, next};
     chain_by_input.erase(second);
   }
-  for (const auto& [a, link] : f.mlp_chain_links) {
-    (void)a;
-    f.mlp_chains.erase(link.next.back());
-  }
+  for (const auto& entry : f.mlp_chain_links) f.mlp_chains.erase(entry.second.next.back());
 }
 
 }  // namespace
@@ -312,11 +289,11 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
       if (c != at) f.fused_away[c] = 1;
     f.live_through(in, static_cast<int>(at));
     f.mlp_chains[at] = chain;
+    const int y = g.nodes[at].outputs[0];
     if (ln == kNoNode)
-      if (const size_t add = sum_reading(g, f, at); add != kNoNode) {
-        const Node& an = g.nodes[add];
+      if (const size_t add = earlier_sum_reader(g, f, y, at); add != kNoNode) {
         write_early(g, f, add, at);
-        f.live_through(an.inputs[0] == g.nodes[at].outputs[0] ? an.inputs[1] : an.inputs[0], static_cast<int>(at));
+        f.live_through(other_input(g.nodes[add], y), static_cast<int>(at));
         f.mlp_chain_sums[at] = add;
       }
   }

@@ -288,10 +288,15 @@ void plan_deform_inputs(const Graph& g, GraphFacts& f);
 // and decoder memory). Called by plan_fusions, not for dense graphs.
 void plan_token_rows(const Graph& g, GraphFacts& f);
 
-// Whether add node `ai` is a plain sum of row-major values of y's shape and
-// type: no activation, no codes, no constant or channel-view operand, not
-// fused away (norm.cpp; plan_norm_adds and plan_mlp_chains take such adds).
-bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y);
+// The operand of two-input node `add` that is not v.
+inline int other_input(const Node& add, int v) { return add.inputs[0] == v ? add.inputs[1] : add.inputs[0]; }
+
+// A plain add reading y (no activation, no codes, row-major operands of y's
+// shape and type, none a constant or channel view, not fused away) whose other
+// operand is produced before node `at`, so at's launch can write the sum as a
+// second output (RT-DETR's query + position: plan_norm_adds after a layer
+// norm, plan_mlp_chains after the query position head); kNoNode if none (norm.cpp).
+size_t earlier_sum_reader(const Graph& g, const GraphFacts& f, int y, size_t at);
 
 // The first cast reading v to one of `to` that no plan has taken yet, or
 // kNoNode (plan_norm_adds' f32 copy, plan_box_refines' narrowed reference).

@@ -53,17 +53,11 @@ struct ChainArgs {
   // norm (io.x2, the residual, set): the last layer's rows go through the
   // residual add and the layer norm (MlpChainNorm, kernels.hpp) instead of to y.
   MlpChainNorm norm;
-  // add_to set (no norm): y_sum = T(f32(y) + f32(add_to)) too, [rows, n] like y.
-  const void* add_to = nullptr;
-  void* y_sum = nullptr;
-  // refine_layer >= 0: that layer's rows are RT-DETR's box refinement
+  // sum.y set (no norm): also T(f32(y) + f32(sum.add_to)) (MlpChainSum).
+  MlpChainSum sum;
+  // refine.layer >= 0: that layer's rows are RT-DETR's box refinement
   // (MlpChainRefine, kernels.hpp) before they go on to the next layer.
-  int refine_layer = -1;
-  const float* refine_ref = nullptr;
-  float refine_eps = 0.f;  // < 0: ref added as it is
-  bool refine_sigmoid = false;
-  float* refine_y = nullptr;
-  void* refine_narrow = nullptr;
+  MlpChainRefine refine;
 };
 
 // Cluster-wide barrier (all blocks' shared writes visible), or the block's.
@@ -177,14 +171,14 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
         for (float& e : v) e = fmaxf(e, 0.f);
       if (gelu)  // cuBLASLt has no erf GELU epilogue: the unfused linear stores, then a kernel applies it
         for (float& e : v) e = dev::act<Activation::Gelu>(dev::to_f32(dev::from_f32<T>(e)));
-      if (l == a.refine_layer) {
+      if (l == a.refine.layer) {
         // box_refine's bits (elementwise.cu): the delta as the unfused linear
         // stores it, widened, plus inverse_sigmoid(ref) (or ref), the
         // activation in f32; the f32 result and its narrowing are written
         // out, and the narrowed value (the next layer's input, as the unfused
         // query position head reads it) replaces v. Columns past n and rows
         // past the end are zero.
-        T* narrow = static_cast<T*>(a.refine_narrow);
+        T* narrow = static_cast<T*>(a.refine.y_narrow);
         for (int h = 0; h < 2; ++h) {
           const int64_t r = r0 + gid + 8 * h;
           for (int e = 0; e < 2; ++e) {
@@ -192,10 +186,10 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
             if (r < rows && col + e < n) {
               const int64_t at = r * n + col + e;
               const float d = dev::to_f32(dev::from_f32<T>(v[2 * h + e]));
-              const float ref = a.refine_ref[at];
-              o = d + (a.refine_eps < 0.f ? ref : dev::inverse_sigmoid_f32(ref, a.refine_eps));
-              if (a.refine_sigmoid) o = dev::act<Activation::Sigmoid>(o);
-              a.refine_y[at] = o;
+              const float ref = a.refine.ref[at];
+              o = d + (a.refine.eps < 0.f ? ref : dev::inverse_sigmoid_f32(ref, a.refine.eps));
+              if (a.refine.act == Activation::Sigmoid) o = dev::act<Activation::Sigmoid>(o);
+              a.refine.y[at] = o;
               if (narrow) narrow[at] = dev::from_f32<T>(o);
             }
             v[2 * h + e] = o;
@@ -234,8 +228,8 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
       } else {
         // The unfused add (RT-DETR's query + position, plan_mlp_chains): the
         // stored product plus the other operand in f32, rounded once.
-        const T* add_to = static_cast<const T*>(a.add_to);
-        T* y_sum = static_cast<T*>(a.y_sum);
+        const T* add_to = static_cast<const T*>(a.sum.add_to);
+        T* y_sum = static_cast<T*>(a.sum.y);
         for (int h = 0; h < 2; ++h) {
           const int64_t r = r0 + gid + 8 * h;
           if (r >= rows) continue;
@@ -295,7 +289,7 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
   if (sum) {
     if (norm) fail_runtime("cuda mlp_chain: a sum output and a layer norm together");
     if (!sum->add_to || !sum->y) fail_runtime("cuda mlp_chain: a sum output without its operand or destination");
-    a.add_to = sum->add_to, a.y_sum = sum->y;
+    a.sum = *sum;
   }
   if (refine) {
     if (refine->layer < 0 || refine->layer >= count || !refine->ref || !refine->y)
@@ -304,8 +298,7 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
       fail_runtime("cuda mlp_chain: refinement activation ", activation_name(refine->act), " (none or sigmoid)");
     if (layers[refine->layer].act != Activation::None)
       fail_runtime("cuda mlp_chain: refinement after layer ", refine->layer, ", which has an activation");
-    a.refine_layer = refine->layer, a.refine_ref = refine->ref, a.refine_eps = refine->eps;
-    a.refine_sigmoid = refine->act == Activation::Sigmoid, a.refine_y = refine->y, a.refine_narrow = refine->y_narrow;
+    a.refine = *refine;
   }
   if (k0 > layers[0].k_pad) fail_runtime("cuda mlp_chain: input width ", k0, " over ", layers[0].k_pad);
   a.ld = widest + 8;  // 16 bytes of padding: the fragment reads of 8 rows hit distinct banks

@@ -10,6 +10,10 @@
 
 namespace kiln::cuda {
 
+namespace {
+
+// Whether add node `ai` is a plain sum of row-major values of y's shape and
+// type: no activation, no codes, no constant or channel-view operand.
 bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y) {
   const Node& add = g.nodes[ai];
   if (add.op != Op::Add || f.fused_away[ai] || add.activation() != Activation::None || code_out(g, add.outputs[0]).on() ||
@@ -20,6 +24,19 @@ bool plain_add(const Graph& g, const GraphFacts& f, size_t ai, const Value& y) {
     if (iv.constant || iv.shape != y.shape || iv.dtype != y.dtype || f.viewed(in)) return false;
   }
   return true;
+}
+
+}  // namespace
+
+size_t earlier_sum_reader(const Graph& g, const GraphFacts& f, int y, size_t at) {
+  for (int r : g.consumers(y)) {
+    const auto ai = static_cast<size_t>(r);
+    if (!plain_add(g, f, ai, g.values[y])) continue;
+    const Node& add = g.nodes[ai];
+    const int other = other_input(add, y);
+    if (other != y && g.values[other].producer < static_cast<int>(at) && f.alias[add.outputs[0]] < 0) return ai;
+  }
+  return kNoNode;
 }
 
 void plan_norm_adds(const Graph& g, GraphFacts& f) {
@@ -33,15 +50,8 @@ void plan_norm_adds(const Graph& g, GraphFacts& f) {
     if (sv.producer >= 0 && g.consumers(sum).size() == 1 && !g.is_graph_output(sum) && f.alias[sum] < 0 &&
         plain_add(g, f, static_cast<size_t>(sv.producer), yv))
       fused.residual = static_cast<size_t>(sv.producer);
-    for (size_t ai : g.consumers(y)) {
-      if (!plain_add(g, f, ai, yv) || ai == fused.residual) continue;
-      const Node& add = g.nodes[ai];
-      const int other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
-      const int p = g.values[other].producer;
-      if (other == y || p >= static_cast<int>(ni) || f.alias[add.outputs[0]] >= 0) continue;
-      fused.pos = ai, fused.pos_value = other;
-      break;
-    }
+    if (const size_t ai = earlier_sum_reader(g, f, y, ni); ai != kNoNode)
+      fused.pos = ai, fused.pos_value = other_input(g.nodes[ai], y);
     if (yv.dtype == DType::F16 || yv.dtype == DType::BF16)
       if (const size_t ci = free_cast_reader(g, f, y, {DType::F32}); ci != kNoNode && f.alias[g.nodes[ci].outputs[0]] < 0)
         fused.widen = ci;

@@ -258,7 +258,7 @@ void lower_Gather(Lowering& L, size_t ni) {
   L.step(io.kernel("gather_rows"), [=](const Exec& x) {
     int64_t* flag = x.checks + 3 * check;
     io.load(x);
-    gather_rows(io.in(x, 0), io.in(x, 1), index_dt, io.out(x, 0), es, d.outer, d.extent, d.inner, d.k, d.x_outer != d.outer,
+    gather_rows(io.in(x, 0), io.in(x, 1), index_dt, io.out(x, 0), es, d.outer, d.extent, d.inner, d.k, d.shared_x(),
                 flag, x.stream);
     io.store(x);
   });

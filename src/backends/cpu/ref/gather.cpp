@@ -2,8 +2,9 @@
 // around the axis, index as [outer, k]: y[o, j, r] = x[o, index[o, j], r].
 // That is torch.gather(x, axis, index[..., None, ...].expand(...)) with the
 // index repeated over x's trailing dims, as RT-DETR's query selection writes
-// it; x with leading dims of 1 is shared by every index row (x_row). An index outside [0, extent) (torch.gather refuses negatives too) is an
-// input error naming the node. Indices arrive as floats holding integers.
+// it; x with leading dims of 1 is shared by every index row (x_row). An
+// index outside [0, extent) (torch.gather refuses negatives too) is an input
+// error naming the node. Indices arrive as floats holding integers.
 #include <cmath>
 
 #include "backends/cpu/ref/ref.hpp"
