@@ -26,6 +26,7 @@ enum class Switch : int {
   Fp8OneKernel,  // CUDA: an 8-bit layer with a one-kernel candidate takes one (auto: off, every path timed)
   FuseMlp,     // CUDA: chains of small linears in one launch (auto: the chains; on: also a post-norm's projection inside the norm)
   IgemmConv,   // CUDA: kiln's implicit-GEMM conv timed beside cuDNN's engines for dense f16/bf16 convs (auto: off; it lost every r18vd conv)
+  SideLane,    // CUDA: independent convs, pools and linears on a second stream inside the graph (auto: on)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

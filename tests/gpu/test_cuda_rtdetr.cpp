@@ -11,8 +11,10 @@
 #include <filesystem>
 
 #include "../../families/rt_detr_v2/tests/rtdetr_test_util.hpp"
+#include "bundle/bundle.hpp"
 #include "core/npy.hpp"
 #include "kiln/kiln.hpp"
+#include "runtime/engine_impl.hpp"
 
 namespace kiln {
 namespace {
@@ -76,6 +78,59 @@ TEST_P(CudaRtDetr, Fp8BuildLowersAndRunsFinite) {
   EXPECT_EQ(out[1].shape, read_npy(dir / "pred_boxes.npy").shape);
   for (const Tensor& t : out)
     for (float v : t.data) ASSERT_TRUE(std::isfinite(v)) << GetParam() << " " << t.name;
+}
+
+// The side lane (side_lane.cpp: the backbone's and CSP blocks' second
+// branches, input and value projections on a second stream inside the CUDA
+// graph) changes when launches run, never what they compute: twenty calls of
+// the engine built with it give the bits of the one built with switch
+// side_lane off (opt level 1: the same heuristic tactics in both), with the
+// same launches, and the bundle's plan records the runs it took. A missing
+// fork or join, or a buffer reused while the other stream still reads it,
+// would race.
+TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = rt::kFixtures / GetParam();
+  const HostTensor x = read_npy(dir / "input.npy");
+  const fs::path tmp = testing::temp_dir(cat("rtdetr_side_", GetParam()));
+  auto build_with = [&](bool on) {
+    BuildOptions o;
+    o.model = dir.string();
+    o.backend = "cuda";
+    o.precision = DType::F16;
+    o.opt_level = 1;
+    o.batch = static_cast<int>(x.shape.at(0));
+    o.switches.set(Switch::SideLane, on);
+    const fs::path b = tmp / (on ? "on.bundle" : "off.bundle");
+    build_bundle(o, b);
+    return b;
+  };
+  auto side_runs = [&](const fs::path& b) {
+    const Bundle bundle = Bundle::open(b);
+    for (const auto& s : bundle.section_names())
+      if (s.rfind("tactics.", 0) == 0) {
+        const auto j = nlohmann::json::parse(bundle.section_text(s));
+        return j["batches"][std::to_string(x.shape.at(0))]["plan"].value("side_lane", nlohmann::json()).size();
+      }
+    return size_t{0};
+  };
+  const fs::path off = build_with(false), on = build_with(true);
+  EXPECT_EQ(side_runs(off), 0u);
+  EXPECT_GE(side_runs(on), 4u) << "backbone shortcuts, input projections, CSP branches, value projections";
+  auto off_ctx = Engine::load(off.string())->create_context();
+  const std::vector<Tensor> want = off_ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  auto ctx = Engine::load(on.string())->create_context();
+  int differing = 0;
+  for (int it = 0; it < 20; ++it) {
+    const std::vector<Tensor> got = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+    ASSERT_EQ(got.size(), want.size());
+    bool same = true;
+    for (size_t k = 0; k < got.size(); ++k) same &= got[k].data == want[k].data;
+    differing += !same;
+  }
+  EXPECT_EQ(differing, 0) << GetParam() << ": calls with the side lane that differ from side_lane=off (of 20)";
+  EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << GetParam();
+  fs::remove_all(tmp);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaRtDetr, ::testing::ValuesIn(testing::fixture_cases(rt::kFixtures)),

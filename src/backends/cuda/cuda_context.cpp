@@ -2,6 +2,8 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "backends/backend.hpp"
@@ -38,6 +40,9 @@ struct BatchState {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   size_t nodes = 0;
+  // The side lane's workspace and events (programs with side runs).
+  DeviceBuffer side_workspace;
+  std::vector<std::unique_ptr<Event>> side_events;  // [0]: the fork, then one join per run
   ~BatchState() {
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
@@ -55,6 +60,9 @@ struct CudaContext::Impl {
   Stream stream;
   CudnnHandle cudnn;
   Event start, stop;
+  // The side lane's stream and cuDNN handle, made with the first program that has side runs.
+  std::unique_ptr<Stream> side_stream;
+  std::unique_ptr<CudnnHandle> side_cudnn;
   std::map<int64_t, std::unique_ptr<BatchState>> states;
   PhaseCounters first_calls;  // program builds and captures of this context (phase_counters.hpp)
   // Recorded at the end of every call, on the stream it ran on (`last`): the
@@ -100,6 +108,11 @@ struct CudaContext::Impl {
     st->checks = DeviceBuffer(p.checks.size() * 3 * sizeof(int64_t));
     st->check_flags = PinnedBuffer(p.checks.size() * 3 * sizeof(int64_t));
     if (!p.checks.empty()) KILN_CUDA_CHECK(cudaMemset(st->checks.get(), 0, st->checks.size()));
+    if (!p.side_runs.empty()) {
+      if (!side_stream) side_stream = std::make_unique<Stream>(), side_cudnn = std::make_unique<CudnnHandle>();
+      st->side_workspace = DeviceBuffer(p.workspace_bytes);
+      for (size_t k = 0; k <= p.side_runs.size(); ++k) st->side_events.push_back(std::make_unique<Event>());
+    }
     return *(states[batch] = std::move(st));
   }
 
@@ -205,12 +218,27 @@ struct CudaContext::Impl {
     }
     first_calls += phase_counters() - before;
   }
+  // The side lane of x's enqueue, or null when the program has no side runs.
+  std::optional<SideLane> side_lane(BatchState& st, const Exec& x) {
+    if (st.prog->side_runs.empty()) return std::nullopt;
+    SideLane lane;
+    lane.x = x;
+    lane.x.stream = side_stream->s;
+    lane.x.cudnn = side_cudnn->h;
+    lane.x.workspace = st.side_workspace.get();
+    lane.x.workspace_bytes = st.side_workspace.size();
+    lane.fork = st.side_events[0]->e;
+    for (size_t k = 1; k < st.side_events.size(); ++k) lane.done.push_back(st.side_events[k]->e);
+    return lane;
+  }
   void capture_timed(BatchState& st, const Exec& x) {
-    for (const auto& step : st.prog->steps) step(x);
+    const std::optional<SideLane> lane = side_lane(st, x);
+    const SideLane* side = lane ? &*lane : nullptr;
+    st.prog->enqueue(x, side);
     KILN_CUDA_CHECK(cudaStreamSynchronize(stream.s));
     KILN_CUDA_CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
     try {
-      for (const auto& step : st.prog->steps) step(x);
+      st.prog->enqueue(x, side);
     } catch (...) {
       cudaGraph_t g = nullptr;
       cudaStreamEndCapture(stream.s, &g);

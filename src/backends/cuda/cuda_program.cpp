@@ -207,6 +207,10 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   for (size_t c : f.wp.grouped) f.fused_away[c] = 1;     // run by their group's first conv
   for (size_t pn : f.wp.side_pools) f.fused_away[pn] = 1;  // run inside a conv's launch
   f.split_always = sw.get(Switch::FuseSplit).value_or(false);  // marked runs (switch fuse_split off: none marked)
+  // Independent branches on a second stream (side_lane.cpp). A bundle whose
+  // plan predates the side lane (no `side_lane` key) runs without it, as built.
+  const bool recorded_side = !plan || (plan->is_object() && plan->contains("side_lane"));
+  if (sw.get(Switch::SideLane).value_or(true) && recorded_side) plan_side_lane(g, f);
 }
 
 // Channel views without window convs: every conv touching a view must be a
@@ -283,6 +287,9 @@ std::string plan_difference(const nlohmann::json& built, const nlohmann::json& r
     if (rs[i] != bs[i]) return cat("step ", i, " is ", bs[i].dump(), " here, ", rs[i].dump(), " recorded");
   const auto& rv = recorded.value("values", nlohmann::json::object());
   if (rv != built["values"]) return "the arena offsets of the values differ";
+  if (recorded.value("side_lane", nlohmann::json()) != built.value("side_lane", nlohmann::json()))
+    return cat("side lane ", built.value("side_lane", nlohmann::json()).dump(), " here, ",
+               recorded.value("side_lane", nlohmann::json()).dump(), " recorded");
   return "";
 }
 
@@ -294,8 +301,14 @@ nlohmann::json CudaEngine::Program::plan_json() const {
   for (size_t v = 0; v < shaped.values.size(); ++v)
     if (!shaped.values[v].constant && memory.offsets.at(v) >= 0)
       values[shaped.values[v].name] = {memory.offsets[v], view_bytes.empty() ? 0 : view_bytes[v]};
-  return {{"window_conv", window_blocks}, {"channel_views", channel_views}, {"arena_bytes", memory.arena_bytes},
-          {"workspace_bytes", workspace_bytes}, {"steps", step_list}, {"values", values}};
+  nlohmann::json j = {{"window_conv", window_blocks}, {"channel_views", channel_views}, {"arena_bytes", memory.arena_bytes},
+                      {"workspace_bytes", workspace_bytes}, {"steps", step_list}, {"values", values}};
+  if (side_lane_planned) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const SideLaneRun& r : side_runs) runs.push_back({{"steps", r.steps}, {"fork", r.fork_step}, {"join", r.join_step}});
+    j["side_lane"] = runs;
+  }
+  return j;
 }
 
 std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::build_program(int64_t batch) {
@@ -341,6 +354,8 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t bat
   }
   tactics.finish();
   timed_layers += tactics.timed_layers();
+  schedule_side_lane(*p, f);
+  p->side_lane_planned = !plan || (plan->is_object() && plan->contains("side_lane"));
   if (opts.tune && opts.progress) opts.progress(static_cast<int64_t>(g.nodes.size()), static_cast<int64_t>(g.nodes.size()));
   if (plan) {
     // The blocks' window-vs-cuDNN tactics, as the build recorded them (the plan's list decided).

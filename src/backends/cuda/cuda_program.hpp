@@ -40,6 +40,14 @@ struct Exec {
   HostCalls* host_calls = nullptr;       // the context's host functions (stable addresses)
 };
 
+// The side lane of one enqueue (side_lane.cpp): its own stream, cuDNN handle
+// and workspace in `x`, the fork event and one join event per side run.
+struct SideLane {
+  Exec x;
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> done;
+};
+
 struct CudaEngine::Program {
   Graph shaped;
   MemoryPlan memory;
@@ -47,6 +55,20 @@ struct CudaEngine::Program {
   int views_used = 0;               // slices read in place + concat inputs written in place
   std::vector<std::function<void(const Exec&)>> steps;  // one or more launches per node
   std::vector<std::string> step_names;                  // node name of each step (for profiles)
+  std::vector<int> step_nodes;                          // node index of each step (-1: the engine inputs' conversion)
+  // The side lane (plan_side_lane, schedule_side_lane): these steps run on a
+  // second stream, forked before main-lane step fork_step and joined before
+  // join_step (steps.size(): the end), in this order.
+  struct SideLaneRun {
+    std::vector<size_t> steps;
+    size_t fork_step = 0, join_step = 0;
+  };
+  std::vector<SideLaneRun> side_runs;
+  std::vector<char> step_on_side;  // per step
+  bool side_lane_planned = false;  // the plan records `side_lane` (bundles before it: no side lane)
+  // Enqueues every step on x.stream, the side runs on lane's stream (without
+  // a lane: every step in order on x.stream, which is always correct).
+  void enqueue(const Exec& x, const SideLane* lane) const;
   // Per graph output: the value its f32 NCHW copy is converted from after the
   // graph: the output itself, or the 16-bit value an f32 cast widened when
   // that cast was folded into the conversion (plan_output_casts).

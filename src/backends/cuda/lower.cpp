@@ -10,6 +10,7 @@ namespace kiln::cuda {
 void Lowering::step(const std::string& kernel, std::function<void(const Exec&)> fn) {
   p.steps.push_back(std::move(fn));
   p.step_names.push_back(node_name);
+  p.step_nodes.push_back(node_index);
   p.step_kernels.push_back(kernel);
 }
 
@@ -80,6 +81,7 @@ void lower_node(Lowering& L, size_t ni) {
                "CUDA (keep it 16-bit in the recipe)");
   if (L.f.folded_cast[ni] || L.f.fused_away[ni]) return;
   L.node_name = n.name;
+  L.node_index = static_cast<int>(ni);
   if (!L.f.reference.empty() && L.f.reference[ni]) return lower_reference(L, ni);
   if (L.f.se.scale_at.count(ni)) return lower_se_mlp_scale(L, ni);
   if (L.f.se.mlp_at.count(ni)) return lower_se_mlp(L, ni);

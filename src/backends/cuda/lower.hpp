@@ -86,6 +86,15 @@ struct UpsampleRead {
   size_t upsample = kNoNode;
 };
 
+// Nodes that run on the side lane (plan_side_lane, side_lane.cpp): a chain of
+// convs, pools or linears, each read by the next alone, enqueued on a second
+// stream once node `fork` has run and waited for before node `join` runs.
+struct SideRun {
+  std::vector<size_t> nodes;
+  int fork = -1;  // the last node (launch) whose result the run reads; -1: engine inputs only
+  int join = 0;   // the first node (launch) that reads the run's result; nodes.size(): the output conversion
+};
+
 // The facts of one shaped graph that decide how its nodes run.
 struct GraphFacts {
   std::vector<char> fused_away;   // nodes with no step of their own
@@ -103,6 +112,7 @@ struct GraphFacts {
   std::map<size_t, std::vector<size_t>> mlp_chains;  // launch node (last linear, or a layer norm) -> the chain's linears in order (plan_mlp_chains)
   std::map<size_t, size_t> mlp_chain_sums;  // chain launch node -> the add of its output it writes too (plan_mlp_chains)
   std::map<size_t, MlpChainLink> mlp_chain_links;  // chain launch node -> the box refinement and chain it runs too (plan_mlp_chains)
+  std::vector<SideRun> side_runs;  // plan_side_lane, in node order of their first nodes
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -185,6 +195,7 @@ struct Lowering {
   // engine_buffer holding a copy of `bytes` host bytes.
   const void* engine_copy(const std::string& key, const void* data, size_t bytes);
   std::string node_name;  // the node being lowered
+  int node_index = -1;    // its index (-1: the engine inputs' conversion)
   // Grows the per-context workspace to at least `bytes` (steps use it one at a time).
   void reserve_workspace(size_t bytes) { p.workspace_bytes = std::max(p.workspace_bytes, bytes); }
   // A run-time check of node `node`: a 3-int64 device flag (Exec::checks + 3 *
@@ -412,6 +423,29 @@ WindowRead window_read(Lowering& L, const Node& reader, size_t k);
 // value (exact widening; one launch fewer per call). That value then lives
 // to the end of the program. cuda_program.cpp.
 void plan_output_casts(const Graph& g, GraphFacts& f);
+
+// The side lane (side_lane.cpp): runs of convs, pools and linears off the
+// critical path go to a second stream inside the captured graph, so they
+// overlap the main lane's launches (RT-DETR: the backbone's shortcut
+// branches, the encoder's input projections and CSP branches, the decoder's
+// value projections). A run is a chain of such nodes, each read by the next
+// alone; it forks after the last launch that writes what it reads and joins
+// before the first launch that reads its result, and is taken only when at
+// least one main-lane launch lies between the two. Every value the run reads
+// or writes lives (GraphFacts::live_from/live_until) from the fork to the
+// join, so no main-lane value shares its bytes while the two lanes run.
+// Launch positions come from the fusion plans above (a fused node runs at the
+// launch that computes it, early or late); a run next to a fused node whose
+// launch is not known is not taken. Call last in plan_fusions; not for dense
+// graphs, window convs, channel views or squeeze-excitation plans.
+void plan_side_lane(const Graph& g, GraphFacts& f);
+// Per node: the index of the node whose launch computes it (itself when it
+// has a launch of its own), kPassThrough for byte aliases (no launch: their
+// readers read the source), kUnknownLaunch for fused nodes no plan accounts for.
+inline constexpr int kPassThrough = -2, kUnknownLaunch = -3;
+std::vector<int> launch_nodes(const Graph& g, const GraphFacts& f);
+// After lowering: the side runs' steps, fork and join steps (Program::side_runs).
+void schedule_side_lane(CudaEngine::Program& p, const GraphFacts& f);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);

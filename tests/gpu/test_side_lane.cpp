@@ -1,0 +1,162 @@
+// The CUDA side lane's plan (side_lane.cpp), which needs no GPU: on the
+// RT-DETR fixtures (basic and bottleneck backbones, both decoder methods) in
+// f16 and f32, planned as plan_fusions plans them, which branches go to the
+// second stream, and the property the two streams rely on: no value another
+// launch uses while a side run can be running shares bytes with a value the
+// run reads or writes (the arena the memory planner lays out from the facts).
+// Whether the GPU computes the same numbers with and without the lane is
+// CudaEngine.SideLaneComputesWhatOneStreamComputes (test_cuda_engine.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "../unit/family_test_util.hpp"
+#include "backends/cuda/lower.hpp"
+#include "runtime/memory_planner.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The facts plan_fusions gives an RT-DETR graph (no views, no window convs,
+// no squeeze-excitation), side lane last.
+GraphFacts rtdetr_facts(const Graph& g, bool side_lane) {
+  GraphFacts f;
+  f.fused_away.assign(g.nodes.size(), 0);
+  f.folded_cast.assign(g.nodes.size(), 0);
+  f.split_done.assign(g.nodes.size(), 0);
+  f.alias.assign(g.values.size(), -1);
+  for (const Node& n : g.nodes)
+    if ((n.op == Op::Flatten && flatten_is_alias(g, n)) || (n.op == Op::Reshape && reshape_is_alias(g, n)))
+      f.alias[n.outputs[0]] = n.inputs[0];
+  plan_deform_inputs(g, f);
+  plan_token_rows(g, f);
+  plan_upsample_concats(g, f);
+  plan_wide_linears(g, f);
+  plan_norm_adds(g, f);
+  plan_box_refines(g, f);
+  plan_row_windows(g, f);
+  plan_output_casts(g, f);
+  plan_mlp_chains(g, f, 132, false);
+  if (side_lane) plan_side_lane(g, f);
+  return f;
+}
+
+template <typename F>
+void for_each_rtdetr(F&& fn) {
+  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
+  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
+    for (DType dt : {DType::F32, DType::F16}) {
+      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
+      fn(name + (dt == DType::F16 ? " f16" : " f32"), g);
+    }
+}
+
+bool has_run_with(const Graph& g, const GraphFacts& f, const std::string& suffix) {
+  for (const SideRun& r : f.side_runs)
+    for (size_t n : r.nodes)
+      if (g.nodes[n].name.ends_with(suffix)) return true;
+  return false;
+}
+
+TEST(SideLanePlan, RtDetrBranchesOffTheCriticalPathGoToTheSideLane) {
+  for_each_rtdetr([](const std::string& name, Graph& g) {
+    const GraphFacts f = rtdetr_facts(g, true);
+    ASSERT_FALSE(f.side_runs.empty()) << name;
+    const std::vector<int> at = launch_nodes(g, f);
+    std::set<size_t> seen;
+    for (const SideRun& r : f.side_runs) {
+      std::string names;
+      for (size_t n : r.nodes) names += g.nodes[n].name + " ";
+      ASSERT_FALSE(r.nodes.empty()) << name;
+      // A chain of convs, pools and linears, each read by the next alone.
+      for (size_t k = 0; k < r.nodes.size(); ++k) {
+        const Node& n = g.nodes[r.nodes[k]];
+        EXPECT_TRUE(n.op == Op::Conv2d || n.op == Op::Linear || n.op == Op::MaxPool2d || n.op == Op::AvgPool2d) << names;
+        EXPECT_TRUE(seen.insert(r.nodes[k]).second) << names << ": a node in two runs";
+        EXPECT_EQ(at[r.nodes[k]], static_cast<int>(r.nodes[k])) << names << ": runs in a launch of its own";
+        if (k + 1 < r.nodes.size()) EXPECT_EQ(g.consumers(n.outputs[0]), std::vector<int>{static_cast<int>(r.nodes[k + 1])}) << names;
+      }
+      // Forked after what it reads is written, joined before its result is read, with a main-lane launch between.
+      EXPECT_LT(r.fork, static_cast<int>(r.nodes.front())) << names;
+      EXPECT_GT(r.join, static_cast<int>(r.nodes.back())) << names;
+      int between = 0;
+      for (int k = r.fork + 1; k < r.join; ++k)
+        between += at[k] == k && !seen.count(static_cast<size_t>(k)) &&
+                   std::find(r.nodes.begin(), r.nodes.end(), static_cast<size_t>(k)) == r.nodes.end();
+      EXPECT_GT(between, 0) << names;
+      for (size_t n : r.nodes)
+        for (int in : g.nodes[n].inputs) {
+          const int p = g.values[in].producer;
+          if (p >= 0 && at[p] >= 0 && std::find(r.nodes.begin(), r.nodes.end(), static_cast<size_t>(p)) == r.nodes.end())
+            EXPECT_LE(at[p], r.fork) << names << " reads " << g.values[in].name;
+        }
+      for (int c : g.consumers(g.nodes[r.nodes.back()].outputs[0]))
+        if (at[c] >= 0) EXPECT_GE(at[c], r.join) << names << " is read by " << g.nodes[c].name;
+    }
+    // The branches the lane is for: the decoder's value projections (merged into one linear)
+    // beside the query selection, each decoder layer's self-attention value projection
+    // beside its query/key projection, the encoder's input projections of the two larger
+    // levels beside the backbone and AIFI, and the CSP blocks' second branch.
+    EXPECT_TRUE(has_run_with(g, f, "encoder_attn.value_proj}") || has_run_with(g, f, "encoder_attn.value_proj")) << name;
+    EXPECT_TRUE(has_run_with(g, f, "layers.0.self_attn.v_proj")) << name;
+    EXPECT_TRUE(has_run_with(g, f, "encoder_input_proj.0.0")) << name;
+    EXPECT_TRUE(has_run_with(g, f, "fpn_blocks.0.conv2.conv") || has_run_with(g, f, "fpn_blocks.0.conv1.conv")) << name;
+  });
+}
+
+TEST(SideLanePlan, NoValueSharesBytesWithASideRunWhileItMayRun) {
+  for_each_rtdetr([](const std::string& name, Graph& g) {
+    const GraphFacts f = rtdetr_facts(g, true);
+    auto alias_of = [&](int v) { return f.alias[v]; };
+    const MemoryPlan mp = plan_memory_with_views(g, value_bytes, alias_of, 64, f.live_until, f.live_from);
+    const std::vector<Lifetime> life = value_lifetimes(g, alias_of, f.live_until, f.live_from);
+    auto root = [&](int v) {
+      while (f.alias[v] >= 0) v = f.alias[v];
+      return v;
+    };
+    int checked = 0;
+    for (const SideRun& r : f.side_runs) {
+      std::set<int> touched;  // roots the run reads or writes
+      for (size_t n : r.nodes) {
+        for (int in : g.nodes[n].inputs)
+          if (!g.values[in].constant) touched.insert(root(in));
+        for (int o : g.nodes[n].outputs) touched.insert(root(o));
+      }
+      for (int t : touched) {
+        const int64_t t0 = mp.offsets[t], t1 = t0 + static_cast<int64_t>(value_bytes(g.values[t]));
+        for (size_t w = 0; w < g.values.size(); ++w) {
+          const int wv = static_cast<int>(w);
+          if (g.values[w].constant || root(wv) != wv || touched.count(wv)) continue;
+          const int64_t w0 = mp.offsets[w], w1 = w0 + static_cast<int64_t>(value_bytes(g.values[w]));
+          if (w1 <= t0 || t1 <= w0) continue;  // other bytes
+          ++checked;
+          // The run may be running at any main-lane position in [fork + 1, join].
+          EXPECT_TRUE(life[w].last < r.fork + 1 || life[w].first > r.join)
+              << name << ": " << g.values[w].name << " (nodes " << life[w].first << ".." << life[w].last
+              << ") shares bytes with " << g.values[t].name << " of the side run forked after " << r.fork << ", joined before " << r.join;
+        }
+      }
+    }
+    EXPECT_GT(checked, 0) << name << ": the arena reuses no side run's bytes, so this test checks nothing";
+  });
+}
+
+TEST(SideLanePlan, OffWithoutThePlanAndTheArenaGrowsLittle) {
+  for_each_rtdetr([](const std::string& name, Graph& g) {
+    const GraphFacts off = rtdetr_facts(g, false), on = rtdetr_facts(g, true);
+    EXPECT_TRUE(off.side_runs.empty());
+    auto bytes = [&](const GraphFacts& f) {
+      return plan_memory_with_views(g, value_bytes, [&](int v) { return f.alias[v]; }, 64, f.live_until, f.live_from).arena_bytes;
+    };
+    const size_t a = bytes(off), b = bytes(on);
+    EXPECT_GE(b, a) << name;
+    EXPECT_LE(b, a * 2) << name << ": the side lane doubles the arena";
+  });
+}
+
+}  // namespace
+}  // namespace kiln::cuda
