@@ -195,9 +195,16 @@ void top_k_rows(const void* x, void* values, int64_t* indices, DType dt, int64_t
       return;
     }
     if (extent <= kMaxSmemExtent) {
+      // The kernel's static shared memory (the collected keys, 16 KiB) plus
+      // the row's values pass the 48 KiB default at RT-DETR's 8400: opt in
+      // once to the largest row this kernel takes.
+      static const bool opted_in = [] {
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(top_k_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(kMaxSmemExtent * sizeof(uint32_t))));
+        return true;
+      }();
+      (void)opted_in;
       const size_t smem = size_t(extent) * sizeof(uint32_t);
-      if (smem > 48 * 1024)
-        KILN_CUDA_CHECK(cudaFuncSetAttribute(top_k_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       detail::launch("top_k", top_k_kernel<T, true>, dim3(unsigned(rows)), kThreadsTopK, smem, stream,
                      static_cast<const T*>(x), static_cast<T*>(values), indices, extent, inner, k, largest);
       return;
