@@ -25,13 +25,7 @@ namespace fs = std::filesystem;
 // no squeeze-excitation), side lane last.
 GraphFacts rtdetr_facts(const Graph& g, bool side_lane) {
   GraphFacts f;
-  f.fused_away.assign(g.nodes.size(), 0);
-  f.folded_cast.assign(g.nodes.size(), 0);
-  f.split_done.assign(g.nodes.size(), 0);
-  f.alias.assign(g.values.size(), -1);
-  for (const Node& n : g.nodes)
-    if ((n.op == Op::Flatten && flatten_is_alias(g, n)) || (n.op == Op::Reshape && reshape_is_alias(g, n)))
-      f.alias[n.outputs[0]] = n.inputs[0];
+  f.start(g);
   plan_deform_inputs(g, f);
   plan_token_rows(g, f);
   plan_upsample_concats(g, f);

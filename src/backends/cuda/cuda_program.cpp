@@ -150,13 +150,7 @@ void plan_views_and_windows(const CudaEngine::Impl& m, const Graph& g, const nlo
 void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, const std::vector<char>* window,
                   int64_t batch, GraphFacts& f) {
   const std::string where = cat("the bundle's CUDA plan for batch ", batch);
-  f.fused_away.assign(g.nodes.size(), 0);
-  f.folded_cast.assign(g.nodes.size(), 0);
-  f.split_done.assign(g.nodes.size(), 0);
-  f.alias.assign(g.values.size(), -1);
-  for (const Node& n : g.nodes)
-    if ((n.op == Op::Flatten && flatten_is_alias(g, n)) || (n.op == Op::Reshape && reshape_is_alias(g, n)))
-      f.alias[n.outputs[0]] = n.inputs[0];  // same bytes (lower.hpp)
+  f.start(g);
   // Squeeze-excitation as se_mlp steps (se_plan.hpp) where the graph marks
   // the blocks (switch fuse_se off at build: no marks, all unfused).
   // fuse_se_mul on also applies the gate inside the step. Off by default:

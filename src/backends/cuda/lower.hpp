@@ -131,6 +131,9 @@ struct GraphFacts {
   bool dense = false;
   std::map<size_t, std::unique_ptr<ConvOp>> view_convs;  // conv node -> its strided cuDNN op (views without window mode)
 
+  // Nothing fused, no views; flattens and reshapes that keep their input's
+  // bytes are aliases of it (flatten_is_alias, reshape_is_alias).
+  void start(const Graph& g);
   // v is a channel view in use (its bytes inside its root's, at a pixel stride).
   bool viewed(int v) const { return use_views && cv.is_view(v); }
   // A fused step reads v at node index `node`: v's buffer stays live until then.
@@ -169,6 +172,15 @@ inline bool flatten_is_alias(const Graph& g, const Node& flatten) {
 inline bool reshape_is_alias(const Graph& g, const Node& reshape) {
   const Value &x = g.values[reshape.inputs[0]], &y = g.values[reshape.outputs[0]];
   return !stored_nhwc(x) && !stored_nhwc(y) && !x.constant;
+}
+inline void GraphFacts::start(const Graph& g) {
+  fused_away.assign(g.nodes.size(), 0);
+  folded_cast.assign(g.nodes.size(), 0);
+  split_done.assign(g.nodes.size(), 0);
+  alias.assign(g.values.size(), -1);
+  for (const Node& n : g.nodes)
+    if ((n.op == Op::Flatten && flatten_is_alias(g, n)) || (n.op == Op::Reshape && reshape_is_alias(g, n)))
+      alias[n.outputs[0]] = n.inputs[0];
 }
 inline size_t value_bytes(const Value& v) { return static_cast<size_t>(shape_numel(v.shape)) * dtype_size(v.dtype); }
 
