@@ -286,7 +286,8 @@ void lower_Conv2d(Lowering& L, size_t ni) {
       return buf;
     };
     Candidate own{kDepthwiseTactic,
-                  [&] { return taps = L.engine_buffer(n.name + "#tap_major", tap_major), igemm = false, own_kernel = true; },
+                  // tap_major by value: it is local to this block, and the selector calls this after it.
+                  [&, tap_major] { return taps = L.engine_buffer(n.name + "#tap_major", tap_major), igemm = false, own_kernel = true; },
                   [&](cudaStream_t s, void*, size_t) {
                     depthwise_conv_nhwc(xb.get(s), taps, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, dws, d.act, s);
                     return true;

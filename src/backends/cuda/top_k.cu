@@ -9,6 +9,8 @@
 // number of collected keys above it. A pass whose chosen digit holds exactly
 // the keys still wanted ends the select early (typically after 3 of the 8
 // passes on real scores).
+// Each pass's histogram is warp-aggregated (__match_any_sync: one shared
+// atomic per digit per warp).
 // Rows up to kMaxSmemExtent elements first copy their 32-bit order values to
 // shared memory (the index half of a key is the position), so only that first
 // read touches global memory, with all of a thread's loads in flight at once;
@@ -90,9 +92,18 @@ __global__ void top_k_kernel(const T* x, T* values, int64_t* indices, int64_t ex
     __syncthreads();
     const unsigned long long prefix = prefix_s, mask = mask_s;
     const unsigned int want = remaining_s;
-    for (int64_t i = threadIdx.x; i < extent; i += blockDim.x) {
-      const unsigned long long key = key_of(i);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    // Warp-aggregated: the lanes of a warp with one digit add their count
+    // once (on real scores most keys share the high digits, and 8400
+    // same-address shared atomics serialise). The loop is warp-uniform.
+    for (int64_t base = 0; base < extent; base += blockDim.x) {
+      const int64_t i = base + threadIdx.x;
+      unsigned int digit = 256u;  // no bin: out of the row, or not matching the prefix
+      if (i < extent) {
+        const unsigned long long key = key_of(i);
+        if ((key & mask) == prefix) digit = unsigned((key >> shift) & 255u);
+      }
+      const unsigned int peers = __match_any_sync(0xffffffffu, digit);
+      if (digit < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], unsigned(__popc(peers)));
     }
     __syncthreads();
     // The digit holding the want-th largest key among those matching the
