@@ -58,6 +58,28 @@ struct Checker {
           bad(path + ".steps[" + std::to_string(i) + "]", "[node name, kernel or tactic] (two strings)");
       }
     }
+    // The side lane's runs: {steps: [step indices], fork, join}, the steps
+    // and the fork before the join, the join at most the step count.
+    if (const json* sl = optional(p, "side_lane")) {
+      if (!sl->is_array()) bad(path + ".side_lane", "a list of {steps, fork, join}");
+      const json* st = optional(p, "steps");
+      const size_t n = st && st->is_array() ? st->size() : 0;
+      for (size_t i = 0; i < sl->size(); ++i) {
+        const json& r = (*sl)[i];
+        const std::string at = path + ".side_lane[" + std::to_string(i) + "]";
+        auto index = [&](const json* v, size_t limit) {
+          return v && v->is_number_unsigned() && v->get<uint64_t>() <= limit;
+        };
+        if (!r.is_object()) bad(at, "an object {steps, fork, join}");
+        const json *fork = optional(r, "fork"), *join = optional(r, "join"), *steps = optional(r, "steps");
+        if (!index(join, n)) bad(at + ".join", "a step index (at most the step count)");
+        if (!index(fork, n) || fork->get<uint64_t>() >= join->get<uint64_t>()) bad(at + ".fork", "a step index before the join");
+        if (!steps || !steps->is_array() || steps->empty()) bad(at + ".steps", "a non-empty list of step indices");
+        for (size_t k = 0; k < steps->size(); ++k)
+          if (const json& v = (*steps)[k]; !v.is_number_unsigned() || v.get<uint64_t>() >= n)
+            bad(at + ".steps[" + std::to_string(k) + "]", "a step index (below the step count)");
+      }
+    }
     if (const json* v = optional(p, "values")) {
       if (!v->is_object()) bad(path + ".values", "an object of value name -> [arena offset, view offset]");
       for (const auto& [name, off] : v->items())

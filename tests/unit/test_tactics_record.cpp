@@ -18,7 +18,9 @@ nlohmann::json good() {
     "layers": {"conv1": {"tactic": "eng4_k24=12", "time_us": 10.5}},
     "batches": {"1": {"layers": {"conv1": {"tactic": "eng4_k24=12"}},
                       "plan": {"window_conv": false, "channel_views": false, "arena_bytes": 4096,
-                               "workspace_bytes": 0, "steps": [["conv1", "cudnn eng4_k24=12"]],
+                               "workspace_bytes": 0, "steps": [["conv1", "cudnn eng4_k24=12"], ["conv2", "cudnn eng0"],
+                                                               ["conv3", "cudnn eng0"]],
+                               "side_lane": [{"steps": [1], "fork": 0, "join": 3}],
                                "values": {"pixel_values": [0, 0]}}}}
   })");
 }
@@ -72,6 +74,18 @@ TEST(TacticsRecord, WrongTypesNameTheSectionAndKey) {
   says([](auto& j) { j["batches"]["1"]["plan"]["arena_bytes"] = -64; }, "'batches.1.plan.arena_bytes' must be a non-negative");
   says([](auto& j) { j["batches"]["1"]["plan"]["steps"] = "conv1"; }, "'batches.1.plan.steps' must be a list");
   says([](auto& j) { j["batches"]["1"]["plan"]["steps"][0] = {"conv1"}; }, "'batches.1.plan.steps[0]' must be [node name");
+  says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"] = "steps 1"; }, "'batches.1.plan.side_lane' must be a list");
+  says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0]["join"] = 4; },
+       "'batches.1.plan.side_lane[0].join' must be a step index (at most the step count)");
+  says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0]["fork"] = 3; },
+       "'batches.1.plan.side_lane[0].fork' must be a step index before the join");
+  says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0]["fork"] = -1; },
+       "'batches.1.plan.side_lane[0].fork' must be a step index before the join");
+  says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0]["steps"] = nlohmann::json::array(); },
+       "'batches.1.plan.side_lane[0].steps' must be a non-empty list");
+  says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0]["steps"] = {1, 3}; },
+       "'batches.1.plan.side_lane[0].steps[1]' must be a step index (below the step count)");
+  says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0] = 1; }, "'batches.1.plan.side_lane[0]' must be an object");
   says([](auto& j) { j["batches"]["1"]["plan"]["values"]["pixel_values"] = {0, "8"}; },
        "'batches.1.plan.values.pixel_values' must be [arena offset");
   EXPECT_NE(error_of(nlohmann::json::array()).find("not a JSON object"), std::string::npos);

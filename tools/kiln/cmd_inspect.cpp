@@ -1,6 +1,7 @@
 // kiln inspect BUNDLE: header, sections, layers (name, op, output, fused
 // epilogue), op counts, memory plan and provenance.
 #include <iomanip>
+#include <map>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -52,9 +53,20 @@ void print_plans(const nlohmann::json& plans, const std::string& gpu) {
               << p.value("arena_bytes", 0) << " bytes, workspace " << p.value("workspace_bytes", 0) << " bytes, window convs "
               << (w.is_array() && !w.empty() ? cat("in ", w.size(), " blocks (", windows, ")") : windows) << ", channel views "
               << (p.value("channel_views", false) ? "on" : "off") << "\n";
-    for (const auto& st : steps)
+    // The side lane's steps (parse_tactics_record checked the indices): "[side lane k]" after their kernel.
+    std::map<size_t, std::string> side;
+    const auto runs = p.value("side_lane", nlohmann::json::array());
+    for (size_t r = 0; r < runs.size(); ++r)
+      for (const auto& k : runs[r]["steps"])
+        side[k.get<size_t>()] = cat("  [side lane ", r, ": forked before step ", runs[r]["fork"].get<size_t>(),
+                                    ", joined before step ", runs[r]["join"].get<size_t>(), "]");
+    if (!runs.empty()) std::cout << "  side lane: " << runs.size() << " runs on a second stream\n";
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const auto& st = steps[i];
       if (st.is_array() && st.size() == 2 && st[0].is_string() && st[1].is_string())
-        std::cout << "    " << std::left << std::setw(44) << st[0].get<std::string>() << std::right << st[1].get<std::string>() << "\n";
+        std::cout << "    " << std::left << std::setw(44) << st[0].get<std::string>() << std::right << st[1].get<std::string>()
+                  << (side.count(i) ? side[i] : "") << "\n";
+    }
   }
 }
 
