@@ -151,6 +151,16 @@ void tactics_json(const uint8_t* data, size_t size) {
           const std::string name = st[0].get<std::string>() + st[1].get<std::string>();
           touch(reinterpret_cast<const uint8_t*>(name.data()), name.size());
         }
+  // And of its side lane: each run's step indices, fork and join (indices into steps).
+  if (t.contains("batches"))
+    for (const auto& [b, v] : t["batches"].items())
+      if (v.contains("plan") && v["plan"].contains("side_lane"))
+        for (const auto& r : v["plan"]["side_lane"]) {
+          const size_t n = v["plan"].value("steps", nlohmann::json::array()).size();
+          for (const auto& k : r["steps"]) check(k.get<size_t>() < n, "a side lane step index past the steps");
+          check(r["fork"].get<size_t>() < r["join"].get<size_t>() && r["join"].get<size_t>() <= n,
+                "a side lane fork after its join, or a join past the steps");
+        }
 }
 
 void hf_config(const uint8_t* data, size_t size) {

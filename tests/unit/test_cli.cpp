@@ -304,6 +304,7 @@ TEST_F(Cli, InspectShowsTheRecordedCudaPlanWithoutAGpu) {
   nlohmann::json plan8 = plan;
   plan8["window_conv"] = {"layer1.0", "layer2.0"};
   plan8["channel_views"] = true;
+  plan8["side_lane"] = {{{"steps", {1}}, {"fork", 0}, {"join", 2}}};  // conv1 on the second stream
   tactics["batches"]["8"] = {{"layers", {{"layer1.0", {{"tactic", "window convs"}, {"time_us", 3.5}}}}}, {"plan", plan8}};
   w.add_section("tactics.test_gpu.json", tactics.dump());
   const fs::path with_plan = dir_ / "with_plan.bundle";
@@ -315,6 +316,8 @@ TEST_F(Cli, InspectShowsTheRecordedCudaPlanWithoutAGpu) {
   EXPECT_NE(r.out.find("cudnn eng0_k1=2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bytes, window convs off, channel views off"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("window convs in 2 blocks (layer1.0, layer2.0), channel views on"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("side lane: 1 runs on a second stream"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cudnn eng0_k1=2  [side lane 0: forked before step 0, joined before step 2]"), std::string::npos) << r.out;
   r = kiln("inspect --json " + with_plan.string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out)["plans"]["4"], plan);
