@@ -102,41 +102,60 @@ TEST(SideLanePlan, RtDetrBranchesOffTheCriticalPathGoToTheSideLane) {
   });
 }
 
-TEST(SideLanePlan, NoValueSharesBytesWithASideRunWhileItMayRun) {
-  for_each_rtdetr([](const std::string& name, Graph& g) {
-    const GraphFacts f = rtdetr_facts(g, true);
-    auto alias_of = [&](int v) { return f.alias[v]; };
-    const MemoryPlan mp = plan_memory_with_views(g, value_bytes, alias_of, 64, f.live_until, f.live_from);
-    const std::vector<Lifetime> life = value_lifetimes(g, alias_of, f.live_until, f.live_from);
-    auto root = [&](int v) {
-      while (f.alias[v] >= 0) v = f.alias[v];
-      return v;
-    };
-    int checked = 0;
-    for (const SideRun& r : f.side_runs) {
-      std::set<int> touched;  // roots the run reads or writes
-      for (size_t n : r.nodes) {
-        for (int in : g.nodes[n].inputs)
-          if (!g.values[in].constant) touched.insert(root(in));
-        for (int o : g.nodes[n].outputs) touched.insert(root(o));
-      }
-      for (int t : touched) {
-        const int64_t t0 = mp.offsets[t], t1 = t0 + static_cast<int64_t>(value_bytes(g.values[t]));
-        for (size_t w = 0; w < g.values.size(); ++w) {
-          const int wv = static_cast<int>(w);
-          if (g.values[w].constant || root(wv) != wv || touched.count(wv)) continue;
-          const int64_t w0 = mp.offsets[w], w1 = w0 + static_cast<int64_t>(value_bytes(g.values[w]));
-          if (w1 <= t0 || t1 <= w0) continue;  // other bytes
-          ++checked;
-          // The run may be running at any main-lane position in [fork + 1, join].
-          EXPECT_TRUE(life[w].last < r.fork + 1 || life[w].first > r.join)
-              << name << ": " << g.values[w].name << " (nodes " << life[w].first << ".." << life[w].last
-              << ") shares bytes with " << g.values[t].name << " of the side run forked after " << r.fork << ", joined before " << r.join;
-        }
+// No value shares bytes with a value a side run reads or writes while the run may run.
+void expect_no_shared_bytes_while_running(const std::string& name, const Graph& g, const GraphFacts& f) {
+  auto alias_of = [&](int v) { return f.alias[v]; };
+  const MemoryPlan mp = plan_memory_with_views(g, value_bytes, alias_of, 64, f.live_until, f.live_from);
+  const std::vector<Lifetime> life = value_lifetimes(g, alias_of, f.live_until, f.live_from);
+  auto root = [&](int v) {
+    while (f.alias[v] >= 0) v = f.alias[v];
+    return v;
+  };
+  int checked = 0;
+  for (const SideRun& r : f.side_runs) {
+    std::set<int> touched;  // roots the run reads or writes
+    for (size_t n : r.nodes) {
+      for (int in : g.nodes[n].inputs)
+        if (!g.values[in].constant) touched.insert(root(in));
+      for (int o : g.nodes[n].outputs) touched.insert(root(o));
+    }
+    for (int t : touched) {
+      const int64_t t0 = mp.offsets[t], t1 = t0 + static_cast<int64_t>(value_bytes(g.values[t]));
+      for (size_t w = 0; w < g.values.size(); ++w) {
+        const int wv = static_cast<int>(w);
+        if (g.values[w].constant || root(wv) != wv || touched.count(wv)) continue;
+        const int64_t w0 = mp.offsets[w], w1 = w0 + static_cast<int64_t>(value_bytes(g.values[w]));
+        if (w1 <= t0 || t1 <= w0) continue;  // other bytes
+        ++checked;
+        // The run may be running at any main-lane position in [fork + 1, join].
+        EXPECT_TRUE(life[w].last < r.fork + 1 || life[w].first > r.join)
+            << name << ": " << g.values[w].name << " (nodes " << life[w].first << ".." << life[w].last
+            << ") shares bytes with " << g.values[t].name << " of the side run forked after " << r.fork << ", joined before " << r.join;
       }
     }
-    EXPECT_GT(checked, 0) << name << ": the arena reuses no side run's bytes, so this test checks nothing";
-  });
+  }
+  EXPECT_GT(checked, 0) << name << ": the arena reuses no side run's bytes, so this test checks nothing";
+}
+
+TEST(SideLanePlan, NoValueSharesBytesWithASideRunWhileItMayRun) {
+  for_each_rtdetr([](const std::string& name, Graph& g) { expect_no_shared_bytes_while_running(name, g, rtdetr_facts(g, true)); });
+}
+
+// The timm ResNets (side lane on by default there too): a block's downsample
+// shortcut runs beside its first convs, never the other way round, and the
+// same memory rule holds.
+TEST(SideLanePlan, ResNetShortcutsGoToTheSideLane) {
+  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "resnet";
+  for (const std::string name : {"basic", "bottleneck", "resnet_d", "resnext"})
+    for (DType dt : {DType::F32, DType::F16}) {
+      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "timm_resnet");
+      const GraphFacts f = rtdetr_facts(g, true);  // the same plans; only the side lane finds anything here
+      const std::string tag = name + (dt == DType::F16 ? " f16" : " f32");
+      ASSERT_FALSE(f.side_runs.empty()) << tag;
+      for (const SideRun& r : f.side_runs)
+        for (size_t n : r.nodes) EXPECT_NE(g.nodes[n].name.find("downsample"), std::string::npos) << tag << ": " << g.nodes[n].name;
+      expect_no_shared_bytes_while_running(tag, g, f);
+    }
 }
 
 TEST(SideLanePlan, OffWithoutThePlanAndTheArenaGrowsLittle) {
