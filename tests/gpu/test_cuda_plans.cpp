@@ -29,6 +29,7 @@
 #include "backends/cuda/lower.hpp"
 #include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/window_plan.hpp"
+#include "rtdetr_graphs.hpp"
 #include "runtime/views.hpp"
 
 namespace kiln::cuda {
@@ -323,18 +324,6 @@ TEST(LayoutAssignment, FlattenAliasesOnlyWhereBytesAgree) {
     EXPECT_EQ(flatten_is_alias(g, g.nodes[0]), alias) << shape_str(s);
     EXPECT_EQ(stored_nhwc(g.values[x]), s.size() == 4) << shape_str(s);
   }
-}
-
-// Calls f(name, dt, graph) for every RT-DETR v2 fixture in f32 and f16, the
-// graph shaped as CUDA builds shape it.
-template <typename F>
-void for_each_rtdetr_graph(F&& f) {
-  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
-  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
-    for (DType dt : {DType::F32, DType::F16}) {
-      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
-      f(name, dt, g);
-    }
 }
 
 // The facts of g after one plan function alone (nothing fused before it).

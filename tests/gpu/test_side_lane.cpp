@@ -14,6 +14,7 @@
 
 #include "../unit/family_test_util.hpp"
 #include "backends/cuda/lower.hpp"
+#include "rtdetr_graphs.hpp"
 #include "runtime/memory_planner.hpp"
 
 namespace kiln::cuda {
@@ -39,14 +40,10 @@ GraphFacts rtdetr_facts(const Graph& g, bool side_lane) {
   return f;
 }
 
+// for_each_rtdetr_graph with the dtype in the name: "basic_1l f16".
 template <typename F>
 void for_each_rtdetr(F&& fn) {
-  const fs::path root = fs::path(KILN_FIXTURES_DIR) / "rt_detr_v2";
-  for (const std::string name : {"basic_1l", "bottleneck_2l", "discrete_1l"})
-    for (DType dt : {DType::F32, DType::F16}) {
-      Graph g = testing::fixture_graph(root / name, dt, dt == DType::F16 ? 8 : 4, "rt_detr_v2");
-      fn(name + (dt == DType::F16 ? " f16" : " f32"), g);
-    }
+  for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) { fn(name + (dt == DType::F16 ? " f16" : " f32"), g); });
 }
 
 bool has_run_with(const Graph& g, const GraphFacts& f, const std::string& suffix) {

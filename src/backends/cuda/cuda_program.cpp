@@ -147,6 +147,10 @@ void plan_views_and_windows(const CudaEngine::Impl& m, const Graph& g, const nlo
 // fixes the decisions; otherwise `window` (when given: the view blocks run as
 // window convs, blocks past its end none), the switches and the measured
 // thresholds do.
+// Whether a program built with the bundle's `plan` (null: building) plans the
+// side lane: bundles whose plan predates it (no `side_lane` key) run without it, as built.
+bool side_lane_recorded(const nlohmann::json* plan) { return !plan || (plan->is_object() && plan->contains("side_lane")); }
+
 void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, const std::vector<char>* window,
                   int64_t batch, GraphFacts& f) {
   const std::string where = cat("the bundle's CUDA plan for batch ", batch);
@@ -201,10 +205,8 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   for (size_t c : f.wp.grouped) f.fused_away[c] = 1;     // run by their group's first conv
   for (size_t pn : f.wp.side_pools) f.fused_away[pn] = 1;  // run inside a conv's launch
   f.split_always = sw.get(Switch::FuseSplit).value_or(false);  // marked runs (switch fuse_split off: none marked)
-  // Independent branches on a second stream (side_lane.cpp). A bundle whose
-  // plan predates the side lane (no `side_lane` key) runs without it, as built.
-  const bool recorded_side = !plan || (plan->is_object() && plan->contains("side_lane"));
-  if (sw.get(Switch::SideLane).value_or(true) && recorded_side) plan_side_lane(g, f);
+  // Independent branches on a second stream (side_lane.cpp).
+  if (sw.get(Switch::SideLane).value_or(true) && side_lane_recorded(plan)) plan_side_lane(g, f);
 }
 
 // Channel views without window convs: every conv touching a view must be a
@@ -349,7 +351,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t bat
   tactics.finish();
   timed_layers += tactics.timed_layers();
   schedule_side_lane(*p, f);
-  p->side_lane_planned = !plan || (plan->is_object() && plan->contains("side_lane"));
+  p->side_lane_planned = side_lane_recorded(plan);
   if (opts.tune && opts.progress) opts.progress(static_cast<int64_t>(g.nodes.size()), static_cast<int64_t>(g.nodes.size()));
   if (plan) {
     // The blocks' window-vs-cuDNN tactics, as the build recorded them (the plan's list decided).

@@ -197,13 +197,15 @@ void schedule_side_lane(CudaEngine::Program& p, const GraphFacts& f) {
   // join, runs on the main lane (its extended lifetimes are harmless); that
   // can give other runs more main-lane steps, never fewer, so repeat until stable.
   for (;;) {
-    std::fill(p.step_on_side.begin(), p.step_on_side.end(), 0);
-    std::vector<std::vector<size_t>> steps(runs.size());
+    std::vector<int> run_of(p.shaped.nodes.size(), -1);
     for (size_t r = 0; r < runs.size(); ++r)
-      for (size_t k = 0; k < p.steps.size(); ++k)
-        if (p.step_nodes[k] >= 0 &&
-            std::find(runs[r]->nodes.begin(), runs[r]->nodes.end(), static_cast<size_t>(p.step_nodes[k])) != runs[r]->nodes.end())
-          steps[r].push_back(k), p.step_on_side[k] = 1;
+      for (size_t n : runs[r]->nodes) run_of[n] = static_cast<int>(r);
+    std::vector<std::vector<size_t>> steps(runs.size());
+    for (size_t k = 0; k < p.steps.size(); ++k) {
+      const int r = p.step_nodes[k] >= 0 ? run_of[static_cast<size_t>(p.step_nodes[k])] : -1;
+      p.step_on_side[k] = r >= 0;
+      if (r >= 0) steps[static_cast<size_t>(r)].push_back(k);
+    }
     std::vector<CudaEngine::Program::SideLaneRun> out;
     std::vector<const SideRun*> kept;
     for (size_t r = 0; r < runs.size(); ++r) {
