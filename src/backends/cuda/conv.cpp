@@ -21,6 +21,8 @@ namespace kiln::cuda {
 namespace {
 
 constexpr const char* kDepthwiseTactic = "kiln depthwise";
+// Knob variants a conv's timing adds with switch conv_knobs (ConvDesc::knob_variants).
+constexpr int kConvKnobVariants = 24;
 
 // Zeroed device scratch for timing, allocated on first use (most layers of a
 // build take their tactic from the cache and never need it).
@@ -227,8 +229,10 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const int in0 = n.inputs[0], out = n.outputs[0];
   const Value& ov = g.values[out];
   const DType dt = ov.dtype;
-  const ConvDesc d = conv_desc(g, n, L.m.opts.allow_tf32, L.stride_or_0(in0), L.stride_or_0(out));
+  ConvDesc d = conv_desc(g, n, L.m.opts.allow_tf32, L.stride_or_0(in0), L.stride_or_0(out));
   const std::string recorded = L.m.recorded_tactic(L.batch, n.name);
+  if (recorded.empty() && L.tactics.timing() && L.m.opts.switches.get(Switch::ConvKnobs).value_or(false))
+    d.knob_variants = kConvKnobVariants;
   const std::optional<IgemmConvShape> igs = igemm_shape(d, L.m.opts.switches);
   // Loading a conv recorded with one of kiln's implicit-GEMM tiles: no cuDNN plan to build.
   if (const std::optional<IgemmTile> t = parse_igemm_tile(recorded_tactic_name(recorded));
@@ -264,13 +268,15 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   cudnnHandle_t h = L.m.cudnn.h;
   bool own_kernel = false, igemm = false;
   std::vector<Candidate> cands;
-  for (int t = 0; t < op->tactic_count(); ++t)
+  for (int t = 0; t < op->tactic_count(); ++t) {
     cands.push_back({op->tactic_name(t), [op, t, &own_kernel] { return own_kernel = false, op->try_select(t); },
                      [&, op](cudaStream_t s, void* ws, size_t cap) {
                        if (op->workspace_bytes() > cap) return false;
                        conv(h, xb.get(s), rb.get(s), yb.get(s), ws, s);
                        return true;
                      }});
+    cands.back().always_time = op->tactic_is_variant(t);  // switch conv_knobs: past the opt level's count
+  }
   const int heuristic = op->selected();
   // kiln's own depthwise kernel (dense tensors only) is a candidate next to cuDNN's.
   const bool depthwise = d.groups == d.c && d.k == d.c && d.c > 1 && d.x_stride == 0 && d.y_stride == 0;
@@ -313,6 +319,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   // answer a build that offers them (and one naming a tile is no answer without them).
   LayerSignature sig = conv_signature(d);
   if (igs) sig.attr("igemm", 1);
+  if (d.knob_variants) sig.attr("knob_variants", d.knob_variants);
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
   L.tactics.finish();  // scratch buffers die with this function
   L.record(n.name, cands[c.index].name, c.us);

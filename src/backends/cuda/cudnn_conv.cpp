@@ -70,6 +70,41 @@ class NotedGraph : public fe::graph::Graph {
     plans.enqueue_engine_configs({config});
     return plans.query_properties();
   }
+  // The knobs engine `engine_id` takes on this graph, as the backend numbers
+  // them (the frontend's query_knobs maps some types to NOT_SET); empty when
+  // the query fails.
+  std::vector<KnobRange> knob_ranges(int64_t engine_id) const {
+    namespace d = fe::detail;
+    d::backend_descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    if (engine.get_status() != CUDNN_STATUS_SUCCESS ||
+        d::create_engine(engine, engine_id, operation_graph->get_raw_desc(), device_properties).is_bad())
+      return {};
+    std::vector<d::backend_descriptor> infos;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; ++i) {
+      infos.emplace_back(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR);
+      if (infos.back().get_status() != CUDNN_STATUS_SUCCESS) return {};
+      raw.push_back(infos.back().get_ptr());
+    }
+    int64_t count = 0;
+    if (d::get_attribute(engine.get_ptr(), CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                         CUDNN_KNOB_TYPE_COUNTS, &count, raw.data()) != CUDNN_STATUS_SUCCESS)
+      return {};
+    std::vector<KnobRange> out;
+    for (int64_t i = 0; i < std::min<int64_t>(count, CUDNN_KNOB_TYPE_COUNTS); ++i) {
+      cudnnBackendKnobType_t type;
+      KnobRange k;
+      int64_t n = 0;
+      if (d::get_attribute(raw[i], CUDNN_ATTR_KNOB_INFO_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type) != CUDNN_STATUS_SUCCESS ||
+          d::get_attribute(raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &n, &k.min) != CUDNN_STATUS_SUCCESS ||
+          d::get_attribute(raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &n, &k.max) != CUDNN_STATUS_SUCCESS ||
+          d::get_attribute(raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &n, &k.stride) != CUDNN_STATUS_SUCCESS)
+        return {};
+      k.type = static_cast<int64_t>(type);
+      out.push_back(k);
+    }
+    return out;
+  }
 };
 
 fe::DataType_t to_fe(DType t) {
@@ -139,6 +174,7 @@ struct ConvOp::Impl {
     State state = State::Unbuilt;
     size_t workspace = 0;
     float time_us = -1.f;
+    bool variant = false;  // a knob variant (add_knob_variants), not a heuristics config
   };
 
   ConvDesc d;
@@ -165,6 +201,13 @@ struct ConvOp::Impl {
   // first candidate that builds; false (graph dropped) when none does.
   bool select_first();
   bool build(int i);
+  // Appends up to d.knob_variants configs to `list`: the first kVariantEngines
+  // engines of the heuristics' list, each knob_varies_work knob moved through
+  // knob_values one at a time (the others as the heuristic set them). A
+  // variant cuDNN rejects, or one already listed, is skipped.
+  void add_knob_variants(NotedGraph& gr, std::vector<Tactic>& list, std::unordered_set<std::string>& seen,
+                         bool strict_f32) const;
+  static constexpr size_t kVariantEngines = 3;
   std::string prefer;  // the tactic to build first (ConvOp's constructor)
 };
 
@@ -298,6 +341,7 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* 
     if (!seen.insert(name).second) continue;
     list.push_back(Tactic{i, name, notes_string(num, gr->behavior_notes_at(i))});
   }
+  if (!tag && d.knob_variants > 0) add_knob_variants(*gr, list, seen, strict_f32);
   if (list.empty()) {
     last_error = "no engine config left after filtering";
     return false;
@@ -305,6 +349,42 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* 
   graph = std::move(gr);
   tactics = std::move(list);
   return select_first();
+}
+
+void ConvOp::Impl::add_knob_variants(NotedGraph& gr, std::vector<Tactic>& list, std::unordered_set<std::string>& seen,
+                                     bool strict_f32) const {
+  std::vector<EngineTag> bases;
+  for (const Tactic& t : list) {
+    const std::optional<EngineTag> tag = parse_engine_tag(t.name);
+    if (!tag || std::any_of(bases.begin(), bases.end(), [&](const EngineTag& b) { return b.engine == tag->engine; }))
+      continue;
+    bases.push_back(*tag);
+    if (bases.size() == kVariantEngines) break;
+  }
+  int added = 0;
+  for (const EngineTag& base : bases)
+    for (const KnobRange& k : gr.knob_ranges(base.engine)) {
+      if (!knob_varies_work(k.type)) continue;
+      for (const int64_t v : knob_values(k)) {
+        if (added >= d.knob_variants) return;
+        EngineTag t = base;
+        auto it = std::find_if(t.knobs.begin(), t.knobs.end(), [&](const auto& kv) { return kv.first == k.type; });
+        if (it != t.knobs.end()) it->second = v;
+        else t.knobs.emplace_back(k.type, v);
+        if (gr.create_plan_backend_knobs(t.engine, t.knobs).is_bad()) continue;
+        const int64_t i = gr.get_execution_plan_count() - 1;
+        const auto& num = gr.numeric_notes_at(i);
+        auto has = [&](fe::NumericalNote_t n) { return std::find(num.begin(), num.end(), n) != num.end(); };
+        if (strict_f32 && (has(fe::NumericalNote_t::TENSOR_CORE) || has(fe::NumericalNote_t::DOWN_CONVERT_INPUTS)))
+          continue;
+        std::string name;
+        if (gr.get_plan_name_at_index(i, name).is_bad() || !seen.insert(name).second) continue;
+        Tactic tac{i, name, notes_string(num, gr.behavior_notes_at(i))};
+        tac.variant = true;
+        list.push_back(std::move(tac));
+        ++added;
+      }
+    }
 }
 
 bool ConvOp::Impl::select_first() {
@@ -477,6 +557,22 @@ float ConvOp::tuned_time_us(int i) const {
   return impl_->tactics[i].time_us;
 }
 
+bool ConvOp::tactic_is_variant(int i) const {
+  check_index(i, tactic_count());
+  return impl_->tactics[i].variant;
+}
+
+std::string ConvOp::engine_knobs(int i) const {
+  check_index(i, tactic_count());
+  const std::optional<EngineTag> tag = parse_engine_tag(impl_->tactics[i].name);
+  if (!tag || !impl_->graph) return "";
+  std::string out;
+  for (const KnobRange& k : impl_->graph->knob_ranges(tag->engine))
+    out += (out.empty() ? "k" : " k") + std::to_string(k.type) + "=[" + std::to_string(k.min) + ".." +
+           std::to_string(k.max) + "/" + std::to_string(k.stride) + "]";
+  return out;
+}
+
 void ConvOp::run(cudnnHandle_t h, const void* x, const void* w, const void* bias, const void* residual, void* y,
                  void* workspace, cudaStream_t s) const {
   const Impl& m = *impl_;
@@ -543,6 +639,39 @@ std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, i
         for (int x = 0; x < s; ++x)
           out[((static_cast<size_t>(ko) * r + y) * s + x) * c_per_group + ci] =
               w[((static_cast<size_t>(ko) * c_per_group + ci) * r + y) * s + x];
+  return out;
+}
+
+bool knob_varies_work(int64_t type) {
+  switch (type) {
+    case CUDNN_KNOB_TYPE_TILE_SIZE:
+    case CUDNN_KNOB_TYPE_SPLIT_K_SLC:
+    case CUDNN_KNOB_TYPE_KERNEL_CFG:
+    case CUDNN_KNOB_TYPE_TILE_CGA_M:
+    case CUDNN_KNOB_TYPE_TILE_CGA_N:
+    case CUDNN_KNOB_TYPE_CTA_COUNT:
+    case CUDNN_KNOB_TYPE_STREAM_K:
+    case CUDNN_KNOB_TYPE_SPLIT_P_SLC:
+    case CUDNN_KNOB_TYPE_TILE_M:
+    case CUDNN_KNOB_TYPE_TILE_N: return true;
+    default: return false;
+  }
+}
+
+std::vector<int64_t> knob_values(const KnobRange& k) {
+  constexpr size_t kMax = 8;
+  std::vector<int64_t> out;
+  if (k.max < k.min) return out;
+  const __int128 stride = std::max<int64_t>(k.stride, 1);  // 128-bit: a hostile range must not overflow
+  const __int128 steps = (static_cast<__int128>(k.max) - k.min) / stride;
+  if (steps < static_cast<__int128>(kMax)) {
+    for (__int128 i = 0; i <= steps; ++i) out.push_back(static_cast<int64_t>(k.min + i * stride));
+    return out;
+  }
+  out.push_back(k.min);
+  for (__int128 p = 1; p < k.max && out.size() + 1 < kMax; p *= 2)
+    if (p > k.min && (p - k.min) % stride == 0) out.push_back(static_cast<int64_t>(p));
+  out.push_back(k.max);
   return out;
 }
 

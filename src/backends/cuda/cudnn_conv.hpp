@@ -72,6 +72,12 @@ struct ConvDesc {
     bool scale_after = false;  // multiply by inv_out_scale after the activation
     float inv_out_scale = 1.f;
   } fp8_epi;
+  // Up to this many knob variants of the heuristics' first engines join the
+  // candidates (switch conv_knobs; ConvOp::tactic_is_variant). Their split
+  // and tile knobs changed one at a time: cuDNN's heuristics pick tiles for
+  // throughput, and at batch 1 a late-stage conv's tiles fill a quarter of
+  // the SMs. Building only: a recorded tag replays whatever it names.
+  int knob_variants = 0;
   int out_h() const { return static_cast<int>(window_out_dim(h, r, stride_h, pad_t, pad_b, dil_h)); }
   int out_w() const { return static_cast<int>(window_out_dim(w, s, stride_w, pad_l, pad_r, dil_w)); }
 };
@@ -128,6 +134,10 @@ class ConvOp {
                void* workspace, size_t ws_cap, cudaStream_t s, int max_candidates);
   // Median time in microseconds of the last autotune for tactic i (negative when not timed).
   float tuned_time_us(int i) const;
+  // True for the knob variants ConvDesc::knob_variants added (timed at any opt level).
+  bool tactic_is_variant(int i) const;
+  // Tactic i's engine's knobs and ranges ("k17=[1..8/1] k24=[0..63/1]"); "" for none.
+  std::string engine_knobs(int i) const;
 
  private:
   struct Impl;
@@ -142,6 +152,20 @@ struct EngineTag {
 };
 // Null for anything else (a tactic of kiln's own, a truncated or hostile string).
 std::optional<EngineTag> parse_engine_tag(const std::string& tag);
+
+// One knob an engine takes (cudnnBackendKnobType_t numbering) and its range.
+struct KnobRange {
+  int64_t type = 0, min = 0, max = 0, stride = 1;
+};
+// The knobs whose variants ConvDesc::knob_variants tries: those that split
+// the work (split-K slices, stream-K, CTA count, split-P) or pick the tile
+// or kernel config. Other knobs (swizzle, stages, buffers) keep the
+// heuristic's choice.
+bool knob_varies_work(int64_t type);
+// The values a variant tries for k: all of them when there are at most 8,
+// else min, the powers of two on the knob's stride grid inside, and max
+// (at most 8; none for an empty or inverted range).
+std::vector<int64_t> knob_values(const KnobRange& k);
 
 // PyTorch stores conv weights KCRS ([k][c/groups][r][s]); the NHWC engines want KRSC.
 std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, int s);
