@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -114,13 +115,25 @@ std::vector<Param> params() {
   return out;
 }
 
+struct TacticCount {
+  int built = 0, passed = 0, variants = 0;
+};
+
+// Every tactic of ConvOp(d) that builds against the CPU reference conv2d
+// (d.dtype's tolerance); what built, passed and how many were knob variants.
+TacticCount check_every_tactic(const std::string& name, const ConvDesc& d);
+
 class ConvTactics : public testing::TestWithParam<Param> {};
 
 TEST_P(ConvTactics, EveryTacticMatchesCpuReference) {
   KILN_REQUIRE_GPU();
-  const DType t = GetParam().t;
   ConvDesc d = GetParam().c.d;
-  d.dtype = t;
+  d.dtype = GetParam().t;
+  EXPECT_GT(check_every_tactic(GetParam().c.name, d).built, 0);
+}
+
+TacticCount check_every_tactic(const std::string& name, const ConvDesc& d) {
+  const DType t = d.dtype;
   const int cg = d.c / d.groups, oh = d.out_h(), ow = d.out_w();
   std::mt19937 rng(1234);
   auto x = random_vec(static_cast<size_t>(d.n) * d.c * d.h * d.w, 1.f, rng, t);
@@ -149,12 +162,13 @@ TEST_P(ConvTactics, EveryTacticMatchesCpuReference) {
 
   auto t0 = std::chrono::steady_clock::now();
   ConvOp op(handle(), d);
-  ASSERT_GT(op.tactic_count(), 0);
-  int built = 0, passed = 0;
+  EXPECT_GT(op.tactic_count(), 0);
+  TacticCount count;
   float worst = 0.f;
   for (int i = 0; i < op.tactic_count(); ++i) {
     if (!op.try_select(i)) continue;
-    ++built;
+    ++count.built;
+    count.variants += op.tactic_is_variant(i) ? 1 : 0;
     DevBuf ws(op.workspace_bytes());
     KILN_CUDA_CHECK(cudaMemset(dy.ptr(), 0xff, ny * es));  // NaN pattern: unwritten outputs fail
     op.run(handle(), dx.ptr(), dw.ptr(), d.has_bias ? db.ptr() : nullptr, d.has_residual ? dr.ptr() : nullptr, dy.ptr(), ws.ptr(), nullptr);
@@ -178,16 +192,98 @@ TEST_P(ConvTactics, EveryTacticMatchesCpuReference) {
       err = std::max(err, e);
     }
     const float tol = t == DType::F32 ? kTolF32 : t == DType::F16 ? kTolF16 : kTolBF16;
-    EXPECT_LE(err, tol) << "tactic " << i << " " << op.tactic_name(i) << " [" << op.tactic_notes(i) << "]";
-    if (err <= tol) ++passed;
+    EXPECT_LE(err, tol) << name << " tactic " << i << " " << op.tactic_name(i) << " [" << op.tactic_notes(i) << "]";
+    if (err <= tol) ++count.passed;
     worst = std::max(worst, err);
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[conv] %-24s %-4s fused=%d tactics=%d built=%d passed=%d worst=%.2e (%.2fs) default=%s\n",
-              GetParam().c.name.c_str(), dtype_name(t), op.epilogue_fused() ? 1 : 0, op.tactic_count(), built, passed,
-              worst, secs, op.tactic_name(0).c_str());
+  std::printf("[conv] %-24s %-4s fused=%d tactics=%d built=%d variants=%d passed=%d worst=%.2e (%.2fs) default=%s\n",
+              name.c_str(), dtype_name(t), op.epilogue_fused() ? 1 : 0, op.tactic_count(), count.built, count.variants,
+              count.passed, worst, secs, op.tactic_name(0).c_str());
   std::fflush(stdout);
-  EXPECT_GT(built, 0);
+  return count;
+}
+
+// Switch conv_knobs: the knob variants of cuDNN's first engines (split-K,
+// tiles, kernel configs) compute the same conv. Shapes where batch 1 leaves
+// the SMs idle (RT-DETR's late stages, small); every variant that builds must
+// match the reference, and the 3x3 convs must get some.
+TEST(CudaConv, KnobVariantsMatchCpuReference) {
+  KILN_REQUIRE_GPU();
+  using A = Activation;
+  const Case shapes[] = {
+      {"knobs_3x3_c256_10x10_res", make(1, 256, 10, 10, 256, 3, 1, 1, 1, true, true, A::Relu)},
+      {"knobs_3x3s2_c128_20x20", make(1, 128, 20, 20, 256, 3, 2, 1, 1, true, false, A::Relu)},
+      {"knobs_1x1_c128_b2_silu", make(2, 128, 9, 11, 64, 1, 1, 0, 1, true, false, A::Silu)},
+  };
+  for (DType t : {DType::F16, DType::F32})
+    for (const Case& c : shapes) {
+      ConvDesc d = c.d;
+      d.dtype = t;
+      d.knob_variants = 24;
+      const TacticCount n = check_every_tactic(c.name, d);
+      EXPECT_EQ(n.passed, n.built) << c.name;
+      if (c.d.r == 3 && t == DType::F16) EXPECT_GT(n.variants, 0) << c.name << ": no knob variant built";
+    }
+}
+
+// A knob variant recorded in a bundle replays by its tag alone (no
+// heuristics query), the same plan and the same bits.
+TEST(CudaConv, KnobVariantsReplayFromTheirTags) {
+  KILN_REQUIRE_GPU();
+  ConvDesc d = make(1, 256, 10, 10, 256, 3, 1, 1, 1, true, true, Activation::Relu);
+  d.dtype = DType::F16;
+  std::mt19937 rng(5);
+  const size_t es = 2, nx = size_t(d.c) * d.h * d.w, nw = size_t(d.k) * d.c * 9, ny = size_t(d.k) * d.out_h() * d.out_w();
+  DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
+  upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
+  upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
+  upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
+  upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+  auto run = [&](const ConvOp& op) {
+    DevBuf ws(op.workspace_bytes());
+    KILN_CUDA_CHECK(cudaMemset(dy.ptr(), 0xff, ny * es));
+    op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), dr.ptr(), dy.ptr(), ws.ptr(), nullptr);
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    return download(dy, ny, d.dtype);
+  };
+  ConvDesc with = d;
+  with.knob_variants = 24;
+  ConvOp op(handle(), with);
+  int replayed = 0;
+  for (int i = 0; i < op.tactic_count() && replayed < 4; ++i) {
+    if (!op.tactic_is_variant(i) || !op.try_select(i)) continue;
+    const std::string name = op.tactic_name(i);
+    const auto expect = run(op);
+    ConvOp replay(handle(), d, name);  // a load: no variants asked for
+    EXPECT_EQ(replay.tactic_count(), 1) << name << " went through the heuristics query";
+    EXPECT_EQ(replay.tactic_name(replay.selected()), name);
+    EXPECT_EQ(run(replay), expect) << name;
+    ++replayed;
+  }
+  EXPECT_GT(replayed, 0) << "no knob variant built";
+}
+
+TEST(CudaConv, KnobValuesCoverTheRangeInAtMostEight) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(knob_values({17, 1, 4, 1}), (V{1, 2, 3, 4}));
+  EXPECT_EQ(knob_values({17, -1, 1, 1}), (V{-1, 0, 1}));
+  EXPECT_EQ(knob_values({24, 0, 63, 1}), (V{0, 1, 2, 4, 8, 16, 32, 63}));
+  EXPECT_EQ(knob_values({17, 2, 20, 2}), (V{2, 4, 8, 16, 20}));  // the stride grid: 2, 4, 6, ...
+  EXPECT_EQ(knob_values({17, 5, 5, 1}), (V{5}));
+  EXPECT_EQ(knob_values({17, 0, 6, 0}), (V{0, 1, 2, 3, 4, 5, 6}));  // stride 0 counts as 1
+  EXPECT_TRUE(knob_values({17, 4, 1, 1}).empty());
+  for (const KnobRange& hostile : {KnobRange{17, INT64_MIN, INT64_MAX, 1}, KnobRange{17, INT64_MIN, INT64_MAX, INT64_MAX},
+                                   KnobRange{17, 0, INT64_MAX, 3}, KnobRange{17, INT64_MIN, 0, -7}}) {
+    const V v = knob_values(hostile);
+    EXPECT_FALSE(v.empty());
+    EXPECT_LE(v.size(), 8u);
+    EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
+    for (int64_t x : v) EXPECT_TRUE(x >= hostile.min && x <= hostile.max);
+  }
+  // Split, tile and config knobs vary; the rest keep the heuristic's choice.
+  for (int64_t k : {2, 17, 24, 37, 38, 39, 40, 41}) EXPECT_TRUE(knob_varies_work(k)) << k;
+  for (int64_t k : {-1, 1, 3, 12, 14, 15, 44, 1000}) EXPECT_FALSE(knob_varies_work(k)) << k;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ConvTactics, testing::ValuesIn(params()), param_name);
@@ -468,4 +564,80 @@ TEST(CudaConvPerf, ResNet50AndEfficientNetShapes) {
 }
 
 }  // namespace
+
+// Switch conv_knobs on RT-DETR v2 r18vd's conv shapes at 640x640 (batch 1
+// unless b8): cuDNN's heuristics list timed in full, then with knob variants;
+// each engine's knob ranges printed once. Timings printed, never asserted.
+//   kiln_gpu_tests --gtest_filter='CudaConvPerf.KnobVariants*'
+TEST(CudaConvPerf, KnobVariantsOnRtDetrShapes) {
+  KILN_REQUIRE_GPU();
+  using A = Activation;
+  const Case shapes[] = {
+      {"stem.0 640 c3 k32 s2", make(1, 3, 640, 640, 32, 3, 2, 1, 1, true, false, A::Relu)},
+      {"stem.1 320 c32 k32", make(1, 32, 320, 320, 32, 3, 1, 1, 1, true, false, A::Relu)},
+      {"stem.2 320 c32 k64", make(1, 32, 320, 320, 64, 3, 1, 1, 1, true, false, A::Relu)},
+      {"stage0 160 c64 +res", make(1, 64, 160, 160, 64, 3, 1, 1, 1, true, true, A::Relu)},
+      {"stage1.0 160->80 c64 k128", make(1, 64, 160, 160, 128, 3, 2, 1, 1, true, false, A::Relu)},
+      {"stage1 80 c128 +res", make(1, 128, 80, 80, 128, 3, 1, 1, 1, true, true, A::Relu)},
+      {"stage2.0 80->40 c128 k256", make(1, 128, 80, 80, 256, 3, 2, 1, 1, true, false, A::Relu)},
+      {"stage2 40 c256 +res", make(1, 256, 40, 40, 256, 3, 1, 1, 1, true, true, A::Relu)},
+      {"stage3.0 40->20 c256 k512", make(1, 256, 40, 40, 512, 3, 2, 1, 1, true, false, A::Relu)},
+      {"stage3 20 c512", make(1, 512, 20, 20, 512, 3, 1, 1, 1, true, false, A::Relu)},
+      {"stage3 20 c512 +res", make(1, 512, 20, 20, 512, 3, 1, 1, 1, true, true, A::Relu)},
+      {"repvgg 80 c128 silu", make(1, 128, 80, 80, 128, 3, 1, 1, 1, true, false, A::Silu)},
+      {"repvgg 40 c128 silu", make(1, 128, 40, 40, 128, 3, 1, 1, 1, true, false, A::Silu)},
+      {"csp 1x1 80 c256 k128", make(1, 256, 80, 80, 128, 1, 1, 0, 1, true, false, A::Silu)},
+      {"downsample 80->40 c256", make(1, 256, 80, 80, 256, 3, 2, 1, 1, true, false, A::Silu)},
+      {"b8 stage3 20 c512 +res", make(8, 512, 20, 20, 512, 3, 1, 1, 1, true, true, A::Relu)},
+  };
+  constexpr size_t kWsCap = size_t(256) << 20;
+  DevBuf ws(kWsCap);
+  cudaStream_t s;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::mt19937 rng(9);
+  std::printf("[knobs] %-28s %5s %8s %-40s %8s %-40s %8s %-40s %8s %8s\n", "conv", "tacs", "heur_us", "heuristic",
+              "list_us", "best of list", "var_us", "best variant", "graph1", "graph2");
+  for (const Case& c : shapes) {
+    ConvDesc d = c.d;
+    d.dtype = DType::F16;
+    d.knob_variants = 64;
+    const size_t es = 2, nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * d.r * d.s,
+                 ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
+    DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
+    upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
+    upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
+    upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
+    upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+    void* r = d.has_residual ? dr.ptr() : nullptr;
+    ConvOp op(handle(), d);
+    const int heuristic = op.selected();
+    op.autotune(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), kWsCap, s, 1 << 20);
+    int best_list = -1, best_var = -1;
+    for (int i = 0; i < op.tactic_count(); ++i) {
+      const float us = op.tuned_time_us(i);
+      if (us < 0) continue;
+      int& best = op.tactic_is_variant(i) ? best_var : best_list;
+      if (best < 0 || us < op.tuned_time_us(best)) best = i;
+    }
+    auto graph_time = [&](int i) {
+      if (i < 0 || !op.try_select(i)) return 0.0;
+      return test::graph_us(s, [&] { op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), s); });
+    };
+    auto name = [&](int i) { return i < 0 ? std::string("-") : op.tactic_name(i); };
+    auto us = [&](int i) { return i < 0 ? 0.f : op.tuned_time_us(i); };
+    const double g_list = graph_time(best_list), g_var = graph_time(best_var);
+    std::printf("[knobs] %-28s %5d %8.2f %-40s %8.2f %-40s %8.2f %-40s %8.2f %8.2f\n", c.name.c_str(),
+                op.tactic_count(), us(heuristic), name(heuristic).c_str(), us(best_list), name(best_list).c_str(),
+                us(best_var), name(best_var).c_str(), g_list, g_var);
+    std::set<int64_t> engines;
+    for (int i = 0; i < op.tactic_count(); ++i) {
+      const auto tag = parse_engine_tag(op.tactic_name(i));
+      if (tag && engines.insert(tag->engine).second)
+        std::printf("[knobs]   eng%lld: %s\n", static_cast<long long>(tag->engine), op.engine_knobs(i).c_str());
+    }
+    std::fflush(stdout);
+  }
+  cudaStreamDestroy(s);
+}
+
 }  // namespace kiln::cuda
