@@ -1,6 +1,7 @@
 // Conv2d's CUDA lowering: cuDNN's fused conv (cudnn_conv.hpp), kiln's
-// depthwise kernel (depthwise.cu) and kiln's window conv (window_conv.cu), the
-// alternatives handed to the one tactic selector (tactics.hpp).
+// depthwise kernel (depthwise.cu), kiln's window conv (window_conv.cu) and
+// kiln's GEMM conv (gemm_conv.hpp), the alternatives handed to the one tactic
+// selector (tactics.hpp).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/gemm_conv.hpp"
 #include "backends/cuda/phase_counters.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/lower.hpp"
@@ -122,6 +124,22 @@ std::vector<IgemmTile> igemm_candidates(const IgemmConvShape& s, DType dt, const
       std::none_of(out.begin(), out.end(), [&](const IgemmTile& t) { return igemm_tile_name(t) == igemm_tile_name(*r); }))
     out.push_back(*r);
   return out;
+}
+
+// The GEMM conv's candidates (im2col + cuBLASLt): each algorithm of cuBLASLt's
+// heuristic, timed on the layer's scratch buffers (rb null: no residual).
+void add_gemm_conv_candidates(std::vector<Candidate>& cands, GemmConvOp* op, const void* w, const void* b, Scratch& xb,
+                              Scratch& yb, Scratch* rb) {
+  for (int t = 0; t < op->tactic_count(); ++t) {
+    Candidate own{op->tactic_name(t), [op, t] { return op->select(t), true; },
+                  [op, w, b, &xb, &yb, rb](cudaStream_t s, void* ws, size_t cap) {
+                    if (op->workspace_bytes() > cap) return false;
+                    op->run(xb.get(s), w, b, rb ? rb->get(s) : nullptr, yb.get(s), ws, cap, s);
+                    return true;
+                  }};
+    own.always_time = true;  // not counted against the opt level's candidates, like kiln's other convs
+    cands.push_back(std::move(own));
+  }
 }
 
 // The program step of conv n as kiln's implicit-GEMM conv with tile t.
@@ -240,6 +258,8 @@ void lower_Conv2d(Lowering& L, size_t ni) {
     L.record(n.name, igemm_tile_name(*t), -1.f);
     return igemm_step(L, n, *igs, *t);
   }
+  // Loading a conv recorded with the GEMM conv (replayed exactly, or an error naming it): no cuDNN plan.
+  if (lower_recorded_gemm_conv(L, n, d, recorded)) return;
   ConvOp* op = nullptr;
   if (L.f.view_convs.count(ni)) {
     op = L.p.convs.emplace_back(std::move(L.f.view_convs.at(ni))).get();
@@ -315,14 +335,19 @@ void lower_Conv2d(Lowering& L, size_t ni) {
       cands.push_back(std::move(own));
     }
   }
+  // kiln's GEMM conv (switch gemm_conv; loading with a record needs none: lower_recorded_gemm_conv took a gemm_conv record).
+  const std::shared_ptr<GemmConvOp> gemm = recorded.empty() ? gemm_conv_op(L, d) : nullptr;
+  if (gemm) add_gemm_conv_candidates(cands, gemm.get(), w, b, xb, yb, d.has_residual ? &rb : nullptr);
   // The candidates are part of the question: a cache entry timed without kiln's tiles must not
   // answer a build that offers them (and one naming a tile is no answer without them).
   LayerSignature sig = conv_signature(d);
   if (igs) sig.attr("igemm", 1);
+  if (gemm_conv_on(L, d)) sig.attr("gemm_conv", 1);
   if (d.knob_variants) sig.attr("knob_variants", d.knob_variants);
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
   L.tactics.finish();  // scratch buffers die with this function
   L.record(n.name, cands[c.index].name, c.us);
+  if (gemm && parse_gemm_conv_tactic(cands[c.index].name)) return gemm_conv_step(L, n, gemm);
   const ValuePtr ptr = L.ptr;
   if (own_kernel && igemm) return igemm_step(L, n, *igs, tile);
   if (own_kernel) {

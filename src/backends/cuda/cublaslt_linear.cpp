@@ -3,7 +3,7 @@
 // D[n,m] = op_T(A) · B with A = W viewed column-major as [k, n] (ld k),
 // B = x viewed as [k, m] (ld k) and D = y viewed as [n, m] (ld n). This is
 // the "TN" form cuBLASLt supports best, and the bias (length n = rows of D)
-// is exactly what its BIAS epilogue adds.
+// is exactly what its BIAS epilogue adds. A residual is C, laid out as D.
 #include "backends/cuda/cublaslt_linear.hpp"
 
 #include <cstdint>
@@ -37,7 +37,7 @@ T algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes
 std::vector<cublasLtMatmulHeuristicResult_t> heuristic_algos(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
                                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                                              cublasLtMatrixLayout_t d, const uint32_t (&align)[3],
-                                                             int max) {
+                                                             int max, cublasLtMatrixLayout_t c) {
   cublasLtMatmulPreference_t pref = nullptr;
   KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t max_ws = LinearOp::kMaxWorkspace;
@@ -50,7 +50,8 @@ std::vector<cublasLtMatmulHeuristicResult_t> heuristic_algos(cublasLtHandle_t h,
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v));
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max));
   int found = 0;
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, d, d, pref, max, results.data(), &found);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(h, op, a, b, c ? c : d, d, pref, max, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   // NOT_SUPPORTED means "no algorithm", reported by the caller with the layer's shape.
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
@@ -75,9 +76,9 @@ std::string algo_name(const cublasLtMatmulAlgo_t& a) {
 }  // namespace lt
 
 LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
-                   bool allow_tf32, std::optional<DType> out_dt)
+                   bool allow_tf32, std::optional<DType> out_dt, bool has_residual)
     : LtGemm(handle, "linear"), dt_(dt), out_dt_(out_dt.value_or(dt)), m_(m), k_(k), n_(n),
-      has_bias_(has_bias), act_(act), post_act_(Activation::None) {
+      has_bias_(has_bias), has_residual_(has_residual), act_(act), post_act_(Activation::None) {
   if (m < 1 || k < 1 || n < 1) fail_runtime("cuda linear: invalid shape m=", m, " k=", k, " n=", n);
   if (out_dt_ != dt && !(out_dt_ == DType::F32 && (dt == DType::F16 || dt == DType::BF16)))
     fail_runtime("cuda linear: ", dtype_name(dt), " inputs with ", dtype_name(out_dt_), " output (only 16-bit inputs with f32 output mix)");
@@ -91,6 +92,12 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
 
     // Only ReLU has an epilogue among kiln's activations; the rest follow as a kernel.
+    // Order: cuBLASLt computes D = epilogue(alpha op(A) op(B) + beta C), its
+    // BIAS epilogue adding the bias "before applying final postprocessing" and
+    // RELU_BIAS "apply Bias and then ReLu transform" (cublasLt.h, cublasLtEpilogue_t;
+    // nvmath-python documents cuBLASLt's matmul as F(alpha a @ b + beta c) with
+    // F the epilog): relu(x W^T + residual + bias), what a conv's fused
+    // epilogue computes (act(conv + bias + residual)). CudaGemmConv.* checks it.
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     if (act == Activation::Relu) epi = has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     else if (has_bias) epi = CUBLASLT_EPILOGUE_BIAS;
@@ -112,11 +119,12 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, t, k, n, k));
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, t, k, m, k));
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, td, n, m, n));
+    if (has_residual) KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_, td, n, m, n));  // C beside D, D's layout
 
-    algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics);
+    algos_ = lt::heuristic_algos(handle_, op_, a_, b_, d_, {16, 16, 16}, kMaxTactics, c_);
     if (algos_.empty())
       fail_runtime("cuda linear: cuBLASLt offers no algorithm for ", dtype_name(dt), out_dt_ != dt ? " to f32" : "", " m=", m, " k=", k, " n=", n,
-                   has_bias ? " with bias" : "", " act ", activation_name(act));
+                   has_bias ? " with bias" : "", has_residual ? " with residual" : "", " act ", activation_name(act));
   } catch (...) {
     release();  // the destructor does not run for a constructor that throws
     throw;
@@ -124,11 +132,12 @@ LinearOp::LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool 
 }
 
 void LtGemm::release() {
+  if (c_) cublasLtMatrixLayoutDestroy(c_);
   if (d_) cublasLtMatrixLayoutDestroy(d_);
   if (b_) cublasLtMatrixLayoutDestroy(b_);
   if (a_) cublasLtMatrixLayoutDestroy(a_);
   if (op_) cublasLtMatmulDescDestroy(op_);
-  d_ = b_ = a_ = nullptr;
+  c_ = d_ = b_ = a_ = nullptr;
   op_ = nullptr;
 }
 
@@ -145,20 +154,24 @@ void LtGemm::select(int i) {
 size_t LtGemm::workspace_bytes() const { return algos_[size_t(selected_)].workspaceSize; }
 
 void LinearOp::run(const void* x, const void* w, const void* bias, void* y, void* workspace, size_t workspace_size,
-                   cudaStream_t s) const {
+                   cudaStream_t s, const void* residual) const {
   const auto misaligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) != 0; };
-  if (misaligned(x) || misaligned(w) || misaligned(y) || (has_bias_ && misaligned(bias)))
-    fail_runtime("cuda linear: x, w, bias and y must be 16-byte aligned");
+  if (misaligned(x) || misaligned(w) || misaligned(y) || (has_bias_ && misaligned(bias)) || misaligned(residual))
+    fail_runtime("cuda linear: x, w, bias, residual and y must be 16-byte aligned");
   if (has_bias_ && bias == nullptr) fail_runtime("cuda linear: layer has a bias but none was passed");
+  if (has_residual_ != (residual != nullptr) || (residual && residual == y))
+    fail_runtime("cuda linear: ", has_residual_ ? "a residual apart from y" : "no residual", " expected");
   const cublasLtMatmulHeuristicResult_t& h = algos_[size_t(selected_)];
   if (workspace_size < h.workspaceSize)
     fail_runtime("cuda linear: tactic needs ", h.workspaceSize, " bytes of workspace, got ", workspace_size);
-  const float alpha = 1.f, beta = 0.f;
+  // beta 1 with C = residual adds it (an out-of-place C: cuBLASLt reads C, writes D).
+  const float alpha = 1.f, beta = has_residual_ ? 1.f : 0.f;
+  const void* c = has_residual_ ? residual : y;
   {
     std::lock_guard<std::mutex> lock(run_mutex_);
     if (has_bias_)
       KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, w, a_, x, b_, &beta, y, d_, y, d_, &h.algo,
+    KILN_CUBLAS_CHECK(cublasLtMatmul(handle_, op_, &alpha, w, a_, x, b_, &beta, c, c_ ? c_ : d_, y, d_, &h.algo,
                                      h.workspaceSize ? workspace : nullptr, h.workspaceSize, s));
   }
   if (post_act_ != Activation::None) activation(y, y, out_dt_, int64_t(m_) * n_, post_act_, s);

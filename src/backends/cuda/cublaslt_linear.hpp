@@ -1,7 +1,8 @@
-// Linear layers through cuBLASLt: y[m, n] = act(x[m, k] · W[n, k]^T + bias[n])
-// with W in PyTorch's [out, in] row-major layout. f32 computes in full fp32
-// unless allow_tf32; f16/bf16 accumulate in f32. Bias and ReLU ride on
-// cuBLASLt epilogues; other activations run as a separate kernel on y.
+// Linear layers through cuBLASLt: y[m, n] = act(x[m, k] · W[n, k]^T + bias[n]
+// [+ residual[m, n]]) with W in PyTorch's [out, in] row-major layout. f32
+// computes in full fp32 unless allow_tf32; f16/bf16 accumulate in f32. Bias
+// and ReLU ride on cuBLASLt epilogues, the residual on beta = 1 (C = residual,
+// D = y); other activations run as a separate kernel on y.
 // Every pointer passed to run() must be 16-byte aligned (the algorithm
 // search is told so, so arena offsets need not be 256-byte aligned).
 #pragma once
@@ -53,6 +54,7 @@ class LtGemm {
   const char* what_;  // "linear", "matmul": for errors
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  cublasLtMatrixLayout_t c_ = nullptr;  // C when it is not D (LinearOp's residual); null: C = D
   std::vector<cublasLtMatmulHeuristicResult_t> algos_;
   int selected_ = 0;
   bool int_scalars_ = false;  // alpha and beta as int32 (CUBLAS_COMPUTE_32I), else f32
@@ -64,18 +66,22 @@ class LinearOp : public LtGemm {
   // kiln::Error if it offers none (e.g. an unsupported shape/type).
   // out_dt: the output's (and bias's) type, dt's when unset; F32 with a
   // 16-bit dt is the mixed product plan_wide_linears asks for.
+  // has_residual: run() adds residual[m, n] (out_dt, row-major like y) before
+  // the activation, as C with beta = 1 (kiln's GEMM conv, gemm_conv.hpp);
+  // without it the product is alpha 1, beta 0, C = D, as always.
   LinearOp(cublasLtHandle_t handle, DType dt, int m, int k, int n, bool has_bias, Activation act,
-           bool allow_tf32 = false, std::optional<DType> out_dt = std::nullopt);
+           bool allow_tf32 = false, std::optional<DType> out_dt = std::nullopt, bool has_residual = false);
 
-  // bias may be nullptr only when constructed without bias. Enqueues on s;
-  // capturable in a CUDA graph.
+  // bias may be nullptr only when constructed without bias; residual must be
+  // given exactly when constructed with one (it may not alias y). Enqueues on
+  // s; capturable in a CUDA graph.
   void run(const void* x, const void* w, const void* bias, void* y, void* workspace, size_t workspace_size,
-           cudaStream_t s) const;
+           cudaStream_t s, const void* residual = nullptr) const;
 
  private:
   DType dt_, out_dt_;
   int m_, k_, n_;
-  bool has_bias_;
+  bool has_bias_, has_residual_;
   Activation act_;
   Activation post_act_;  // applied by a kernel after the GEMM (not fusable as an epilogue)
   // The bias pointer lives in the (shared) matmul descriptor, so run() sets
@@ -117,11 +123,13 @@ class Fp8GemmOp : public LtGemm {
 // The cuBLASLt plumbing LinearOp and MatMulOp share (cublaslt_linear.cpp).
 namespace lt {
 cudaDataType_t data_type(DType dt);
-// Up to `max` algorithms of cuBLASLt's heuristic for D = op(A) op(B) (C = D),
-// with the minimum pointer alignments of A, B and C/D in bytes; empty: none.
+// Up to `max` algorithms of cuBLASLt's heuristic for D = op(A) op(B) (+ C
+// with layout c; null: C = D), with the minimum pointer alignments of A, B
+// and C/D in bytes; empty: none.
 std::vector<cublasLtMatmulHeuristicResult_t> heuristic_algos(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
                                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                                             cublasLtMatrixLayout_t d, const uint32_t (&align)[3], int max);
+                                                             cublasLtMatrixLayout_t d, const uint32_t (&align)[3], int max,
+                                                             cublasLtMatrixLayout_t c = nullptr);
 // "cublasLt algo 21 tile 7 stages 13 splitk 1 red 0 swizzle 0 custom 0 cluster 0".
 std::string algo_name(const cublasLtMatmulAlgo_t& a);
 }  // namespace lt

@@ -189,6 +189,18 @@ std::vector<IgemmTile> igemm_conv_tiles(const IgemmConvShape& s);
 void igemm_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
                      const IgemmConvShape& s, Activation act, const IgemmTile& t, cudaStream_t stream);
 
+// The im2col matrix of kiln's GEMM conv (gemm_conv.cu, gemm_conv.hpp): from
+// a dense NHWC x [n, h, w, c], cols [n * out_h * out_w, r * s * c] row-major,
+// each row an output pixel's receptive field in filter-tap-major order (tap
+// (i, j) at columns (i * s + j) * c ..., the order of a KRSC filter's rows),
+// zero where the tap falls in the padding. A pure copy: any element type of
+// `dt`'s size; copies 16, 8 or 4 bytes at a time where c's bytes and the
+// pointers allow. cols must not overlap x.
+struct Im2colShape {
+  int n, h, w, c, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
+};
+void im2col_nhwc(const void* x, void* cols, DType dt, const Im2colShape& s, cudaStream_t stream);
+
 // Squeeze-excitation MLP: s[n, :] = act2(W2 · act1(W1 · g[n, :] + b1) + b2),
 // g [n, c] (pooled), W1 [cr, c], W2 [c, cr], all in dt; two launches, the
 // hidden vector in `workspace` (se_mlp_workspace_bytes). The hidden vector is

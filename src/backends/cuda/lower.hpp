@@ -5,6 +5,7 @@
 // views, what the bundle's plan says), plans memory, then calls lower_node
 // for every node. Each op's lowering lives beside its kernels:
 //   conv.cpp         Conv2d: cuDNN fused conv, kiln's depthwise and window conv
+//   gemm_conv.cpp    Conv2d as im2col + cuBLASLt (switch gemm_conv), lower_Conv2d's candidate
 //   linear.cpp       Linear: cuBLASLt
 //   pool.cpp         MaxPool2d, AvgPool2d, GlobalAvgPool
 //   elementwise.cpp  BatchNorm, Activation, Add, Mul, Cast
@@ -285,6 +286,20 @@ ConvDesc conv_desc(const Graph& g, const Node& n, bool allow_tf32, int x_stride,
 // tactic, into p.shared_convs (lower_Conv2d takes them from there). A conv
 // whose op does not build here is left to lower_Conv2d, which reports it.
 void prebuild_recorded_convs(Lowering& L);
+
+// kiln's GEMM conv (gemm_conv.hpp, gemm_conv.cpp): im2col + cuBLASLt, a candidate of lower_Conv2d.
+class GemmConvOp;
+// Switch gemm_conv is on and the GEMM conv takes d (gemm_conv_unsupported).
+bool gemm_conv_on(const Lowering& L, const ConvDesc& d);
+// The op to time for conv d when gemm_conv_on and cuBLASLt offers an algorithm; else null.
+std::shared_ptr<GemmConvOp> gemm_conv_op(const Lowering& L, const ConvDesc& d);
+// The step of conv n as op with its selected algorithm; reserves its workspace.
+void gemm_conv_step(Lowering& L, const Node& n, std::shared_ptr<const GemmConvOp> op);
+// Loading conv n recorded with a gemm_conv tactic: records it, adds its step
+// and returns true (false when `recorded` names no gemm_conv tactic). A
+// record that cannot be replayed exactly (switch off, the conv not taken, the
+// algorithm not offered by cuBLASLt's heuristic) is Error(Input) naming n.
+bool lower_recorded_gemm_conv(Lowering& L, const Node& n, const ConvDesc& d, const std::string& recorded);
 
 // 8-bit quantization (quant.cpp): FP8 quantize/dequantize and quantized
 // conv2d/linear; why node n of that kind cannot run on CUDA (INT8, grouped
