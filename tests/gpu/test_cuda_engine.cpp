@@ -24,6 +24,7 @@
 #include "core/npy.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/engine_impl.hpp"
+#include "tactic_cache_build.hpp"
 
 namespace kiln {
 namespace {
@@ -545,15 +546,7 @@ TEST(CudaEngine, IgemmConvTilesNamedByTheCacheRunAndReplay) {
   const fs::path cache = dir / "tactics.json";
   fs::remove(cache);
   auto build_with_cache = [&](const fs::path& out) {
-    BuildOptions o;
-    o.model = (kFixtures / f).string();
-    o.backend = "cuda";
-    o.precision = DType::F16;
-    o.opt_level = 3;
-    o.batch = 2;
-    o.tactic_cache = cache.string();
-    o.switches.set(Switch::IgemmConv, true);
-    build_bundle(o, out);
+    testing::build_f16_with_tactic_cache(kFixtures / f, cache, Switch::IgemmConv, out);
   };
   build_with_cache(dir / "timed.bundle");
   std::ifstream in(cache);

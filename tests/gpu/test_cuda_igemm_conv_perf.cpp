@@ -3,20 +3,48 @@
 // same conv (bias, residual and activation fused), each as 20 launches
 // captured in one CUDA graph (graph_us), so the per-launch time includes what
 // a launch costs inside an engine's graph. Every tile and K split is timed,
-// with PDL (what an engine at batch <= 4 launches) and without.
+// with PDL (what an engine at batch <= 4 launches) and without. Last column:
+// kiln's GEMM conv (gemm_conv.hpp: im2col + cuBLASLt with its epilogue), the
+// fastest of the algorithms cuBLASLt's heuristic offers, with its split-K.
 //   kiln_gpu_tests --gtest_filter='CudaIgemmConvPerf.*'
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cudnn_conv.hpp"
+#include "backends/cuda/device_buffer.hpp"
+#include "backends/cuda/gemm_conv.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "cuda_test_util.hpp"
 
 namespace kiln::cuda::test {
 namespace {
+
+// The GEMM conv of d timed (graph_us, the im2col launched with PDL) with each
+// algorithm cuBLASLt's heuristic offers: the fastest time and its split-K
+// ("splitk 4"), or 0 and why the GEMM conv does not take d.
+std::pair<double, std::string> best_gemm_conv(cublasLtHandle_t lt, const ConvDesc& d, cudaStream_t st,
+                                              const std::function<void(const GemmConvOp&)>& run) {
+  if (const std::string why = gemm_conv_unsupported(d); !why.empty()) return {0.0, "(" + why + ")"};
+  GemmConvOp g(lt, d);
+  PdlDefault scope(true);
+  double best = 1e30;
+  std::string split;
+  for (int t = 0; t < g.tactic_count(); ++t) {
+    g.select(t);
+    if (g.workspace_bytes() > (size_t(256) << 20)) continue;
+    const double us = graph_us(st, [&] { run(g); });
+    const std::string name = g.tactic_name(t);
+    const size_t at = name.find("splitk ");
+    if (us < best) best = us, split = at == std::string::npos ? name : name.substr(at, name.find(" red") - at);
+  }
+  return {best < 1e29 ? best : 0.0, split};
+}
 
 TEST(CudaIgemmConvPerf, RtDetrR18vdShapes) {
   KILN_REQUIRE_GPU();
@@ -24,6 +52,7 @@ TEST(CudaIgemmConvPerf, RtDetrR18vdShapes) {
   KILN_CUDNN_CHECK(cudnnCreate(&h));
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const CublasLtHandle lt;
   const DType dt = DType::F16;
   struct Conv {
     const char* name;
@@ -51,8 +80,8 @@ TEST(CudaIgemmConvPerf, RtDetrR18vdShapes) {
       {"b8 stage0 160 c64 +res", 8, 160, 64, 64, 3, 1, true, Activation::Relu},
       {"b8 stage3 20 c512 +res", 8, 20, 512, 512, 3, 1, true, Activation::Relu},
   };
-  std::printf("%-28s %9s | PDL on: %9s %-22s %9s %-26s | PDL off: %9s\n", "conv (batch 1 unless b8)", "cudnn us",
-              "im2col us", "(tile)", "halo us", "(tile)", "best us");
+  std::printf("%-28s %9s | PDL on: %9s %-22s %9s %-26s | PDL off: %9s | %9s %s\n", "conv (batch 1 unless b8)", "cudnn us",
+              "im2col us", "(tile)", "halo us", "(tile)", "best us", "gemm us", "(split-K)");
   for (const Conv& cv : convs) {
     IgemmConvShape s{};
     s.n = cv.n, s.h = s.w = cv.hw, s.c = cv.c, s.k = cv.k, s.r = s.s = cv.r;
@@ -86,9 +115,12 @@ TEST(CudaIgemmConvPerf, RtDetrR18vdShapes) {
     const DevBuf ws(size_t(256) << 20);
     op.autotune(h, x->ptr(), w->ptr(), b->ptr(), res, y->ptr(), ws.ptr(), size_t(256) << 20, st, 1 << 20);
     const double cudnn_us = graph_us(st, [&] { op.run(h, x->ptr(), w->ptr(), b->ptr(), res, y->ptr(), ws.ptr(), st); });
-    std::printf("%-28s %9.2f | PDL on: %9.2f %-22s %9.2f %-26s | PDL off: %9.2f\n", cv.name, cudnn_us, best[0],
+    const auto [gemm_us, gemm_split] = best_gemm_conv(lt.h, d, st, [&](const GemmConvOp& g) {
+      g.run(x->ptr(), w->ptr(), b->ptr(), res, y->ptr(), ws.ptr(), size_t(256) << 20, st);
+    });
+    std::printf("%-28s %9.2f | PDL on: %9.2f %-22s %9.2f %-26s | PDL off: %9.2f | %9.2f %s\n", cv.name, cudnn_us, best[0],
                 igemm_tile_name(best_tile[0]).c_str(), best[1] < 1e29 ? best[1] : 0.0,
-                best[1] < 1e29 ? igemm_tile_name(best_tile[1]).c_str() : "-", off);
+                best[1] < 1e29 ? igemm_tile_name(best_tile[1]).c_str() : "-", off, gemm_us, gemm_split.c_str());
   }
   cudaStreamDestroy(st);
   cudnnDestroy(h);
