@@ -27,7 +27,7 @@ enum class Switch : int {
   FuseMlp,     // CUDA: chains of small linears in one launch (auto: the chains; on: also a post-norm's projection inside the norm)
   IgemmConv,   // CUDA: kiln's implicit-GEMM conv timed beside cuDNN's engines for dense f16/bf16 convs (auto: off; it lost every r18vd conv)
   SideLane,    // CUDA: independent convs, pools and linears on a second stream inside the graph (auto: on)
-  ConvKnobs,   // CUDA: knob variants (split-K, tiles, kernel configs) of cuDNN's first engines timed too (auto: off)
+  ConvKnobs,   // CUDA: knob variants (split-K, tiles, kernel configs) of cuDNN's first engines timed too (auto: on up to batch 4)
   GemmConv,    // CUDA: im2col + a cuBLASLt GEMM (split-K, epilogue) timed beside cuDNN's engines for dense convs (auto: off until measured)
   kCount
 };

@@ -640,4 +640,53 @@ TEST(CudaConvPerf, KnobVariantsOnRtDetrShapes) {
   cudaStreamDestroy(s);
 }
 
+
+// A wide sweep of the knob variants on three r18vd convs (every kernel
+// config, split-K on powers of two): which values win, to choose what
+// conv_knobs samples. Timings printed (fastest 24), never asserted.
+//   kiln_gpu_tests --gtest_filter='CudaConvPerf.KnobSweep'
+TEST(CudaConvPerf, KnobSweep) {
+  KILN_REQUIRE_GPU();
+  using A = Activation;
+  const Case shapes[] = {
+      {"stage3 20 c512 +res", make(1, 512, 20, 20, 512, 3, 1, 1, 1, true, true, A::Relu)},
+      {"repvgg 40 c128 silu", make(1, 128, 40, 40, 128, 3, 1, 1, 1, true, false, A::Silu)},
+      {"stem.2 320 c32 k64", make(1, 32, 320, 320, 64, 3, 1, 1, 1, true, false, A::Relu)},
+  };
+  constexpr size_t kWsCap = size_t(256) << 20;
+  DevBuf ws(kWsCap);
+  cudaStream_t s;
+  KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::mt19937 rng(10);
+  for (const Case& c : shapes) {
+    ConvDesc d = c.d;
+    d.dtype = DType::F16;
+    d.knob_variants = 400, d.knob_samples = 64;
+    const size_t es = 2, nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * d.r * d.s,
+                 ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
+    DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
+    upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
+    upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
+    upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
+    upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+    void* r = d.has_residual ? dr.ptr() : nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
+    ConvOp op(handle(), d);
+    const int heuristic = op.selected();
+    op.autotune(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), kWsCap, s, 1 << 20);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<std::pair<float, int>> timed;
+    for (int i = 0; i < op.tactic_count(); ++i)
+      if (op.tuned_time_us(i) >= 0) timed.emplace_back(op.tuned_time_us(i), i);
+    std::sort(timed.begin(), timed.end());
+    std::printf("[sweep] %s: %d tactics, %zu timed, %.1f s; heuristic %s %.2f us\n", c.name.c_str(), op.tactic_count(),
+                timed.size(), secs, op.tactic_name(heuristic).c_str(), op.tuned_time_us(heuristic));
+    for (size_t k = 0; k < std::min<size_t>(timed.size(), 24); ++k)
+      std::printf("[sweep]   %8.2f %s%s\n", timed[k].first, op.tactic_name(timed[k].second).c_str(),
+                  op.tactic_is_variant(timed[k].second) ? "" : " (heuristics list)");
+    std::fflush(stdout);
+  }
+  cudaStreamDestroy(s);
+}
+
 }  // namespace kiln::cuda

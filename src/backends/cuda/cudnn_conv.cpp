@@ -365,7 +365,7 @@ void ConvOp::Impl::add_knob_variants(NotedGraph& gr, std::vector<Tactic>& list, 
   for (const EngineTag& base : bases)
     for (const KnobRange& k : gr.knob_ranges(base.engine)) {
       if (!knob_varies_work(k.type)) continue;
-      for (const int64_t v : knob_values(k)) {
+      for (const int64_t v : knob_values(k, d.knob_samples)) {
         if (added >= d.knob_variants) return;
         EngineTag t = base;
         auto it = std::find_if(t.knobs.begin(), t.knobs.end(), [&](const auto& kv) { return kv.first == k.type; });
@@ -658,8 +658,8 @@ bool knob_varies_work(int64_t type) {
   }
 }
 
-std::vector<int64_t> knob_values(const KnobRange& k) {
-  constexpr size_t kMax = 8;
+std::vector<int64_t> knob_values(const KnobRange& k, int samples) {
+  const size_t kMax = static_cast<size_t>(std::max(samples, 2));
   std::vector<int64_t> out;
   if (k.max < k.min) return out;
   const __int128 stride = std::max<int64_t>(k.stride, 1);  // 128-bit: a hostile range must not overflow

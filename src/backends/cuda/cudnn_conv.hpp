@@ -78,6 +78,7 @@ struct ConvDesc {
   // throughput, and at batch 1 a late-stage conv's tiles fill a quarter of
   // the SMs. Building only: a recorded tag replays whatever it names.
   int knob_variants = 0;
+  int knob_samples = 8;  // values tried per knob (knob_values); wider sweeps are for probes
   int out_h() const { return static_cast<int>(window_out_dim(h, r, stride_h, pad_t, pad_b, dil_h)); }
   int out_w() const { return static_cast<int>(window_out_dim(w, s, stride_w, pad_l, pad_r, dil_w)); }
 };
@@ -162,10 +163,10 @@ struct KnobRange {
 // or kernel config. Other knobs (swizzle, stages, buffers) keep the
 // heuristic's choice.
 bool knob_varies_work(int64_t type);
-// The values a variant tries for k: all of them when there are at most 8,
-// else min, the powers of two on the knob's stride grid inside, and max
-// (at most 8; none for an empty or inverted range).
-std::vector<int64_t> knob_values(const KnobRange& k);
+// The values a variant tries for k: all of them when there are at most
+// `samples`, else min, the powers of two on the knob's stride grid inside,
+// and max (at most `samples`, at least 2; none for an empty or inverted range).
+std::vector<int64_t> knob_values(const KnobRange& k, int samples = 8);
 
 // PyTorch stores conv weights KCRS ([k][c/groups][r][s]); the NHWC engines want KRSC.
 std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, int s);
