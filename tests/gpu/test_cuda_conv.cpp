@@ -281,6 +281,11 @@ TEST(CudaConv, KnobValuesCoverTheRangeInAtMostEight) {
     EXPECT_TRUE(std::is_sorted(v.begin(), v.end()));
     for (int64_t x : v) EXPECT_TRUE(x >= hostile.min && x <= hostile.max);
   }
+  // Splits are searched at 1, 2, 4, 8 slices at most; other knobs over their whole range.
+  EXPECT_EQ(knob_search_values({17, 1, 128, 1}, 8), (V{1, 2, 4, 8}));
+  EXPECT_EQ(knob_search_values({39, 1, 3, 1}, 8), (V{1, 2, 3}));
+  EXPECT_EQ(knob_search_values({17, 1, 128, 1}, 2), (V{1, 8}));
+  EXPECT_EQ(knob_search_values({24, 0, 63, 1}, 8), knob_values({24, 0, 63, 1}, 8));
   // Split, tile and config knobs vary; the rest keep the heuristic's choice.
   for (int64_t k : {2, 17, 24, 37, 38, 39, 40, 41}) EXPECT_TRUE(knob_varies_work(k)) << k;
   for (int64_t k : {-1, 1, 3, 12, 14, 15, 44, 1000}) EXPECT_FALSE(knob_varies_work(k)) << k;

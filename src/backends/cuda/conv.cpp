@@ -24,7 +24,9 @@ namespace {
 
 constexpr const char* kDepthwiseTactic = "kiln depthwise";
 // Knob variants a conv's timing adds with switch conv_knobs (ConvDesc::knob_variants).
-constexpr int kConvKnobVariants = 24;
+// 16: the first engine's kernel configs (8 samples) and split-K (1..8), and the
+// second engine's first ones; each runtime-compiled variant costs a kernel compile.
+constexpr int kConvKnobVariants = 16;
 
 // Zeroed device scratch for timing, allocated on first use (most layers of a
 // build take their tactic from the cache and never need it).

@@ -207,7 +207,9 @@ struct ConvOp::Impl {
   // variant cuDNN rejects, or one already listed, is skipped.
   void add_knob_variants(NotedGraph& gr, std::vector<Tactic>& list, std::unordered_set<std::string>& seen,
                          bool strict_f32) const;
-  static constexpr size_t kVariantEngines = 3;
+  // Session 25's sweep (H200, bench/results/2026-12-06-session25): every winning
+  // variant was one of the first two engines' (the third's best was 40 % slower).
+  static constexpr size_t kVariantEngines = 2;
   std::string prefer;  // the tactic to build first (ConvOp's constructor)
 };
 
@@ -365,7 +367,7 @@ void ConvOp::Impl::add_knob_variants(NotedGraph& gr, std::vector<Tactic>& list, 
   for (const EngineTag& base : bases)
     for (const KnobRange& k : gr.knob_ranges(base.engine)) {
       if (!knob_varies_work(k.type)) continue;
-      for (const int64_t v : knob_values(k, d.knob_samples)) {
+      for (const int64_t v : knob_search_values(k, d.knob_samples)) {
         if (added >= d.knob_variants) return;
         EngineTag t = base;
         auto it = std::find_if(t.knobs.begin(), t.knobs.end(), [&](const auto& kv) { return kv.first == k.type; });
@@ -656,6 +658,13 @@ bool knob_varies_work(int64_t type) {
     case CUDNN_KNOB_TYPE_TILE_N: return true;
     default: return false;
   }
+}
+
+std::vector<int64_t> knob_search_values(const KnobRange& k, int samples) {
+  if (k.type != CUDNN_KNOB_TYPE_SPLIT_K_SLC && k.type != CUDNN_KNOB_TYPE_SPLIT_P_SLC) return knob_values(k, samples);
+  KnobRange r = k;
+  r.max = std::min(k.max, kMaxKnobSplit);
+  return knob_values(r, std::min(samples, 4));
 }
 
 std::vector<int64_t> knob_values(const KnobRange& k, int samples) {

@@ -167,6 +167,11 @@ bool knob_varies_work(int64_t type);
 // `samples`, else min, the powers of two on the knob's stride grid inside,
 // and max (at most `samples`, at least 2; none for an empty or inverted range).
 std::vector<int64_t> knob_values(const KnobRange& k, int samples = 8);
+// The values the variants try for k: split counts (split-K and split-P
+// slices) 1, 2, 4, 8 at most (past 2 slices no r18vd conv gained, session
+// 25's sweep), every other knob knob_values(k, samples).
+constexpr int64_t kMaxKnobSplit = 8;
+std::vector<int64_t> knob_search_values(const KnobRange& k, int samples);
 
 // PyTorch stores conv weights KCRS ([k][c/groups][r][s]); the NHWC engines want KRSC.
 std::vector<float> kcrs_to_krsc(const float* w, int k, int c_per_group, int r, int s);
