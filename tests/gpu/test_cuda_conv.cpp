@@ -57,6 +57,35 @@ std::vector<float> random_vec(size_t n, float scale, std::mt19937& rng, DType t)
   return v;
 }
 
+// One conv's device operands in d.dtype, random (x and the residual in
+// [-1, 1], w in [-0.05, 0.05], bias in [-0.5, 0.5]), and room for y.
+struct ConvIo {
+  ConvIo(const ConvDesc& d, std::mt19937& rng)
+      : es(dtype_size(d.dtype)),
+        nx(size_t(d.n) * d.c * d.h * d.w),
+        nw(size_t(d.k) * (d.c / d.groups) * d.r * d.s),
+        ny(size_t(d.n) * d.k * d.out_h() * d.out_w()),
+        x(nx * es), w(nw * es), b(d.k * es), r(ny * es), y(ny * es),
+        residual(d.has_residual) {
+    upload(x, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
+    upload(w, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
+    upload(b, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
+    upload(r, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+  }
+  void* res() const { return residual ? r.ptr() : nullptr; }
+  // One run of op's selected tactic (y first filled with NaN patterns), y read back.
+  std::vector<float> run(const ConvOp& op, DType t) const {
+    DevBuf ws(op.workspace_bytes());
+    KILN_CUDA_CHECK(cudaMemset(y.ptr(), 0xff, ny * es));
+    op.run(handle(), x.ptr(), w.ptr(), b.ptr(), res(), y.ptr(), ws.ptr(), nullptr);
+    KILN_CUDA_CHECK(cudaDeviceSynchronize());
+    return download(y, ny, t);
+  }
+  size_t es, nx, nw, ny;
+  DevBuf x, w, b, r, y;
+  bool residual;
+};
+
 // Per-dtype tolerances, as stated in the task: f32 (TF32 off) elementwise
 // |d| <= 1e-4 * max(1, |ref|); f16 max|d| <= 5e-3 * max|ref|; bf16 max|d| <= 3e-2 * max|ref|.
 constexpr float kTolF32 = 1e-4f, kTolF16 = 5e-3f, kTolBF16 = 3e-2f;
@@ -234,19 +263,8 @@ TEST(CudaConv, KnobVariantsReplayFromTheirTags) {
   ConvDesc d = make(1, 256, 10, 10, 256, 3, 1, 1, 1, true, true, Activation::Relu);
   d.dtype = DType::F16;
   std::mt19937 rng(5);
-  const size_t es = 2, nx = size_t(d.c) * d.h * d.w, nw = size_t(d.k) * d.c * 9, ny = size_t(d.k) * d.out_h() * d.out_w();
-  DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
-  upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
-  upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
-  upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
-  upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
-  auto run = [&](const ConvOp& op) {
-    DevBuf ws(op.workspace_bytes());
-    KILN_CUDA_CHECK(cudaMemset(dy.ptr(), 0xff, ny * es));
-    op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), dr.ptr(), dy.ptr(), ws.ptr(), nullptr);
-    KILN_CUDA_CHECK(cudaDeviceSynchronize());
-    return download(dy, ny, d.dtype);
-  };
+  const ConvIo io(d, rng);
+  auto run = [&](const ConvOp& op) { return io.run(op, d.dtype); };
   ConvDesc with = d;
   with.knob_variants = 24;
   ConvOp op(handle(), with);
@@ -310,12 +328,9 @@ TEST(CudaConv, CapturedGraphMatchesDirectRun) {
   ConvDesc d = make(3, 64, 17, 13, 64, 3, 1, 1, 1, true, true, Activation::Relu);
   d.dtype = DType::F16;
   std::mt19937 rng(7);
-  const size_t nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * 9, ny = size_t(d.n) * d.k * d.h * d.w;
-  DevBuf dx(nx * 2), dw(nw * 2), db(d.k * 2), dr(ny * 2), dy(ny * 2);
-  upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
-  upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
-  upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
-  upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+  const ConvIo io(d, rng);
+  const size_t ny = io.ny;
+  const DevBuf &dx = io.x, &dw = io.w, &db = io.b, &dr = io.r, &dy = io.y;
   ConvOp op(handle(), d);
   DevBuf ws(op.workspace_bytes());
   cudaStream_t s;
@@ -371,20 +386,8 @@ TEST(CudaConv, RecordedTacticReplaysWithoutTheHeuristicsQuery) {
                        make(1, 32, 9, 11, 48, 1, 2, 0, 1, true, false, Activation::None)}) {
       d.dtype = t;
       std::mt19937 rng(11);
-      const size_t es = dtype_size(t), nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * d.r * d.s,
-                   ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
-      DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
-      upload(dx, random_vec(nx, 1.f, rng, t), t);
-      upload(dw, random_vec(nw, 0.05f, rng, t), t);
-      upload(db, random_vec(d.k, 0.5f, rng, t), t);
-      upload(dr, random_vec(ny, 1.f, rng, t), t);
-      auto run = [&](const ConvOp& op) {
-        DevBuf ws(op.workspace_bytes());
-        KILN_CUDA_CHECK(cudaMemset(dy.ptr(), 0xff, ny * es));
-        op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), d.has_residual ? dr.ptr() : nullptr, dy.ptr(), ws.ptr(), nullptr);
-        KILN_CUDA_CHECK(cudaDeviceSynchronize());
-        return download(dy, ny, t);
-      };
+      const ConvIo io(d, rng);
+      auto run = [&](const ConvOp& op) { return io.run(op, t); };
       ConvOp queried(handle(), d);
       ASSERT_GT(queried.tactic_count(), 1) << "the test wants several candidates to replay";
       const std::string heuristic = queried.tactic_name(queried.selected());
@@ -539,26 +542,19 @@ TEST(CudaConvPerf, ResNet50AndEfficientNetShapes) {
       ConvDesc d = sh.d;
       d.n = batch;
       d.dtype = sh.t;
-      const size_t es = dtype_size(d.dtype);
-      const size_t nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * (d.c / d.groups) * d.r * d.s,
-                   ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
-      DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
-      upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
-      upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
-      upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
-      upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
+      const ConvIo io(d, rng);
       auto t0 = std::chrono::steady_clock::now();
       ConvOp op(handle(), d);
       auto t1 = std::chrono::steady_clock::now();
-      void* r = d.has_residual ? dr.ptr() : nullptr;
+      void* r = io.res();
       int def = op.selected();
-      float def_us = time_selected(op, dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), s);
+      float def_us = time_selected(op, io.x.ptr(), io.w.ptr(), io.b.ptr(), r, io.y.ptr(), ws.ptr(), s);
       std::string def_name = op.tactic_name(def);
       auto t2 = std::chrono::steady_clock::now();
-      int best = op.autotune(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), kWsCap, s, 64);
+      int best = op.autotune(handle(), io.x.ptr(), io.w.ptr(), io.b.ptr(), r, io.y.ptr(), ws.ptr(), kWsCap, s, 64);
       auto t3 = std::chrono::steady_clock::now();
       auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-      float best_us = time_selected(op, dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), s);
+      float best_us = time_selected(op, io.x.ptr(), io.w.ptr(), io.b.ptr(), r, io.y.ptr(), ws.ptr(), s);
       std::printf("[perf] %-36s %-4s %5d %5d %3d %8.0f %8.0f %10.1f %-28s %10.1f %-28s\n", sh.name, dtype_name(d.dtype),
                   batch, op.tactic_count(), op.epilogue_fused() ? 1 : 0, ms(t0, t1), ms(t2, t3), def_us,
                   def_name.c_str(), best_us, op.tactic_name(best).c_str());
@@ -606,17 +602,11 @@ TEST(CudaConvPerf, KnobVariantsOnRtDetrShapes) {
     ConvDesc d = c.d;
     d.dtype = DType::F16;
     d.knob_variants = 64;
-    const size_t es = 2, nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * d.r * d.s,
-                 ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
-    DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
-    upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
-    upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
-    upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
-    upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
-    void* r = d.has_residual ? dr.ptr() : nullptr;
+    const ConvIo io(d, rng);
+    void* r = io.res();
     ConvOp op(handle(), d);
     const int heuristic = op.selected();
-    op.autotune(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), kWsCap, s, 1 << 20);
+    op.autotune(handle(), io.x.ptr(), io.w.ptr(), io.b.ptr(), r, io.y.ptr(), ws.ptr(), kWsCap, s, 1 << 20);
     int best_list = -1, best_var = -1;
     for (int i = 0; i < op.tactic_count(); ++i) {
       const float us = op.tuned_time_us(i);
@@ -626,7 +616,7 @@ TEST(CudaConvPerf, KnobVariantsOnRtDetrShapes) {
     }
     auto graph_time = [&](int i) {
       if (i < 0 || !op.try_select(i)) return 0.0;
-      return test::graph_us(s, [&] { op.run(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), s); });
+      return test::graph_us(s, [&] { op.run(handle(), io.x.ptr(), io.w.ptr(), io.b.ptr(), r, io.y.ptr(), ws.ptr(), s); });
     };
     auto name = [&](int i) { return i < 0 ? std::string("-") : op.tactic_name(i); };
     auto us = [&](int i) { return i < 0 ? 0.f : op.tuned_time_us(i); };
@@ -667,18 +657,12 @@ TEST(CudaConvPerf, KnobSweep) {
     ConvDesc d = c.d;
     d.dtype = DType::F16;
     d.knob_variants = 400, d.knob_samples = 64;
-    const size_t es = 2, nx = size_t(d.n) * d.c * d.h * d.w, nw = size_t(d.k) * d.c * d.r * d.s,
-                 ny = size_t(d.n) * d.k * d.out_h() * d.out_w();
-    DevBuf dx(nx * es), dw(nw * es), db(d.k * es), dr(ny * es), dy(ny * es);
-    upload(dx, random_vec(nx, 1.f, rng, d.dtype), d.dtype);
-    upload(dw, random_vec(nw, 0.05f, rng, d.dtype), d.dtype);
-    upload(db, random_vec(d.k, 0.5f, rng, d.dtype), d.dtype);
-    upload(dr, random_vec(ny, 1.f, rng, d.dtype), d.dtype);
-    void* r = d.has_residual ? dr.ptr() : nullptr;
+    const ConvIo io(d, rng);
+    void* r = io.res();
     const auto t0 = std::chrono::steady_clock::now();
     ConvOp op(handle(), d);
     const int heuristic = op.selected();
-    op.autotune(handle(), dx.ptr(), dw.ptr(), db.ptr(), r, dy.ptr(), ws.ptr(), kWsCap, s, 1 << 20);
+    op.autotune(handle(), io.x.ptr(), io.w.ptr(), io.b.ptr(), r, io.y.ptr(), ws.ptr(), kWsCap, s, 1 << 20);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<std::pair<float, int>> timed;
     for (int i = 0; i < op.tactic_count(); ++i)
