@@ -124,6 +124,12 @@ std::vector<int64_t> nhwc_strides(int64_t n, int64_t c, int64_t h, int64_t w, in
 
 fe::DataType_t to_fe_fp8_out(DType t) { return t == DType::F8E4M3 ? fe::DataType_t::FP8_E4M3 : to_fe(t); }
 
+// An engine config noted TENSOR_CORE (TF32) or DOWN_CONVERT_INPUTS: it rounds f32 operands.
+bool rounds_f32(const std::vector<fe::NumericalNote_t>& num) {
+  auto has = [&](fe::NumericalNote_t n) { return std::find(num.begin(), num.end(), n) != num.end(); };
+  return has(fe::NumericalNote_t::TENSOR_CORE) || has(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
+}
+
 bool has_epilogue(const ConvDesc& d) { return d.has_bias || d.has_residual || d.act != Activation::None; }
 
 fe::graph::Pointwise_attributes activation_attrs(Activation a) {
@@ -335,8 +341,7 @@ bool ConvOp::Impl::make_graph_once(cudnnHandle_t h, bool fuse, const EngineTag* 
   std::unordered_set<std::string> seen;  // heuristics A and fallback overlap
   for (int64_t i = 0; i < gr->get_execution_plan_count(); ++i) {
     const auto& num = gr->numeric_notes_at(i);
-    auto has = [&](fe::NumericalNote_t n) { return std::find(num.begin(), num.end(), n) != num.end(); };
-    if (strict_f32 && (has(fe::NumericalNote_t::TENSOR_CORE) || has(fe::NumericalNote_t::DOWN_CONVERT_INPUTS)))
+    if (strict_f32 && rounds_f32(num))
       continue;
     std::string name;
     if (gr->get_plan_name_at_index(i, name).is_bad()) continue;
@@ -376,8 +381,7 @@ void ConvOp::Impl::add_knob_variants(NotedGraph& gr, std::vector<Tactic>& list, 
         if (gr.create_plan_backend_knobs(t.engine, t.knobs).is_bad()) continue;
         const int64_t i = gr.get_execution_plan_count() - 1;
         const auto& num = gr.numeric_notes_at(i);
-        auto has = [&](fe::NumericalNote_t n) { return std::find(num.begin(), num.end(), n) != num.end(); };
-        if (strict_f32 && (has(fe::NumericalNote_t::TENSOR_CORE) || has(fe::NumericalNote_t::DOWN_CONVERT_INPUTS)))
+        if (strict_f32 && rounds_f32(num))
           continue;
         std::string name;
         if (gr.get_plan_name_at_index(i, name).is_bad() || !seen.insert(name).second) continue;
