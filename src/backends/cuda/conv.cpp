@@ -253,7 +253,9 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const std::string recorded = L.m.recorded_tactic(L.batch, n.name);
   // conv_knobs: on by default up to batch 4, where cuDNN's heuristic tiles leave SMs idle
   // (r18vd batch 1: 0.690 -> 0.652 ms on the H100; no gain at batch 8 in the probe).
-  if (recorded.empty() && L.tactics.timing() && L.m.opts.switches.get(Switch::ConvKnobs).value_or(L.batch <= 4))
+  // (A view block's conv arrives with its op built by the block timing: no variants there.)
+  if (recorded.empty() && L.tactics.timing() && !L.f.view_convs.count(ni) &&
+      L.m.opts.switches.get(Switch::ConvKnobs).value_or(L.batch <= 4))
     d.knob_variants = kConvKnobVariants;
   const std::optional<IgemmConvShape> igs = igemm_shape(d, L.m.opts.switches);
   // Loading a conv recorded with one of kiln's implicit-GEMM tiles: no cuDNN plan to build.
