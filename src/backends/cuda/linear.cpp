@@ -201,6 +201,11 @@ namespace {
 // and the FFN's 256 KiB lost to two GEMMs and a norm; at batch 8 (cluster
 // 1: the whole 128-266 KiB a block) every chain lost. So: up to 96 KiB.
 constexpr int64_t kMaxMlpBytesPerBlock = 96 * 1024;
+// Chains ending in a post-norm (--enable fuse_mlp): the FFN's 256 -> 1024 ->
+// 256 (1 MiB, 256 KiB a block of a cluster of 4) too. Session 26: the
+// kernel's layers no longer end in a cluster barrier (st.async hand-off),
+// measured with this cap (bench/results/2026-12-06-session26).
+constexpr int64_t kMaxMlpNormBytesPerBlock = 256 * 1024;
 constexpr size_t kMaxPlannedChain = 4;  // linears in one planned chain (links join two: kMaxMlpChain)
 
 // The layer norm reading v through its fused residual add (plan_norm_adds), or kNoNode.
@@ -283,7 +288,7 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
     int64_t bytes = 0;
     for (size_t c : chain) bytes += shape_numel(g.values[g.nodes[c].inputs[1]].shape) * dtype_size(g.values[in].dtype);
     const int64_t rows = shape_numel(g.values[in].shape) / g.values[g.nodes[ni].inputs[1]].shape[1];
-    if (bytes / mlp_chain_cluster(rows, sms) > kMaxMlpBytesPerBlock) continue;
+    if (bytes / mlp_chain_cluster(rows, sms) > (ln == kNoNode ? kMaxMlpBytesPerBlock : kMaxMlpNormBytesPerBlock)) continue;
     const size_t at = ln == kNoNode ? chain.back() : ln;
     for (size_t c : chain)
       if (c != at) f.fused_away[c] = 1;

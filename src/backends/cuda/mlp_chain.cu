@@ -61,11 +61,82 @@ struct ChainArgs {
 };
 
 // Cluster-wide barrier (all blocks' shared writes visible), or the block's.
+// Once per launch: a cluster barrier's release is a GPU-wide memory barrier
+// (MEMBAR.ALL.GPU, ERRBAR, then an L1 invalidate: SASS of sm_90), which took
+// a quarter of the chain's stall samples when every layer ended with one
+// (Nsight Compute, session 26). Between layers a cluster's blocks hand rows
+// over with asynchronous stores instead (LayerHandoff).
 template <int CL>
 __device__ __forceinline__ void chain_sync() {
   if constexpr (CL > 1) cg::this_cluster().sync();
   else __syncthreads();
 }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// A layer's output rows reach every block of a cluster by st.async into its
+// row buffer; each store completes its bytes on that block's mbarrier for the
+// buffer, and a block reads the rows once the barrier's phase holds all of
+// them (16 rows x n_pad columns: every tile is written by one warp of the
+// cluster). No fence: the complete-tx has release semantics at cluster scope
+// and the wait acquires at cluster scope. Thread 0 arms a buffer's next phase
+// (its expected bytes) right after the phase before completes; a store
+// arriving earlier than the arming is allowed (the transaction count may go
+// below zero within a phase). Reuse is safe with two buffers: a block can
+// write layer l + 1 into another's buffer only after receiving every block's
+// layer l, and each warp writes its share of layer l only after reading its
+// inputs from that buffer.
+template <int CL>
+struct LayerHandoff {
+  uint32_t bars = 0;       // shared::cta address of buffer 0's mbarrier (buffer 1's follows it)
+  uint32_t phase = 0;      // bit b: the parity of buffer b's next phase
+  uint32_t smem = 0;       // shared::cta address of the row buffers
+  uint32_t peer_smem[CL];  // ... and of each block's copy (shared::cluster)
+  uint32_t peer_bars[CL];
+
+  __device__ __forceinline__ uint32_t bar(int b) const { return bars + 8u * uint32_t(b); }
+  __device__ __forceinline__ void init(uint64_t* at, const void* buffers) {
+    bars = smem_u32(at), smem = smem_u32(buffers);
+#pragma unroll
+    for (int m = 0; m < CL; ++m) {
+      asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_smem[m]) : "r"(smem), "r"(m));
+      asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_bars[m]) : "r"(bars), "r"(m));
+    }
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(0)) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(1)) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+  }
+  // Thread 0: buffer b's current phase expects `bytes`.
+  __device__ __forceinline__ void arm(int b, uint32_t bytes) const {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar(b)), "r"(bytes) : "memory");
+  }
+  // Thread 0 waits for buffer b's phase and calls rearm(); then the block.
+  template <typename F>
+  __device__ __forceinline__ void wait(int b, F&& rearm) {
+    if (threadIdx.x == 0) {
+      const uint32_t parity = (phase >> b) & 1u;
+      uint32_t done = 0;
+      while (!done)
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(bar(b)), "r"(parity)
+            : "memory");
+      rearm();
+    }
+    phase ^= 1u << b;
+    __syncthreads();
+  }
+  // Two 16-bit values into block m's copy of local address `at`, in buffer b.
+  __device__ __forceinline__ void store(int b, int m, const void* at, uint32_t v) const {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                     peer_smem[m] + (smem_u32(at) - smem)),
+                 "r"(v), "r"(peer_bars[m] + 8u * uint32_t(b))
+                 : "memory");
+  }
+};
 
 // One row of the fused layer norm (a warp): z (the summed row in shared
 // memory, n wide) -> y[r], y_pos[r], y_f32[r]; f32 statistics (mean, then the
@@ -103,16 +174,56 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* buf0 = reinterpret_cast<T*>(smem_raw);
   T* buf1 = buf0 + kRows * a.ld;
+  __shared__ __align__(8) uint64_t handoff_bars[2];
+  LayerHandoff<CL> ho;  // CL > 1 only
+  // Layer l writes buffer (l + 1) % 2 of every block: the last layer only
+  // with the fused norm (its summed rows are read back).
+  auto writes = [&](int l) { return l < a.layers && (l + 1 < a.layers || a.norm.io.x2 != nullptr); };
+  auto layer_bytes = [&](int l) { return uint32_t(kRows * a.n_pad[l] * sizeof(T)); };
+  if constexpr (CL > 1) {
+    ho.init(handoff_bars, smem_raw);
+    if (threadIdx.x == 0)
+      for (int l = 0; l < 2; ++l)  // buffer 1 first takes layer 0, buffer 0 layer 1
+        if (writes(l)) ho.arm((l + 1) % 2, layer_bytes(l));
+  }
   const int rank = CL > 1 ? int(blockIdx.z) : 0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows;
-  // The weights are constants: before waiting for the kernel before this one
-  // (PDL), pull every 128-byte line this warp will read into L2, so each
-  // layer costs one L2 round trip instead of one from memory (the first
-  // version, without this, took 7-10 us per chain in the graph: session 21).
+  // Output tiles (8 columns) are dealt to the cluster's warps round robin:
+  // this warp takes first, first + stride, ...
+  const int first = rank * kWarps + warp, stride = CL * kWarps;
+  // The weight fragments of one tile's k pairs [p0, p0 + kPairBatch) (and at
+  // p0 = 0 the tile's two bias columns), into registers. Each tile's first
+  // batch is fetched while the tile before it finishes (its epilogue and the
+  // cluster barrier), the first layer's before the PDL wait: the weights are
+  // constants. Fetching only when a tile began cost each layer an L2 round
+  // trip on the critical path, most of a chain's ~3.5 us a layer (Nsight
+  // Compute on the H100, session 26: ~500 instructions a layer at 2 warps a
+  // scheduler, latency bound; stalls on the weight loads, the cluster barrier
+  // and its release fence).
+  uint4 bw[kPairBatch];
+  float b0 = 0.f, b1 = 0.f;
+  auto tiles_of = [&](int l) { return a.n_pad[l] / 8; };
+  auto fetch = [&](int l, int t, int p0) {
+    const int kp = a.k_pad[l] / 32, cnt = kp - p0;
+    const uint4* __restrict__ src = a.w[l] + (t * kp + p0) * 32 + lane;
+#pragma unroll
+    for (int j = 0; j < kPairBatch; ++j)
+      if (j < cnt) bw[j] = __ldg(src + j * 32);
+    if (p0 == 0) {
+      const float* __restrict__ bias = a.b[l] + t * 8 + tig * 2;
+      b0 = __ldg(bias), b1 = __ldg(bias + 1);
+    }
+  };
+  // have: bw holds this warp's first tile of the layer about to run.
+  bool have = first < tiles_of(0);
+  if (have) fetch(0, first, 0);
+  // Every layer's lines into L2 as well, so each of their fetches is one
+  // L2 round trip instead of one from memory (without this the first version
+  // took 7-10 us per chain in the graph: session 21).
   for (int l = 0; l < a.layers; ++l) {
     const int kp = a.k_pad[l] / 32, tiles = a.n_pad[l] / 8;
-    for (int t = rank * kWarps + warp; t < tiles; t += CL * kWarps)
+    for (int t = first; t < tiles; t += stride)
       for (int p = lane / 4; p < kp; p += 8)  // a pair's 512 bytes are 4 lines: 4 lanes a pair, 8 pairs a step
         asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w[l] + (int64_t(t) * kp + p) * 32 + (lane % 4) * 8));
   }
@@ -136,24 +247,38 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
       }
     }
   }
+  // The operands the epilogues of this warp's first tiles read (the
+  // refinement's reference; the last layer's residual or sum operand), loaded
+  // now rather than after the products: the refinement layer has a single
+  // tile, so its warp's load latency would hold the whole cluster.
+  float pre_ref[4] = {0.f, 0.f, 0.f, 0.f}, pre_end[4] = {0.f, 0.f, 0.f, 0.f};
+  {
+    const int rl = a.refine.layer, ll = a.layers - 1;
+    const T* end_op = static_cast<const T*>(a.norm.io.x2 ? a.norm.io.x2 : a.sum.y ? a.sum.add_to : nullptr);
+    const int col = first * 8 + tig * 2;
+    for (int h = 0; h < 2; ++h)
+      for (int e = 0; e < 2; ++e) {
+        const int64_t r = r0 + gid + 8 * h;
+        if (rl >= 0 && first < tiles_of(rl) && r < rows && col + e < a.n[rl]) pre_ref[2 * h + e] = a.refine.ref[r * a.n[rl] + col + e];
+        if (end_op && first < tiles_of(ll) && r < rows && col + e < a.n[ll]) pre_end[2 * h + e] = dev::to_f32(end_op[r * a.n[ll] + col + e]);
+      }
+  }
   chain_sync<CL>();  // every member running (before any remote write) and its input in place
   T* in = buf0;
   T* out = buf1;
   for (int l = 0; l < a.layers; ++l) {
     const bool last = l + 1 == a.layers;
     const int kp = a.k_pad[l] / 32, n = a.n[l], tiles = a.n_pad[l] / 8;
-    const uint4* __restrict__ w = a.w[l];
-    const float* __restrict__ bias = a.b[l];
     const bool relu = (a.relu >> l) & 1u, gelu = (a.gelu >> l) & 1u;
-    for (int t = rank * kWarps + warp; t < tiles; t += CL * kWarps) {
+    const bool more = l + 1 < a.layers && first < tiles_of(l + 1);  // this warp has a tile in the next layer
+    if (!have && first < tiles) fetch(l, first, 0);
+    have = false;
+    if (first >= tiles && more) fetch(l + 1, first, 0), have = true;  // idle in this layer: fetch the next one's now
+    for (int t = first; t < tiles; t += stride) {
       const int col = t * 8 + tig * 2;  // this lane's two columns; rows gid and gid + 8
-      const float b0 = bias[col], b1 = bias[col + 1];  // loaded with the weights, used after
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       for (int p0 = 0; p0 < kp; p0 += kPairBatch) {
-        uint4 bw[kPairBatch];
-#pragma unroll
-        for (int j = 0; j < kPairBatch; ++j)
-          if (p0 + j < kp) bw[j] = __ldg(w + (int64_t(t) * kp + p0 + j) * 32 + lane);
+        if (p0 > 0) fetch(l, t, p0);  // K over 16 pairs (512): the rest where it is used
 #pragma unroll
         for (int j = 0; j < kPairBatch; ++j) {
           if (p0 + j >= kp) break;
@@ -166,7 +291,11 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
           dev::mma16816<T>(acc, f1, bw[j].z, bw[j].w);
         }
       }
-      float v[4] = {acc[0] + b0, acc[1] + b1, acc[2] + b0, acc[3] + b1};
+      const float c0 = b0, c1 = b1;  // this tile's bias, before the fetch below replaces it
+      // The next tile's first batch, in flight during this epilogue and the barrier.
+      if (t + stride < tiles) fetch(l, t + stride, 0);
+      else if (more) fetch(l + 1, first, 0), have = true;
+      float v[4] = {acc[0] + c0, acc[1] + c1, acc[2] + c0, acc[3] + c1};
       if (relu)
         for (float& e : v) e = fmaxf(e, 0.f);
       if (gelu)  // cuBLASLt has no erf GELU epilogue: the unfused linear stores, then a kernel applies it
@@ -186,7 +315,7 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
             if (r < rows && col + e < n) {
               const int64_t at = r * n + col + e;
               const float d = dev::to_f32(dev::from_f32<T>(v[2 * h + e]));
-              const float ref = a.refine.ref[at];
+              const float ref = t == first ? pre_ref[2 * h + e] : a.refine.ref[at];
               o = d + (a.refine.eps < 0.f ? ref : dev::inverse_sigmoid_f32(ref, a.refine.eps));
               if (a.refine.act == Activation::Sigmoid) o = dev::act<Activation::Sigmoid>(o);
               a.refine.y[at] = o;
@@ -206,20 +335,21 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
           const int64_t r = r0 + gid + 8 * h;
           for (int e = 0; e < 2; ++e) {
             float& z = v[2 * h + e];
-            z = r < rows && col + e < n ? dev::to_f32(dev::from_f32<T>(dev::to_f32(dev::from_f32<T>(z)) + dev::to_f32(res[r * n + col + e])))
-                                        : 0.f;
+            z = r < rows && col + e < n
+                    ? dev::to_f32(dev::from_f32<T>(dev::to_f32(dev::from_f32<T>(z)) +
+                                                   (t == first ? pre_end[2 * h + e] : dev::to_f32(res[r * n + col + e]))))
+                    : 0.f;
           }
         }
       }
       if (!last || a.norm.io.x2) {
         const uint32_t lo = dev::pack2<T>(v[0], v[1]), hi = dev::pack2<T>(v[2], v[3]);
         if constexpr (CL > 1) {
-          cg::cluster_group cluster = cg::this_cluster();
+          const int ob = (l + 1) % 2;
 #pragma unroll
           for (int m = 0; m < CL; ++m) {
-            T* o = cluster.map_shared_rank(out, m);
-            *reinterpret_cast<uint32_t*>(o + gid * a.ld + col) = lo;
-            *reinterpret_cast<uint32_t*>(o + (gid + 8) * a.ld + col) = hi;
+            ho.store(ob, m, out + gid * a.ld + col, lo);
+            ho.store(ob, m, out + (gid + 8) * a.ld + col, hi);
           }
         } else {
           *reinterpret_cast<uint32_t*>(out + gid * a.ld + col) = lo;
@@ -236,13 +366,21 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
           for (int e = 0; e < 2 && col + e < n; ++e) {
             const T o = dev::from_f32<T>(v[2 * h + e]);
             y[r * n + col + e] = o;
-            if (y_sum) y_sum[r * n + col + e] = dev::from_f32<T>(dev::to_f32(o) + dev::to_f32(add_to[r * n + col + e]));
+            const float av = t == first ? pre_end[2 * h + e] : dev::to_f32(add_to[r * n + col + e]);
+            if (y_sum) y_sum[r * n + col + e] = dev::from_f32<T>(dev::to_f32(o) + av);
           }
         }
       }
     }
     if (last && !a.norm.io.x2) break;
-    chain_sync<CL>();  // layer l written everywhere; its input no longer read
+    // Layer l written everywhere (so its input is no longer read).
+    if constexpr (CL > 1) {
+      ho.wait((l + 1) % 2, [&] {
+        if (writes(l + 2)) ho.arm((l + 1) % 2, layer_bytes(l + 2));
+      });
+    } else {
+      __syncthreads();
+    }
     T* t = in;
     in = out, out = t;
   }
@@ -298,6 +436,7 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
       fail_runtime("cuda mlp_chain: refinement activation ", activation_name(refine->act), " (none or sigmoid)");
     if (layers[refine->layer].act != Activation::None)
       fail_runtime("cuda mlp_chain: refinement after layer ", refine->layer, ", which has an activation");
+    if (norm) fail_runtime("cuda mlp_chain: a refinement and a layer norm together");
     a.refine = *refine;
   }
   if (k0 > layers[0].k_pad) fail_runtime("cuda mlp_chain: input width ", k0, " over ", layers[0].k_pad);
