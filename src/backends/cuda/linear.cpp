@@ -200,12 +200,10 @@ namespace {
 // batch 1 (cluster 4) the box head's 64 KiB a block beat its three GEMMs
 // and the FFN's 256 KiB lost to two GEMMs and a norm; at batch 8 (cluster
 // 1: the whole 128-266 KiB a block) every chain lost. So: up to 96 KiB.
+// Session 26 (the st.async hand-off, H100): with a 256 KiB cap for chains
+// ending in a post-norm, the FFN's chain took ~18 us in the graph against
+// ~10 us for its GEMMs and norm, and --enable fuse_mlp lost 0.653 -> 0.691 ms.
 constexpr int64_t kMaxMlpBytesPerBlock = 96 * 1024;
-// Chains ending in a post-norm (--enable fuse_mlp): the FFN's 256 -> 1024 ->
-// 256 (1 MiB, 256 KiB a block of a cluster of 4) too. Session 26: the
-// kernel's layers no longer end in a cluster barrier (st.async hand-off),
-// measured with this cap (bench/results/2026-12-06-session26).
-constexpr int64_t kMaxMlpNormBytesPerBlock = 256 * 1024;
 constexpr size_t kMaxPlannedChain = 4;  // linears in one planned chain (links join two: kMaxMlpChain)
 
 // The layer norm reading v through its fused residual add (plan_norm_adds), or kNoNode.
@@ -288,7 +286,7 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
     int64_t bytes = 0;
     for (size_t c : chain) bytes += shape_numel(g.values[g.nodes[c].inputs[1]].shape) * dtype_size(g.values[in].dtype);
     const int64_t rows = shape_numel(g.values[in].shape) / g.values[g.nodes[ni].inputs[1]].shape[1];
-    if (bytes / mlp_chain_cluster(rows, sms) > (ln == kNoNode ? kMaxMlpBytesPerBlock : kMaxMlpNormBytesPerBlock)) continue;
+    if (bytes / mlp_chain_cluster(rows, sms) > kMaxMlpBytesPerBlock) continue;
     const size_t at = ln == kNoNode ? chain.back() : ln;
     for (size_t c : chain)
       if (c != at) f.fused_away[c] = 1;

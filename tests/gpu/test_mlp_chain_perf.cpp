@@ -1,0 +1,153 @@
+// A probe, not a test of behaviour (the op harness' group_mlp_chain* cases
+// check the numbers): the mlp_chain kernel on RT-DETR r18vd's batch-1 chains
+// (300 query rows, 400 AIFI rows) with each cluster size it takes, against the unfused cuBLASLt GEMMs and layer norm. Prints the mean
+// time per launch (plain launches in a stream with PDL, 100 after 5 warm-ups);
+// nothing is asserted on time. Run on the GPU machine:
+//   kiln_gpu_tests --gtest_filter='CudaMlpChainPerf.*'
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cublaslt_linear.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "cuda_test_util.hpp"
+
+namespace kiln::cuda::test {
+namespace {
+
+double mean_launch_us(cudaStream_t st, const std::function<void()>& launch) {
+  for (int i = 0; i < 5; ++i) launch();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0, st);
+  for (int i = 0; i < 100; ++i) launch();
+  cudaEventRecord(e1, st);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms * 1000.0 / 100.0;
+}
+
+struct ChainShape {
+  const char* name;
+  int rows;
+  std::vector<int> widths;  // input width, then each layer's output width
+  std::vector<Activation> acts;
+  bool norm = false;    // the last layer through residual add + layer norm
+  int refine = -1;      // layer whose rows are the box refinement (then the sum on the last layer)
+};
+
+int pad32(int v) { return (v + 31) / 32 * 32; }
+int pad8(int v) { return (v + 7) / 8 * 8; }
+
+TEST(CudaMlpChainPerf, RtDetrChains) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cublasLtHandle_t lt = nullptr;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const DType dt = DType::F16;
+  const Activation R = Activation::Relu, N = Activation::None;
+  const std::vector<ChainShape> shapes = {
+      {"box head 300x256-256-256-4", 300, {256, 256, 256, 4}, {R, R, N}},
+      {"box head + refine + query pos 300 (linked)", 300, {256, 256, 256, 4, 512, 256}, {R, R, N, R, N}, false, 2},
+      {"out_proj + norm 300x256", 300, {256, 256}, {N}, true},
+      {"FFN + norm 300x256-1024-256", 300, {256, 1024, 256}, {R, N}, true},
+      {"AIFI FFN + norm 400x256-1024-256", 400, {256, 1024, 256}, {Activation::Gelu, N}, true},
+  };
+  const DevBuf ws(LinearOp::kMaxWorkspace);
+  std::printf("mlp_chain per launch (us; plain launches with PDL, mean of 100), f16\n");
+  for (const ChainShape& s : shapes) {
+    const int layers_n = static_cast<int>(s.acts.size());
+    std::vector<std::unique_ptr<DevBuf>> bufs;
+    auto zeros = [&](size_t bytes) -> void* {
+      bufs.push_back(std::make_unique<DevBuf>(bytes));
+      EXPECT_EQ(cudaMemset(bufs.back()->ptr(), 0, bytes), cudaSuccess);
+      return bufs.back()->ptr();
+    };
+    std::vector<MlpChainLayer> layers(static_cast<size_t>(layers_n));
+    size_t widest = 0;
+    for (int l = 0; l < layers_n; ++l) {
+      MlpChainLayer& L = layers[static_cast<size_t>(l)];
+      L.k_pad = pad32(s.widths[static_cast<size_t>(l)]);
+      L.n = s.widths[static_cast<size_t>(l) + 1];
+      L.n_pad = l + 1 < layers_n ? pad32(L.n) : pad8(L.n);
+      L.act = s.acts[static_cast<size_t>(l)];
+      L.w = zeros(size_t(L.k_pad) * L.n_pad * 2);
+      L.b = static_cast<const float*>(zeros(size_t(L.n_pad) * 4));
+      widest = std::max({widest, size_t(L.k_pad), size_t(L.n_pad)});
+    }
+    const size_t rows = size_t(s.rows), n_last = size_t(s.widths.back());
+    void* x = zeros(rows * widest * 2);
+    void* y = zeros(rows * widest * 2);
+    MlpChainNorm nm;
+    nm.io.x2 = zeros(rows * n_last * 2);
+    nm.io.weight = zeros(n_last * 2);
+    nm.io.bias = zeros(n_last * 2);
+    MlpChainRefine rf;
+    MlpChainSum sum;
+    if (s.refine >= 0) {
+      rf.layer = s.refine;
+      rf.ref = static_cast<const float*>(zeros(rows * 4 * 4));
+      rf.eps = 1e-5f;
+      rf.act = Activation::Sigmoid;
+      rf.y = static_cast<float*>(zeros(rows * 4 * 4));
+      rf.y_narrow = zeros(rows * 4 * 2);
+      sum.add_to = zeros(rows * n_last * 2);
+      sum.y = zeros(rows * n_last * 2);
+    }
+    auto chain = [&](int cluster) {
+      return mean_launch_us(st, [&] {
+        mlp_chain(x, y, dt, s.rows, s.widths[0], layers.data(), layers_n, cluster, st, s.norm ? &nm : nullptr,
+                  s.refine >= 0 ? &sum : nullptr, s.refine >= 0 ? &rf : nullptr);
+      });
+    };
+    std::printf("  %s\n", s.name);
+    std::printf("    cluster 4 %8.2f   cluster 2 %8.2f   cluster 1 %8.2f\n", chain(4), chain(2), chain(1));
+    // The unfused form: one cuBLASLt GEMM a layer (and the norm), as the graph runs without chains.
+    if (s.refine < 0) {
+      std::vector<std::unique_ptr<LinearOp>> ops;
+      std::vector<void*> w16, b16;
+      for (int l = 0; l < layers_n; ++l) {
+        const int k = s.widths[static_cast<size_t>(l)], n = s.widths[static_cast<size_t>(l) + 1];
+        ops.push_back(std::make_unique<LinearOp>(lt, dt, s.rows, k, n, true, s.acts[static_cast<size_t>(l)]));
+        w16.push_back(zeros(size_t(k) * n * 2));
+        b16.push_back(zeros(size_t(n) * 2));
+      }
+      void* t0 = zeros(rows * widest * 2);
+      void* t1 = zeros(rows * widest * 2);
+      LayerNormIo io;
+      io.x = t0;
+      io.x2 = nm.io.x2;
+      io.weight = nm.io.weight;
+      io.bias = nm.io.bias;
+      io.y = y;
+      const double gemms = mean_launch_us(st, [&] {
+        const void* in = x;
+        for (int l = 0; l < layers_n; ++l) {
+          void* out = l % 2 ? t1 : t0;
+          ops[static_cast<size_t>(l)]->run(in, w16[static_cast<size_t>(l)], b16[static_cast<size_t>(l)], out, ws.ptr(),
+                                           LinearOp::kMaxWorkspace, st);
+          in = out;
+        }
+        if (s.norm) {
+          io.x = in;
+          layer_norm_rows(io, dt, s.rows, s.widths.back(), 1e-5f, st);
+        }
+      });
+      std::printf("    unfused: %d cuBLASLt GEMMs%s %8.2f\n", layers_n, s.norm ? " + layer norm" : "", gemms);
+    }
+  }
+  CK(cudaStreamSynchronize(st));
+  cublasLtDestroy(lt);
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
+}  // namespace kiln::cuda::test
