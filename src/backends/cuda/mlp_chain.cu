@@ -21,8 +21,6 @@
 // one 16-row block: each computes a share of every layer's columns and writes
 // them into every member's shared memory (distributed shared memory), so each
 // SM reads 1/cluster of the weights — what bounds a 300-row chain.
-#include <cooperative_groups.h>
-
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.hpp"
@@ -33,8 +31,6 @@
 namespace kiln::cuda {
 
 namespace {
-
-namespace cg = cooperative_groups;
 
 constexpr int kRows = 16;       // rows per block (one mma M)
 constexpr int kWarps = 8;       // warps per block
@@ -60,16 +56,19 @@ struct ChainArgs {
   MlpChainRefine refine;
 };
 
-// Cluster-wide barrier (all blocks' shared writes visible), or the block's.
-// Once per launch: a cluster barrier's release is a GPU-wide memory barrier
-// (MEMBAR.ALL.GPU, ERRBAR, then an L1 invalidate: SASS of sm_90), which took
-// a quarter of the chain's stall samples when every layer ended with one
-// (Nsight Compute, session 26). Between layers a cluster's blocks hand rows
-// over with asynchronous stores instead (LayerHandoff).
+// Once per launch, after each block wrote its input rows and thread 0 set up
+// its mbarriers (LayerHandoff::init): the block's barrier (its rows visible
+// to its threads), and with a cluster, every member running (before any
+// remote store) and its mbarriers initialised (fence.mbarrier_init). The
+// cluster barrier's arrive is relaxed: a release one is a GPU-wide memory
+// barrier (MEMBAR.ALL.GPU, ERRBAR: SASS of sm_90), which took a quarter of
+// the chain's stall samples when every layer ended with one (Nsight Compute,
+// session 26). Between layers the blocks hand rows over with asynchronous
+// stores instead (LayerHandoff).
 template <int CL>
-__device__ __forceinline__ void chain_sync() {
-  if constexpr (CL > 1) cg::this_cluster().sync();
-  else __syncthreads();
+__device__ __forceinline__ void chain_start() {
+  __syncthreads();
+  if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -263,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32) mlp_chain_kernel(const T* __restr
         if (end_op && first < tiles_of(ll) && r < rows && col + e < a.n[ll]) pre_end[2 * h + e] = dev::to_f32(end_op[r * a.n[ll] + col + e]);
       }
   }
-  chain_sync<CL>();  // every member running (before any remote write) and its input in place
+  chain_start<CL>();
   T* in = buf0;
   T* out = buf1;
   for (int l = 0; l < a.layers; ++l) {

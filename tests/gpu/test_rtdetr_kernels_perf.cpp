@@ -1,9 +1,9 @@
-// A probe, not a test of behaviour (the op harness' group_mlp_chain* cases
-// check the numbers): the mlp_chain kernel on RT-DETR r18vd's batch-1 chains
-// (300 query rows, 400 AIFI rows) with each cluster size it takes, against the unfused cuBLASLt GEMMs and layer norm. Prints the mean
-// time per launch (plain launches in a stream with PDL, 100 after 5 warm-ups);
-// nothing is asserted on time. Run on the GPU machine:
-//   kiln_gpu_tests --gtest_filter='CudaMlpChainPerf.*'
+// Probes, not tests of behaviour (the op harness' group_mlp_chain* and
+// top_k* cases check the numbers): kiln's own RT-DETR kernels at r18vd's
+// batch-1 shapes. Each prints the mean time per launch (plain launches in a
+// stream with PDL, 100 after 5 warm-ups); nothing is asserted on time. Run on
+// the GPU machine:
+//   kiln_gpu_tests --gtest_filter='CudaRtDetrKernelsPerf.*'
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -46,7 +46,9 @@ struct ChainShape {
 int pad32(int v) { return (v + 31) / 32 * 32; }
 int pad8(int v) { return (v + 7) / 8 * 8; }
 
-TEST(CudaMlpChainPerf, RtDetrChains) {
+// mlp_chain on the batch-1 chains (300 query rows, 400 AIFI rows) with each
+// cluster size it takes, against the unfused cuBLASLt GEMMs and layer norm.
+TEST(CudaRtDetrKernelsPerf, MlpChains) {
   KILN_REQUIRE_GPU();
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -146,6 +148,38 @@ TEST(CudaMlpChainPerf, RtDetrChains) {
   }
   CK(cudaStreamSynchronize(st));
   cublasLtDestroy(lt);
+  cudaStreamDestroy(st);
+}
+
+// top_k 8400 -> 300 (query selection: the best class logit of each anchor,
+// f32) and the arg-max over 80 classes before it, on two score shapes: spread
+// logits (a trained detector's) and near-flat ones (a seeded model's, where
+// most keys share their high digits).
+TEST(CudaRtDetrKernelsPerf, TopK) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const int64_t anchors = 8400;
+  const int k = 300;
+  DevBuf values(size_t(k) * 4), indices(size_t(k) * 8), best(size_t(anchors) * 4), best_i(size_t(anchors) * 8);
+  std::printf("top_k per launch (us; plain launches with PDL, mean of 100)\n");
+  const std::vector<std::pair<const char*, std::vector<float>>> cases = {
+      {"spread logits, uniform in [-9, 1]", random_values(size_t(anchors), 71, -9.f, 1.f)},
+      {"near-flat logits -2.5 +- 0.01", random_values(size_t(anchors), 72, -2.51f, -2.49f)},
+  };
+  for (const auto& [name, host] : cases) {
+    const auto x = upload(host, DType::F32);
+    const double us = mean_launch_us(st, [&] {
+      top_k_rows(x->ptr(), values.ptr(), indices.as<int64_t>(), DType::F32, 1, anchors, 1, k, true, st);
+    });
+    std::printf("  8400 -> 300, %-32s %8.2f\n", name, us);
+  }
+  const auto classes = upload(random_values(size_t(anchors) * 80, 73, -9.f, 1.f), DType::F32);
+  const double top1 = mean_launch_us(st, [&] {
+    top_k_rows(classes->ptr(), best.ptr(), best_i.as<int64_t>(), DType::F32, anchors, 80, 1, 1, true, st);
+  });
+  std::printf("  8400 x 80 -> 1 (the best class)         %8.2f\n", top1);
+  CK(cudaStreamSynchronize(st));
   cudaStreamDestroy(st);
 }
 
