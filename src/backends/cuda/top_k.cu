@@ -18,15 +18,18 @@
 // of 17 dependent loads per thread per pass. Longer rows read global memory
 // in each pass as before.
 // k = 1 has its own kernel (top_1_kernel below).
-// The histogram and the collection add once per warp and digit (session 26).
 // TODO(speed): several blocks per row for very long rows, a warp per short row.
+// Tried and not kept (session 26, H100): warp-aggregated histogram and
+// collection adds (__match_any_sync on the digit, the lowest lane of each
+// group adding its popcount) with 1024 threads and every load of the row in
+// flight at once: 13.7 -> 31.3 us for RT-DETR's 8400 -> 300 in the graph.
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr int kThreadsTopK = 1024;  // RT-DETR's 8400: 9 keys a thread, every load in flight at once
+constexpr int kThreadsTopK = 512;
 constexpr int64_t kMaxSmemExtent = 24576;  // 96 KiB of order values
 
 __device__ __forceinline__ uint32_t order_bits(float v, bool largest) {
@@ -49,7 +52,7 @@ __device__ __forceinline__ unsigned long long order_key(float v, int64_t index, 
 }
 
 template <typename T, bool kSmem>
-__global__ void __launch_bounds__(kThreadsTopK) top_k_kernel(const T* x, T* values, int64_t* indices, int64_t extent, int64_t inner, int k, bool largest) {
+__global__ void top_k_kernel(const T* x, T* values, int64_t* indices, int64_t extent, int64_t inner, int k, bool largest) {
   dev::enter_grid();
   extern __shared__ uint32_t row_bits[];  // kSmem: the row's order values
   __shared__ unsigned int hist[256];
@@ -60,7 +63,7 @@ __global__ void __launch_bounds__(kThreadsTopK) top_k_kernel(const T* x, T* valu
   const int64_t o = row / inner, r = row % inner;
   const T* xr = x + o * extent * inner + r;
   if constexpr (kSmem) {
-    constexpr int kBatch = 9;  // loads a thread has in flight before it stores any
+    constexpr int kBatch = 8;  // loads a thread has in flight before it stores any
     for (int64_t i0 = threadIdx.x; i0 < extent; i0 += int64_t(kBatch) * blockDim.x) {
       float v[kBatch];
 #pragma unroll
@@ -91,19 +94,9 @@ __global__ void __launch_bounds__(kThreadsTopK) top_k_kernel(const T* x, T* valu
     __syncthreads();
     const unsigned long long prefix = prefix_s, mask = mask_s;
     const unsigned int want = remaining_s;
-    // Warp-aggregated: the lanes whose keys match the prefix are grouped by
-    // digit, and the lowest lane of each group adds the group's count. On
-    // real scores most keys share the high digits, so one add per key
-    // serialised on a few shared counters (a warp's 32 same-address adds
-    // in turn, 8400 keys a pass for RT-DETR). The loop runs the same number
-    // of rounds in every lane (the last round's lanes past the row hold no key).
-    for (int64_t i0 = 0; i0 < extent; i0 += blockDim.x) {
-      const int64_t i = i0 + threadIdx.x;
-      const unsigned long long key = i < extent ? key_of(i) : 0ull;
-      const bool match = i < extent && (key & mask) == prefix;
-      const unsigned digit = static_cast<unsigned>((key >> shift) & 255u);
-      const unsigned peers = __match_any_sync(0xffffffffu, match ? digit : 256u + static_cast<unsigned>(lane));
-      if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], static_cast<unsigned>(__popc(peers)));
+    for (int64_t i = threadIdx.x; i < extent; i += blockDim.x) {
+      const unsigned long long key = key_of(i);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();
     // The digit holding the want-th largest key among those matching the
@@ -140,16 +133,9 @@ __global__ void __launch_bounds__(kThreadsTopK) top_k_kernel(const T* x, T* valu
   // The k-th largest key itself (keys are distinct), or after an early stop
   // its prefix with the lower bits zero: either way the k keys at or above it.
   const unsigned long long kth = prefix_s;
-  for (int64_t i0 = 0; i0 < extent; i0 += blockDim.x) {  // a warp's picks take consecutive slots (one add a warp)
-    const int64_t i = i0 + threadIdx.x;
-    const unsigned long long key = i < extent ? key_of(i) : 0ull;
-    const bool pick = i < extent && key >= kth;
-    const unsigned picks = __ballot_sync(0xffffffffu, pick);
-    if (picks == 0) continue;
-    unsigned base = 0;
-    if (lane == __ffs(picks) - 1) base = atomicAdd(&picked_s, static_cast<unsigned>(__popc(picks)));
-    base = __shfl_sync(0xffffffffu, base, __ffs(picks) - 1);
-    if (pick) picked[base + static_cast<unsigned>(__popc(picks & ((1u << lane) - 1u)))] = key;
+  for (int64_t i = threadIdx.x; i < extent; i += blockDim.x) {
+    const unsigned long long key = key_of(i);
+    if (key >= kth) picked[atomicAdd(&picked_s, 1u)] = key;
   }
   __syncthreads();
   for (int s = threadIdx.x; s < k; s += blockDim.x) {
