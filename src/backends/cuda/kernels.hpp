@@ -371,6 +371,15 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
                cudaStream_t stream, const MlpChainNorm* norm = nullptr, const MlpChainSum* sum = nullptr,
                const MlpChainRefine* refine = nullptr);
 
+// y [m, n] = act(x [m, k] w [n, k]^T + b [n]) for f16/bf16 (small_gemm.cu), f32
+// sums rounded once: kiln's small linear with PDL (the weight panel staged
+// before the wait). k a multiple of 16 up to kMaxSmallGemmK, n a multiple of
+// 8, act none or ReLU, b may be null, operands 16-byte aligned. An experiment:
+// no lowering takes it yet (CudaSmallGemm.* and the probe in tests/gpu).
+inline constexpr int kMaxSmallGemmK = 512;
+void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
+                cudaStream_t stream);
+
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by
 // smaller index first, NaN above every number; one block per row (radix select

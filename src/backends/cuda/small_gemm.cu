@@ -1,0 +1,151 @@
+// A small linear in one launch (kernels.hpp, small_gemm): y = act(x w^T + b)
+// for 16-bit x [m, k], w [n, k] (the IR's linear layout), b [n], f32 sums.
+//
+// Why our own kernel (an experiment, not yet taken by any lowering): RT-DETR's
+// decoder and AIFI run ~25 linears a call of 300-400 rows, k 256-512, whose
+// work is far below a microsecond, yet each cuBLASLt launch costs 3.2-4.4 us
+// in the graph (H100, session 26: 40 GEMMs, 156 us of a 731 us trace) - launch,
+// ramp and a gap before it, since a library kernel cannot take part in
+// programmatic dependent launch. This kernel stages its block's whole weight
+// panel in shared memory with cp.async *before* the PDL wait (the weights
+// are constants), so under PDL only the activation rows are loaded after the
+// kernel before it ends.
+//
+// A block computes a 64 x 64 tile of y with 4 warps (each 32 x 32: 2 x 4
+// mma.sync m16n8k16 tiles, f32 accumulators); the block's 64 rows of x and 64
+// rows of w, all of k, sit in shared memory (rows padded by 16 bytes so the
+// ldmatrix reads of 8 rows hit distinct banks), so k <= kMaxSmallGemmK.
+#include <algorithm>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/device_common.cuh"
+#include "backends/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kTileM = 64, kTileN = 64, kWarpsGemm = 4;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes global -> shared, zero-filled when !valid (rows past m or n).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// Rows [r0, r0 + 64) of a [rows, k] matrix into a shared [64][ld] tile.
+template <typename T>
+__device__ __forceinline__ void stage_rows(T* tile, int ld, const T* src, int rows, int r0, int k) {
+  const int per_row = k / 8;  // 16-byte pieces
+  for (int i = threadIdx.x; i < 64 * per_row; i += blockDim.x) {
+    const int r = i / per_row, c = (i % per_row) * 8;
+    const bool valid = r0 + r < rows;
+    cp_async16(tile + r * ld + c, src + (int64_t(valid ? r0 + r : 0) * k + c), valid);
+  }
+}
+
+template <typename T, bool kRelu>
+__global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                                     const T* __restrict__ b, T* __restrict__ y, int m,
+                                                                     int n, int k) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int ld = k + 8;
+  T* xs = reinterpret_cast<T*>(smem_raw);
+  T* ws = xs + kTileM * ld;
+  const int m0 = blockIdx.x * kTileM, n0 = blockIdx.y * kTileN;
+  // The weights are constants: their panel is requested before the wait for
+  // the kernel before this one.
+  stage_rows(ws, ld, w, n, n0, k);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  dev::enter_grid();
+  stage_rows(xs, ld, x, m, m0, k);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 of the block's tile
+  float bias[4][2];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = n0 + wn + j * 8 + tig * 2 + e;
+      bias[j][e] = b && col < n ? dev::to_f32(b[col]) : 0.f;
+    }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  float acc[2][4][4] = {};
+  // ldmatrix row addresses: A (16 x 16 at rows wm + 16 i): lanes 0-15 rows 0-15
+  // at k, lanes 16-31 the same rows at k + 8; B (two n8 tiles x k16 at wn +
+  // 16 p): lanes 0-7 n 0-7 at k, 8-15 n 0-7 at k + 8, 16-23 n 8-15 at k,
+  // 24-31 n 8-15 at k + 8.
+  const T* a_row = xs + (wm + (lane & 15)) * ld + (lane >> 4) * 8;
+  const T* b_row = ws + (wn + (lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
+  for (int kk = 0; kk < k; kk += 16) {
+    uint32_t a[2][4], bb[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) ldmatrix_x4(a[i], a_row + i * 16 * ld + kk);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) ldmatrix_x4(bb[p], b_row + p * 16 * ld + kk);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) dev::mma16816<T>(acc[i][j], a[i], bb[j >> 1][(j & 1) * 2], bb[j >> 1][(j & 1) * 2 + 1]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = n0 + wn + j * 8 + tig * 2;
+      if (col >= n) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m0 + wm + i * 16 + gid + 8 * h;
+        if (row >= m) continue;
+        float v0 = acc[i][j][2 * h] + bias[j][0], v1 = acc[i][j][2 * h + 1] + bias[j][1];
+        if constexpr (kRelu) v0 = fmaxf(v0, 0.f), v1 = fmaxf(v1, 0.f);
+        *reinterpret_cast<uint32_t*>(y + int64_t(row) * n + col) = dev::pack2<T>(v0, v1);
+      }
+    }
+}
+
+}  // namespace
+
+void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
+                cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0 || k % 16 || k > kMaxSmallGemmK)
+    fail_runtime("cuda small_gemm: k ", k, " (a multiple of 16 up to ", kMaxSmallGemmK, ")");
+  if (n % 8) fail_runtime("cuda small_gemm: n ", n, " (a multiple of 8)");
+  if (act != Activation::None && act != Activation::Relu)
+    fail_runtime("cuda small_gemm: activation ", activation_name(act), " (none or ReLU)");
+  if (!detail::aligned16(x) || !detail::aligned16(w) || !detail::aligned16(y))
+    fail_runtime("cuda small_gemm: operands not 16-byte aligned");
+  detail::dispatch_float(dt, "small_gemm", [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_same_v<T, float>) {
+      fail_runtime("cuda small_gemm: f32 linears run through cuBLASLt");
+    } else {
+      static const bool opted = [] {
+        const int bytes = int(size_t(kTileM + kTileN) * (kMaxSmallGemmK + 8) * sizeof(T));
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        return true;
+      }();
+      (void)opted;
+      const size_t smem = size_t(kTileM + kTileN) * size_t(k + 8) * sizeof(T);
+      const dim3 grid(unsigned((m + kTileM - 1) / kTileM), unsigned((n + kTileN - 1) / kTileN));
+      auto* kernel = act == Activation::Relu ? small_gemm_kernel<T, true> : small_gemm_kernel<T, false>;
+      detail::launch("small_gemm", kernel, grid, kWarpsGemm * 32, smem, stream, static_cast<const T*>(x),
+                     static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(y), m, n, k);
+    }
+  });
+}
+
+}  // namespace kiln::cuda

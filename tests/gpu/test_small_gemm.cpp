@@ -1,0 +1,148 @@
+// kiln's small linear (small_gemm.cu) against a host reference: the same
+// 16-bit operands widened, sums in double, bias and ReLU, then rounded to the
+// storage type; and refusals of what it does not take. The probe times it
+// against cuBLASLt's LinearOp on RT-DETR's batch-1 linears (printed only).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cublaslt_linear.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "cuda_test_util.hpp"
+
+namespace kiln::cuda::test {
+namespace {
+
+struct GemmCase {
+  int m, n, k;
+  Activation act;
+  bool bias;
+};
+
+// The values a 16-bit upload holds, as f32.
+std::vector<float> rounded(const std::vector<float>& v, DType dt) {
+  const auto d = upload(v, dt);
+  return download(d->ptr(), v.size(), dt);
+}
+
+TEST(CudaSmallGemm, MatchesTheHostReference) {
+  KILN_REQUIRE_GPU();
+  const std::vector<GemmCase> cases = {
+      {300, 256, 256, Activation::None, true},   // RT-DETR decoder out_proj
+      {300, 512, 256, Activation::None, true},   // merged q/k projection
+      {400, 1024, 256, Activation::Relu, true},  // an FFN's first layer (ReLU)
+      {300, 256, 512, Activation::Relu, false},  // k at the limit, no bias
+      {1, 8, 16, Activation::None, true},        // the smallest
+      {77, 40, 48, Activation::Relu, true},      // tails in m and n, k not a multiple of 32
+      {2400, 256, 256, Activation::None, true},  // batch 8's rows
+  };
+  for (DType dt : {DType::F16, DType::BF16}) {
+    for (const GemmCase& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
+                   std::to_string(c.k));
+      const auto xh = rounded(random_values(size_t(c.m) * c.k, 11, -1.f, 1.f), dt);
+      const auto wh = rounded(random_values(size_t(c.n) * c.k, 12, -0.2f, 0.2f), dt);
+      const auto bh = rounded(random_values(size_t(c.n), 13, -0.5f, 0.5f), dt);
+      const auto x = upload(xh, dt), w = upload(wh, dt), b = upload(bh, dt);
+      const auto y = alloc(size_t(c.m) * c.n, dt);
+      small_gemm(x->ptr(), w->ptr(), c.bias ? b->ptr() : nullptr, y->ptr(), dt, c.m, c.n, c.k, c.act, nullptr);
+      CK(cudaDeviceSynchronize());
+      const auto got = download(y->ptr(), size_t(c.m) * c.n, dt);
+      double worst = 0, scale = 0;
+      for (int r = 0; r < c.m; ++r)
+        for (int j = 0; j < c.n; ++j) {
+          double s = c.bias ? bh[size_t(j)] : 0.0;
+          for (int q = 0; q < c.k; ++q) s += double(xh[size_t(r) * c.k + q]) * wh[size_t(j) * c.k + q];
+          if (c.act == Activation::Relu) s = std::max(s, 0.0);
+          scale = std::max(scale, std::abs(s));
+          worst = std::max(worst, std::abs(s - double(got[size_t(r) * c.n + j])));
+        }
+      // One rounding to the storage type (2^-8 relative for bf16, 2^-11 for f16) of the largest output, plus f32 sums.
+      const double tol = (dt == DType::BF16 ? 1.0 / 256 : 1.0 / 2048) * std::max(scale, 1e-3) + 1e-4 * c.k / 256;
+      EXPECT_LE(worst, tol) << "largest |y| " << scale;
+    }
+  }
+}
+
+TEST(CudaSmallGemm, RefusesWhatItDoesNotTake) {
+  KILN_REQUIRE_GPU();
+  const auto x = alloc(size_t(64) * 1024, DType::F16), w = alloc(size_t(64) * 1024, DType::F16),
+             y = alloc(size_t(64) * 64, DType::F16);
+  const auto run = [&](int n, int k, Activation act, DType dt = DType::F16) {
+    small_gemm(x->ptr(), w->ptr(), nullptr, y->ptr(), dt, 8, n, k, act, nullptr);
+  };
+  EXPECT_THROW(run(64, 1024, Activation::None), Error);  // k over the limit
+  EXPECT_THROW(run(64, 24, Activation::None), Error);    // k not a multiple of 16
+  EXPECT_THROW(run(60, 64, Activation::None), Error);    // n not a multiple of 8
+  EXPECT_THROW(run(64, 64, Activation::Gelu), Error);    // an activation it has no epilogue for
+  EXPECT_THROW(run(64, 64, Activation::None, DType::F32), Error);
+  CK(cudaDeviceSynchronize());
+}
+
+double mean_us(cudaStream_t st, const std::function<void()>& launch) {
+  for (int i = 0; i < 5; ++i) launch();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0, st);
+  for (int i = 0; i < 100; ++i) launch();
+  cudaEventRecord(e1, st);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms * 1000.0 / 100.0;
+}
+
+// Per launch, plain launches in a stream (kiln's with PDL), mean of 100: a
+// chain of four dependent linears of each shape, so PDL's overlap shows.
+TEST(CudaSmallGemmPerf, RtDetrLinears) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cublasLtHandle_t lt = nullptr;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const DevBuf ws(LinearOp::kMaxWorkspace);
+  const DType dt = DType::F16;
+  std::printf("linear per launch (us; four dependent launches a round, mean of 100 rounds / 4), f16\n");
+  for (const GemmCase& c : std::vector<GemmCase>{{300, 256, 256, Activation::None, true},
+                                                 {300, 512, 256, Activation::None, true},
+                                                 {400, 256, 256, Activation::None, true},
+                                                 {300, 256, 512, Activation::Relu, true},
+                                                 {2400, 256, 256, Activation::None, true}}) {
+    const int wide = std::max(c.n, c.k);
+    const auto a = upload(random_values(size_t(c.m) * wide, 21, -1.f, 1.f), dt);
+    const auto bufb = alloc(size_t(c.m) * wide, dt);
+    const auto w = upload(random_values(size_t(c.n) * c.k, 22, -0.1f, 0.1f), dt);
+    const auto b = upload(random_values(size_t(c.n), 23), dt);
+    LinearOp op(lt, dt, c.m, c.k, c.n, true, c.act);
+    // x -> y -> x ... (the shapes are square in the chain's sense only when n == k; else the same input each time).
+    const bool chain = c.n == c.k;
+    const double ours = mean_us(st, [&] {
+      for (int r = 0; r < 4; ++r)
+        small_gemm(chain && r % 2 ? bufb->ptr() : a->ptr(), w->ptr(), b->ptr(), chain && r % 2 ? a->ptr() : bufb->ptr(), dt,
+                   c.m, c.n, c.k, c.act, st);
+    }) / 4;
+    const double lib = mean_us(st, [&] {
+      for (int r = 0; r < 4; ++r)
+        op.run(chain && r % 2 ? bufb->ptr() : a->ptr(), w->ptr(), b->ptr(), chain && r % 2 ? a->ptr() : bufb->ptr(), ws.ptr(),
+               LinearOp::kMaxWorkspace, st);
+    }) / 4;
+    std::printf("  m %4d n %4d k %4d %-5s  small_gemm %7.2f   cuBLASLt %7.2f\n", c.m, c.n, c.k,
+                c.act == Activation::Relu ? "relu" : "", ours, lib);
+  }
+  CK(cudaStreamSynchronize(st));
+  cublasLtDestroy(lt);
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
+}  // namespace kiln::cuda::test
