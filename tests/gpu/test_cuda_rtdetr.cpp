@@ -47,6 +47,34 @@ TEST_P(CudaRtDetr, Fp16DetectionsMatchPyTorch) {
   rt::expect_fp16_rule("cuda fp16", out[0].data, out[1].data, read_npy(dir / "input.npy").shape, dir, rt::kSeededFp16UnmatchedCuda);
 }
 
+// Switch small_gemm (kiln's small linear with PDL, small_gemm.cu; off by
+// default): the fp16 engine built with it runs every 16-bit linear it takes
+// through that kernel (the bundle's tactics name it) and still meets the fp16
+// detection rule against PyTorch.
+TEST_P(CudaRtDetr, SmallGemmDetectionsMatchPyTorch) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = rt::kFixtures / GetParam();
+  const HostTensor x = read_npy(dir / "input.npy");
+  const fs::path tmp = testing::temp_dir(cat("rtdetr_small_gemm_", GetParam()));
+  BuildOptions o;
+  o.model = dir.string();
+  o.backend = "cuda";
+  o.precision = DType::F16;
+  o.batch = static_cast<int>(x.shape.at(0));
+  o.switches.set(Switch::SmallGemm, true);
+  build_bundle(o, tmp / "m.bundle");
+  const Bundle bundle = Bundle::open(tmp / "m.bundle");
+  int named = 0;
+  for (const auto& s : bundle.section_names())
+    if (s.rfind("tactics.", 0) == 0 && bundle.section_text(s).find("kiln small_gemm") != std::string::npos) ++named;
+  EXPECT_GT(named, 0) << GetParam() << ": no layer ran kiln small_gemm";
+  const std::vector<Tensor> out =
+      Engine::load((tmp / "m.bundle").string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
+  fs::remove_all(tmp);
+  ASSERT_EQ(out.size(), 2u);
+  rt::expect_fp16_rule("cuda fp16 small_gemm", out[0].data, out[1].data, x.shape, dir, rt::kSeededFp16UnmatchedCuda);
+}
+
 // The FP8 build (issue 13 §6 for RT-DETR: every conv and linear but the
 // default exclusions, scales calibrated on the sample photos) lowers on CUDA
 // — the memory concat writes the codes its 8-bit readers take, as a row-major

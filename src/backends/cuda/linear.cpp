@@ -1,6 +1,7 @@
 // Linear's CUDA lowering: cuBLASLt (cublaslt_linear.hpp), its algorithms
 // handed to the one tactic selector (tactics.hpp).
 #include <algorithm>
+#include <limits>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/lower.hpp"
@@ -320,6 +321,25 @@ void lower_Linear(Lowering& L, size_t ni) {
   const RowMajorIo io(L, {in0}, {out});
   const size_t scratch = io.scratch_bytes();
   const int64_t rows = shape_numel(xs) / ws[1];
+  // Switch small_gemm (auto: off, not yet measured in the graph): kiln's
+  // small linear with PDL for every 16-bit linear it takes, instead of
+  // cuBLASLt's timed algorithms (small_gemm.cu says why).
+  if (L.m.opts.switches.get(Switch::SmallGemm).value_or(false) && xdt == dt && (dt == DType::F16 || dt == DType::BF16) &&
+      ws[1] % 16 == 0 && ws[1] <= kMaxSmallGemmK && ws[0] % 8 == 0 && rows <= std::numeric_limits<int>::max() &&
+      (n.activation() == Activation::None || n.activation() == Activation::Relu)) {
+    const void* w = L.weight(n.inputs[1]);
+    const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
+    const int m = as_int(rows), nn = as_int(ws[0]), k = as_int(ws[1]);
+    const Activation act = n.activation();
+    L.record(n.name, "kiln small_gemm");
+    L.reserve_workspace(scratch);
+    L.step(io.kernel("kiln small_gemm"), [=](const Exec& x) {
+      io.load(x);
+      small_gemm(io.in(x, 0), w, b, io.out(x, 0), dt, m, nn, k, act, x.stream);
+      io.store(x);
+    });
+    return;
+  }
   auto owned = std::make_unique<LinearOp>(L.m.lt.h, xdt, as_int(rows), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
                                           L.m.opts.allow_tf32, dt);
   LinearOp* op = owned.get();
