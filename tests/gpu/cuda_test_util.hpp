@@ -102,6 +102,24 @@ class DevBuf {
   size_t off_;
 };
 
+// Mean microseconds per launch over 100 launches after 5 warm-ups, timed by
+// events on st (the probes print it; no test asserts a time).
+inline double mean_launch_us(cudaStream_t st, const std::function<void()>& launch) {
+  for (int i = 0; i < 5; ++i) launch();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0, st);
+  for (int i = 0; i < 100; ++i) launch();
+  cudaEventRecord(e1, st);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms * 1000.0 / 100.0;
+}
+
 inline std::unique_ptr<DevBuf> upload(const std::vector<float>& v, DType dt, size_t offset_elems = 0) {
   const auto bytes = encode(v, dt);
   auto d = std::make_unique<DevBuf>(bytes.size(), offset_elems * dtype_size(dt));

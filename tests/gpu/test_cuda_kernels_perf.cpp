@@ -60,23 +60,6 @@ TEST(CudaKernels, CapturedGraphMatchesEager) {
   cudaStreamDestroy(st);
 }
 
-// Mean microseconds per launch over 100 launches after 5 warm-ups.
-double time_us(cudaStream_t st, const std::function<void()>& launch) {
-  for (int i = 0; i < 5; ++i) launch();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0, st);
-  for (int i = 0; i < 100; ++i) launch();
-  cudaEventRecord(e1, st);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms * 1000.0 / 100.0;
-}
-
 void report(const char* name, double us, double bytes) {
   const double gbs = bytes / (us * 1e-6) / 1e9;
   std::printf("  %-52s %9.2f us  %8.1f GB/s  %5.1f%% of 4.8 TB/s\n", name, us, gbs, 100.0 * gbs / 4800.0);
@@ -98,44 +81,44 @@ TEST(CudaKernelsPerf, Timings) {
 
   const PoolShape mp1{1, 112, 112, 64, 56, 56, 3, 3, 2, 2, 1, 1, true, 1, 1};
   report("max_pool 3x3/2 1x112x112x64 f16",
-         time_us(st, [&] { max_pool_nhwc(a.ptr(), y.ptr(), h, mp1, st); }), (112.0 * 112 + 56 * 56) * 64 * 2);
+         mean_launch_us(st, [&] { max_pool_nhwc(a.ptr(), y.ptr(), h, mp1, st); }), (112.0 * 112 + 56 * 56) * 64 * 2);
   const PoolShape mp32{32, 112, 112, 64, 56, 56, 3, 3, 2, 2, 1, 1, true, 1, 1};
   report("max_pool 3x3/2 32x112x112x64 f16",
-         time_us(st, [&] { max_pool_nhwc(a.ptr(), y.ptr(), h, mp32, st); }), 32.0 * (112 * 112 + 56 * 56) * 64 * 2);
+         mean_launch_us(st, [&] { max_pool_nhwc(a.ptr(), y.ptr(), h, mp32, st); }), 32.0 * (112 * 112 + 56 * 56) * 64 * 2);
   report("avg_pool 3x3/2 32x112x112x64 f16",
-         time_us(st, [&] { avg_pool_nhwc(a.ptr(), y.ptr(), h, mp32, st); }), 32.0 * (112 * 112 + 56 * 56) * 64 * 2);
+         mean_launch_us(st, [&] { avg_pool_nhwc(a.ptr(), y.ptr(), h, mp32, st); }), 32.0 * (112 * 112 + 56 * 56) * 64 * 2);
   report("global_avg_pool 32x7x7x2048 f16",
-         time_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 32, 49, 2048, st); }),
+         mean_launch_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 32, 49, 2048, st); }),
          32.0 * 2048 * 50 * 2);
   report("global_avg_pool 32x56x56x256 f16",
-         time_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 32, 3136, 256, st); }), double(big) * 2);
+         mean_launch_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 32, 3136, 256, st); }), double(big) * 2);
   report("global_avg_pool 1x112x112x32 f16 (SE at batch 1)",
-         time_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 1, 12544, 32, st); }), 12544.0 * 32 * 2);
+         mean_launch_us(st, [&] { global_avg_pool_nhwc(a.ptr(), y.ptr(), h, 1, 12544, 32, st); }), 12544.0 * 32 * 2);
   for (DType dt : kFloatTypes) {
     const double es = double(dtype_size(dt));
     char name[96];
     std::snprintf(name, sizeof name, "add+relu 32x56x56x256 %s", dtype_name(dt));
-    report(name, time_us(st, [&] { add(a.ptr(), b.ptr(), y.ptr(), dt, int64_t(big), Activation::Relu, st); }),
+    report(name, mean_launch_us(st, [&] { add(a.ptr(), b.ptr(), y.ptr(), dt, int64_t(big), Activation::Relu, st); }),
            3.0 * big * es);
     std::snprintf(name, sizeof name, "batch_norm+silu 32x56x56x256 %s", dtype_name(dt));
-    report(name, time_us(st, [&] {
+    report(name, mean_launch_us(st, [&] {
              batch_norm_nhwc(a.ptr(), y.ptr(), dt, int64_t(32) * 56 * 56, 256, sc.as<float>(), sh.as<float>(),
                              Activation::Silu, st);
            }),
            2.0 * big * es);
   }
   report("activation silu 32x56x56x256 f16",
-         time_us(st, [&] { activation(a.ptr(), y.ptr(), h, int64_t(big), Activation::Silu, st); }), 4.0 * big);
+         mean_launch_us(st, [&] { activation(a.ptr(), y.ptr(), h, int64_t(big), Activation::Silu, st); }), 4.0 * big);
   report("mul_channel 32x56x56x256 f16",
-         time_us(st, [&] { mul_channel_nhwc(a.ptr(), b.ptr(), y.ptr(), h, 32, 3136, 256, st); }), 4.0 * big);
-  report("cast f32->f16 25.7M", time_us(st, [&] { cast(a.ptr(), DType::F32, y.ptr(), h, int64_t(big), st); }),
+         mean_launch_us(st, [&] { mul_channel_nhwc(a.ptr(), b.ptr(), y.ptr(), h, 32, 3136, 256, st); }), 4.0 * big);
+  report("cast f32->f16 25.7M", mean_launch_us(st, [&] { cast(a.ptr(), DType::F32, y.ptr(), h, int64_t(big), st); }),
          6.0 * big);
   report("nchw_f32_to_nhwc 32x3x224x224 -> f16",
-         time_us(st, [&] { nchw_f32_to_nhwc(a.as<float>(), y.ptr(), h, 32, 3, 224, 224, st); }),
+         mean_launch_us(st, [&] { nchw_f32_to_nhwc(a.as<float>(), y.ptr(), h, 32, 3, 224, 224, st); }),
          32.0 * 3 * 224 * 224 * 6);
   report("nchw_f32_to_nhwc 32x256x56x56 -> f16",
-         time_us(st, [&] { nchw_f32_to_nhwc(a.as<float>(), y.ptr(), h, 32, 256, 56, 56, st); }), 6.0 * big);
-  report("copy_channels 128 of 256, 32x56x56 f16", time_us(st, [&] {
+         mean_launch_us(st, [&] { nchw_f32_to_nhwc(a.as<float>(), y.ptr(), h, 32, 256, 56, 56, st); }), 6.0 * big);
+  report("copy_channels 128 of 256, 32x56x56 f16", mean_launch_us(st, [&] {
            copy_channels_nhwc(a.ptr(), 256, 64, y.ptr(), 128, 0, 128, int64_t(32) * 3136, h, st);
          }),
          2.0 * big);
@@ -150,7 +133,7 @@ TEST(CudaKernelsPerf, Timings) {
       char name[160];
       std::snprintf(name, sizeof name, "linear %s 32x2048x1000 t%d (%s)", dtype_name(dt), t,
                     fc.tactic_name(t).c_str());
-      const double us = time_us(st, [&] {
+      const double us = mean_launch_us(st, [&] {
         fc.run(a.ptr(), b.ptr(), sc.ptr(), y.ptr(), ws.ptr(), LinearOp::kMaxWorkspace, st);
       });
       std::printf("  %s: %.2f us, %.1f TFLOP/s\n", name, us, 2.0 * 32 * 2048 * 1000 / (us * 1e-6) / 1e12);

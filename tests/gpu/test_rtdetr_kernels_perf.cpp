@@ -18,22 +18,6 @@
 namespace kiln::cuda::test {
 namespace {
 
-double mean_launch_us(cudaStream_t st, const std::function<void()>& launch) {
-  for (int i = 0; i < 5; ++i) launch();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0, st);
-  for (int i = 0; i < 100; ++i) launch();
-  cudaEventRecord(e1, st);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms * 1000.0 / 100.0;
-}
-
 struct ChainShape {
   const char* name;
   int rows;

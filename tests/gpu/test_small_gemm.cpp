@@ -86,22 +86,6 @@ TEST(CudaSmallGemm, RefusesWhatItDoesNotTake) {
   CK(cudaDeviceSynchronize());
 }
 
-double mean_us(cudaStream_t st, const std::function<void()>& launch) {
-  for (int i = 0; i < 5; ++i) launch();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  cudaEventRecord(e0, st);
-  for (int i = 0; i < 100; ++i) launch();
-  cudaEventRecord(e1, st);
-  cudaEventSynchronize(e1);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, e0, e1);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms * 1000.0 / 100.0;
-}
-
 // Per launch, plain launches in a stream (kiln's with PDL), mean of 100: a
 // chain of four dependent linears of each shape, so PDL's overlap shows.
 TEST(CudaSmallGemmPerf, RtDetrLinears) {
@@ -126,12 +110,12 @@ TEST(CudaSmallGemmPerf, RtDetrLinears) {
     LinearOp op(lt, dt, c.m, c.k, c.n, true, c.act);
     // x -> y -> x ... (the shapes are square in the chain's sense only when n == k; else the same input each time).
     const bool chain = c.n == c.k;
-    const double ours = mean_us(st, [&] {
+    const double ours = mean_launch_us(st, [&] {
       for (int r = 0; r < 4; ++r)
         small_gemm(chain && r % 2 ? bufb->ptr() : a->ptr(), w->ptr(), b->ptr(), chain && r % 2 ? a->ptr() : bufb->ptr(), dt,
                    c.m, c.n, c.k, c.act, st);
     }) / 4;
-    const double lib = mean_us(st, [&] {
+    const double lib = mean_launch_us(st, [&] {
       for (int r = 0; r < 4; ++r)
         op.run(chain && r % 2 ? bufb->ptr() : a->ptr(), w->ptr(), b->ptr(), chain && r % 2 ? a->ptr() : bufb->ptr(), ws.ptr(),
                LinearOp::kMaxWorkspace, st);
