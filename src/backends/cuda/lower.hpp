@@ -6,7 +6,7 @@
 // for every node. Each op's lowering lives beside its kernels:
 //   conv.cpp         Conv2d: cuDNN fused conv, kiln's depthwise and window conv
 //   gemm_conv.cpp    Conv2d as im2col + cuBLASLt (switch gemm_conv), lower_Conv2d's candidate
-//   linear.cpp       Linear: cuBLASLt
+//   linear.cpp       Linear: cuBLASLt, mlp_chain (fused chains), small_gemm (switch small_gemm)
 //   pool.cpp         MaxPool2d, AvgPool2d, GlobalAvgPool
 //   elementwise.cpp  BatchNorm, Activation, Add, Mul, Cast
 //   layout.cpp       Flatten, Concat, Slice (views, split runs), engine inputs
