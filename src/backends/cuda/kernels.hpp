@@ -379,6 +379,8 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
 inline constexpr int kMaxSmallGemmK = 512;
 void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
                 cudaStream_t stream);
+// Why small_gemm does not take these operands ("" when it does).
+std::string small_gemm_unsupported(DType dt, int n, int k, Activation act);
 
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by

@@ -324,9 +324,8 @@ void lower_Linear(Lowering& L, size_t ni) {
   // Switch small_gemm (auto: off, not yet measured in the graph): kiln's
   // small linear with PDL for every 16-bit linear it takes, instead of
   // cuBLASLt's timed algorithms (small_gemm.cu says why).
-  if (L.m.opts.switches.get(Switch::SmallGemm).value_or(false) && xdt == dt && (dt == DType::F16 || dt == DType::BF16) &&
-      ws[1] % 16 == 0 && ws[1] <= kMaxSmallGemmK && ws[0] % 8 == 0 && rows <= std::numeric_limits<int>::max() &&
-      (n.activation() == Activation::None || n.activation() == Activation::Relu)) {
+  if (L.m.opts.switches.get(Switch::SmallGemm).value_or(false) && xdt == dt && rows <= std::numeric_limits<int>::max() &&
+      small_gemm_unsupported(dt, as_int(ws[0]), as_int(ws[1]), n.activation()).empty()) {
     const void* w = L.weight(n.inputs[1]);
     const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
     const int m = as_int(rows), nn = as_int(ws[0]), k = as_int(ws[1]);

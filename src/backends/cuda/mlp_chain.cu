@@ -71,7 +71,7 @@ __device__ __forceinline__ void chain_start() {
   if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+using dev::smem_u32;
 
 // A layer's output rows reach every block of a cluster by st.async into its
 // row buffer; each store completes its bytes on that block's mbarrier for the

@@ -27,19 +27,8 @@ namespace {
 
 constexpr int kTileM = 64, kTileN = 64, kWarpsGemm = 4;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-// 16 bytes global -> shared, zero-filled when !valid (rows past m or n).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
+using dev::cp_async16;
+using dev::ldmatrix_x4;
 
 // Rows [r0, r0 + 64) of a [rows, k] matrix into a shared [64][ld] tile.
 template <typename T>
@@ -64,10 +53,10 @@ __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __
   // The weights are constants: their panel is requested before the wait for
   // the kernel before this one.
   stage_rows(ws, ld, w, n, n0, k);
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  dev::cp_async_commit();
   dev::enter_grid();
   stage_rows(xs, ld, x, m, m0, k);
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  dev::cp_async_commit();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 of the block's tile
   float bias[4][2];
@@ -78,7 +67,7 @@ __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __
       const int col = n0 + wn + j * 8 + tig * 2 + e;
       bias[j][e] = b && col < n ? dev::to_f32(b[col]) : 0.f;
     }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  dev::cp_async_wait<0>();
   __syncthreads();
   float acc[2][4][4] = {};
   // ldmatrix row addresses: A (16 x 16 at rows wm + 16 i): lanes 0-15 rows 0-15
@@ -117,21 +106,23 @@ __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __
 
 }  // namespace
 
+std::string small_gemm_unsupported(DType dt, int n, int k, Activation act) {
+  if (dt != DType::F16 && dt != DType::BF16) return cat("dtype ", dtype_name(dt), " (f16 or bf16)");
+  if (k <= 0 || k % 16 || k > kMaxSmallGemmK) return cat("k ", k, " (a multiple of 16 up to ", kMaxSmallGemmK, ")");
+  if (n <= 0 || n % 8) return cat("n ", n, " (a multiple of 8)");
+  if (act != Activation::None && act != Activation::Relu) return cat("activation ", activation_name(act), " (none or ReLU)");
+  return "";
+}
+
 void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
                 cudaStream_t stream) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0 || k % 16 || k > kMaxSmallGemmK)
-    fail_runtime("cuda small_gemm: k ", k, " (a multiple of 16 up to ", kMaxSmallGemmK, ")");
-  if (n % 8) fail_runtime("cuda small_gemm: n ", n, " (a multiple of 8)");
-  if (act != Activation::None && act != Activation::Relu)
-    fail_runtime("cuda small_gemm: activation ", activation_name(act), " (none or ReLU)");
+  if (const std::string why = small_gemm_unsupported(dt, n, k, act); !why.empty()) fail_runtime("cuda small_gemm: ", why);
   if (!detail::aligned16(x) || !detail::aligned16(w) || !detail::aligned16(y))
     fail_runtime("cuda small_gemm: operands not 16-byte aligned");
   detail::dispatch_float(dt, "small_gemm", [&](auto t) {
     using T = decltype(t);
-    if constexpr (std::is_same_v<T, float>) {
-      fail_runtime("cuda small_gemm: f32 linears run through cuBLASLt");
-    } else {
+    if constexpr (!std::is_same_v<T, float>) {
       static const bool opted = [] {
         const int bytes = int(size_t(kTileM + kTileN) * (kMaxSmallGemmK + 8) * sizeof(T));
         KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
