@@ -38,6 +38,14 @@ struct FamilyBuild {
   std::map<std::string, std::vector<std::string>> quant_parts;
 };
 
+// A named group of layers for per-group time tables (kiln bench --profile and
+// --trace, kiln study): a node belongs to the first group with a prefix its
+// name starts with.
+struct LayerGroup {
+  std::string name;
+  std::vector<std::string> prefixes;
+};
+
 class Family {
  public:
   virtual ~Family() = default;
@@ -45,6 +53,9 @@ class Family {
   // Claims the checkpoint or not; must not throw for checkpoints of other families.
   virtual bool describe(const ModelSource& source) const = 0;
   virtual FamilyBuild build(const BuildRequest& request) const = 0;
+  // The family's own layer groups, in the order they run (RT-DETR v2: backbone,
+  // AIFI, encoder, query selection, decoder); empty: group by name prefix.
+  virtual std::vector<LayerGroup> layer_groups() const { return {}; }
 };
 
 class FamilyRegistry {
@@ -54,6 +65,8 @@ class FamilyRegistry {
   // Exactly one family must claim; zero or several is an Error(Input) naming
   // the model and the candidates.
   const Family& select(const ModelSource& source) const;
+  // The family of that name (a bundle's "family"), or nullptr.
+  const Family* find(const std::string& name) const;
 
  private:
   std::vector<std::unique_ptr<Family>> families_;

@@ -23,6 +23,12 @@ const Family& FamilyRegistry::select(const ModelSource& source) const {
   fail_input(source.dir.string(), ": several families claim this checkpoint:", names);
 }
 
+const Family* FamilyRegistry::find(const std::string& name) const {
+  for (const auto& f : families_)
+    if (f->name() == name) return f.get();
+  return nullptr;
+}
+
 const FamilyRegistry& family_registry() {
   static const FamilyRegistry registry = [] {
     FamilyRegistry r;

@@ -198,6 +198,23 @@ class RtDetrV2 : public Family {
     }
     return out;
   }
+
+  // The table (node names: README "Graph"). AIFI is the encoder's
+  // transformer layer on the top level; "encoder" is the rest of the hybrid
+  // encoder (input projections, FPN and PAN); query selection runs from the
+  // decoder's input projections to the first decoder layer's inputs; the
+  // output casts of 16-bit engines form their own group.
+  std::vector<LayerGroup> layer_groups() const override {
+    return {{"input", {"pixel_values"}},
+            {"backbone", {"model.backbone."}},
+            {"AIFI", {"model.encoder.encoder."}},
+            {"encoder", {"model.encoder_input_proj.", "model.encoder."}},
+            {"query selection",
+             {"model.decoder_input_proj.", "model.memory", "model.enc_", "model.topk", "model.reference_points",
+              "model.target", "model.decoder.reference_points"}},
+            {"decoder", {"model.decoder."}},
+            {"output", {"logits", "pred_boxes"}}};
+  }
 };
 
 }  // namespace

@@ -275,6 +275,27 @@ TEST(LayerGroups, TimmStagesAndHuggingFaceParts) {
   EXPECT_EQ(group_of("model.topk"), "model");
 }
 
+// RT-DETR v2's own groups (the table): AIFI apart from the rest of the
+// encoder, query selection apart from the decoder; a family kiln lacks, or a
+// name no group claims, falls back to group_of.
+TEST(LayerGroups, RtDetrFamilyGroups) {
+  const auto g = cli::LayerGrouping::of_family("rt_detr_v2");
+  EXPECT_EQ(g("pixel_values.to_nhwc"), "input");
+  EXPECT_EQ(g("model.backbone.model.embedder.pooler"), "backbone");
+  EXPECT_EQ(g("model.encoder.encoder.0.layers.0.self_attn.attention"), "AIFI");
+  EXPECT_EQ(g("model.encoder.fpn_blocks.0.conv1.conv"), "encoder");
+  EXPECT_EQ(g("model.encoder_input_proj.2.0"), "encoder");
+  EXPECT_EQ(g("model.decoder_input_proj.0.0"), "query selection");
+  EXPECT_EQ(g("model.enc_class_max"), "query selection");
+  EXPECT_EQ(g("model.topk"), "query selection");
+  EXPECT_EQ(g("model.decoder.layers.0.encoder_attn.core"), "decoder");
+  EXPECT_EQ(g("logits.to_f32"), "output");
+  EXPECT_EQ(g("layer2.1.conv2"), "layer2");
+  const auto none = cli::LayerGrouping::of_family("no_such_family");
+  EXPECT_EQ(none("model.encoder.encoder.0.layers.0.fc1"), "model.encoder");
+  EXPECT_EQ(cli::LayerGrouping::of_family("timm_resnet")("layer2.1.conv2"), "layer2");
+}
+
 TEST(CliStudy, QuantStudyRefusesBadArguments) {
   const std::string model = (kFixtures / "resnet" / "bottleneck").string();
   auto r = testing::run_kiln("study quant " + model);

@@ -31,6 +31,27 @@ TEST(TraceJson, SpanBusyGapsAndGroupsOfOneCall) {
   EXPECT_EQ(j["spans"][2]["kernel"], "nvjet_x");
 }
 
+// With a family's groups (RT-DETR v2's), each group is one row however its
+// launches interleave with another's (the side lane's run beside the main
+// line's), rows in the family's order.
+TEST(TraceJson, FamilyGroupsSumInterleavedLaunches) {
+  CallTrace t;
+  t.replays = 1;
+  t.spans = {{"model.backbone.model.embedder.embedder.0.convolution", "a", 0.0, 2.0},
+             {"model.encoder.encoder.0.layers.0.fc1", "b", 2.0, 1.0},
+             {"model.backbone.model.encoder.stages.3.layers.1.layer.1.convolution", "c", 3.0, 1.0},
+             {"model.encoder.fpn_blocks.0.conv1.conv", "d", 4.0, 2.0},
+             {"model.topk", "e", 6.0, 1.0},
+             {"model.decoder.layers.0.fc1", "f", 7.0, 1.0}};
+  const auto j = cli::trace_json(t, cli::LayerGrouping::of_family("rt_detr_v2"));
+  ASSERT_EQ(j["groups"].size(), 5u) << j["groups"].dump();
+  const char* want[] = {"backbone", "AIFI", "encoder", "query selection", "decoder"};
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(j["groups"][i]["group"], want[i]);
+  EXPECT_EQ(j["groups"][0]["launches"], 2);
+  EXPECT_DOUBLE_EQ(j["groups"][0]["us"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(j["groups"][0]["start_us"].get<double>(), 0.0);
+}
+
 TEST(TraceJson, UnavailableTraceSaysWhyAndNothingElse) {
   CallTrace t;
   t.replays = 3;

@@ -146,73 +146,39 @@ def check_finite(args):
     return emit(args, {"label": args.label, "kind": "finite", "non_finite": bad, "pass": bad == 0})
 
 
-# Layer groups of RT-DETR v2 by node name (families/rt_detr_v2/README.md names the nodes).
-GROUPS = [
-    ("input", ("pixel_values",)),
-    ("backbone", ("model.backbone.",)),
-    ("AIFI", ("model.encoder.encoder.",)),
-    ("encoder", ("model.encoder_input_proj.", "model.encoder.")),
-    ("query selection", ("model.decoder_input_proj.", "model.memory", "model.enc_", "model.topk",
-                         "model.reference_points", "model.target", "model.decoder.reference_points")),
-    ("decoder", ("model.decoder.",)),
-    ("output", ("logits", "pred_boxes")),  # the casts to f32 of 16-bit engines
-]
-
-
-def group_of(name):
-    for g, prefixes in GROUPS:
-        if name.startswith(prefixes):
-            return g
-    return "other"
-
-
+# The per-group tables come from kiln itself: `kiln bench --profile` and `--trace` sum layers into the
+# family's groups (Family::layer_groups; RT-DETR v2: input, backbone, AIFI, encoder, query selection,
+# decoder, output). These commands print them and write one JSON line.
 def profile(args):
     r = json.load(open(args.bench))["results"][0]
     p = r.get("profile")
     if not p:
         return emit(args, {"label": args.label, "kind": "profile", "pass": False, "error": "no profile in the bench JSON"})
-    totals = {g: 0.0 for g, _ in GROUPS}
-    totals["other"] = 0.0
-    kernels = {g: 0 for g in totals}  # launches per group, where the profile names them (kiln since session 18)
-    listed = any("kernels" in layer for layer in p["layers"])
-    for layer in p["layers"]:
-        totals[group_of(layer["name"])] += layer["ms"]
-        kernels[group_of(layer["name"])] += len(layer.get("kernels", []))
-    width = max(len(g) for g in totals)
-    for g, ms in totals.items():
-        if ms > 0 or g != "other":
-            print(f"  {g:<{width}}  {ms:8.4f} ms" + (f"  {kernels[g]:4d} kernels" if listed else ""))
-    print(f"  {'sum':<{width}}  {sum(totals.values()):8.4f} ms (layers run one by one; engine_ms is the replayed graph)")
-    line = {"label": args.label, "kind": "profile", "groups_ms": totals, "rounds": p.get("rounds"),
-            "engine_ms": r.get("engine_ms"), "kernels_per_call": r.get("kernels_per_call"), "pass": True}
+    listed = all("kernels" in g for g in p["groups"])
+    width = max(len(g["group"]) for g in p["groups"])
+    for g in p["groups"]:
+        print(f"  {g['group']:<{width}}  {g['ms']:8.4f} ms" + (f"  {g['kernels']:4d} kernels" if listed else ""))
+    print(f"  {'sum':<{width}}  {p['total_ms']:8.4f} ms (layers run one by one; engine_ms is the replayed graph)")
+    line = {"label": args.label, "kind": "profile", "groups_ms": {g["group"]: g["ms"] for g in p["groups"]},
+            "rounds": p.get("rounds"), "engine_ms": r.get("engine_ms"), "kernels_per_call": r.get("kernels_per_call"),
+            "pass": True}
     if listed:
-        line["groups_kernels"] = kernels
+        line["groups_kernels"] = {g["group"]: g["kernels"] for g in p["groups"]}
     return emit(args, line)
 
 
 def trace(args):
     r = json.load(open(args.bench))["results"][0]
     t = r.get("trace")
-    if not t or "spans" not in t:
+    if not t or "groups" not in t:
         return emit(args, {"label": args.label, "kind": "trace", "pass": False,
                            "error": (t or {}).get("unavailable", "no trace in the bench JSON")})
-    totals = {g: 0.0 for g, _ in GROUPS}
-    totals["other"] = 0.0
-    launches = {g: 0 for g in totals}
-    end = None
-    for s in t["spans"]:
-        e = s["start_us"] + s["us"]
-        added = s["us"] if end is None else max(0.0, e - end)
-        end = e if end is None else max(end, e)
-        g = group_of(s.get("step", ""))
-        totals[g] += added
-        launches[g] += 1
-    width = max(len(g) for g in totals)
-    for g, us in totals.items():
-        if launches[g]:
-            print(f"  {g:<{width}}  {us:8.1f} us  {launches[g]:4d} launches")
-    print(f"  {'span':<{width}}  {sum(totals.values()):8.1f} us (engine median {r['engine_ms']['median']:.3f} ms)")
-    return emit(args, {"label": args.label, "kind": "trace", "groups_us": totals, "groups_launches": launches,
+    width = max(len(g["group"]) for g in t["groups"])
+    for g in t["groups"]:
+        print(f"  {g['group']:<{width}}  {g['us']:8.1f} us  {g['launches']:4d} launches")
+    print(f"  {'span':<{width}}  {t['span_us']:8.1f} us (engine median {r['engine_ms']['median']:.3f} ms)")
+    return emit(args, {"label": args.label, "kind": "trace", "groups_us": {g["group"]: g["us"] for g in t["groups"]},
+                       "groups_launches": {g["group"]: g["launches"] for g in t["groups"]},
                        "engine_ms": r.get("engine_ms"), "kernels_per_call": r.get("kernels_per_call"), "pass": True})
 
 

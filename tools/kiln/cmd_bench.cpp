@@ -120,7 +120,7 @@ void add_bench(CLI::App& app) {
   sub->add_flag("!--no-task", o->task, "Skip the task-time measurement");
   sub->add_option("--image", o->image, "Time the task on this file, decode included (default: a synthetic 640x480 image, no decode)");
   sub->add_flag("--json", o->json, "JSON output");
-  sub->add_option("--profile", o->profile, "Also time every layer on its own over N rounds, grouped by name prefix")
+  sub->add_option("--profile", o->profile, "Also time every layer on its own over N rounds, summed per layer group (the family's, else by name prefix)")
       ->check(CLI::Range(0, 100000));
   sub->add_option("--trace", o->trace,
                   "Also trace N graph replays with CUPTI and show the last one's launches as the GPU ran them "
@@ -227,8 +227,9 @@ void add_bench(CLI::App& app) {
                          {"first_call_ms", c.first_call_ms},
                          {"first_call_breakdown_ms", breakdown_json(first_call_phases(*c.ctx), -1)},
                          {"stable", stable(c.engine_ms)}});
-      if (o->profile > 0) results.back()["profile"] = profile_json(*c.ctx, c.inputs, o->profile);
-      if (o->trace > 0) results.back()["trace"] = trace_json(trace_call(*c.ctx, c.inputs, o->trace));
+      const LayerGrouping grouping = LayerGrouping::of_family(c.engine->family());
+      if (o->profile > 0) results.back()["profile"] = profile_json(*c.ctx, c.inputs, o->profile, grouping);
+      if (o->trace > 0) results.back()["trace"] = trace_json(trace_call(*c.ctx, c.inputs, o->trace), grouping);
     }
     if (o->json) {
       std::cout << nlohmann::json{{"device", cands[0].engine->backend() == "cpu" ? "cpu" : "gpu"}, {"iterations", o->iterations},

@@ -596,7 +596,9 @@ void run_study(const StudyOptions& o) {
         for (Run& r : runs) r.ms.push_back(timed_engine_call_ms(*r.ctx, r.in));
       // Where the time goes (the last opt level, the last batch: where 8-bit bytes pay): layers run one by one.
       if (opt == o.opt_levels.back() && batch == o.batches.back())
-        for (Run& r : runs) profiles[r.v->precision] = profile_json(*r.ctx, r.in, std::max(3, o.rounds / 3));
+        for (Run& r : runs)
+          profiles[r.v->precision] =
+              profile_json(*r.ctx, r.in, std::max(3, o.rounds / 3), LayerGrouping::of_family(r.e->family()));
       double base_ms = 0;
       for (Run& r : runs)
         if (r.v->precision == o.base) base_ms = median(r.ms);

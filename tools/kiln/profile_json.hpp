@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/kernel_label.hpp"
+#include "families/family.hpp"
 #include "runtime/engine_impl.hpp"
 
 namespace kiln::cli {
@@ -33,13 +34,66 @@ inline std::string group_of(const std::string& name) {
   return numeric ? head + "." + second : head;
 }
 
+// The group of a node name: its family's layer group (Family::layer_groups,
+// e.g. RT-DETR v2's backbone / AIFI / encoder / query selection / decoder),
+// else group_of.
+class LayerGrouping {
+ public:
+  LayerGrouping() = default;
+  explicit LayerGrouping(std::vector<LayerGroup> groups) : groups_(std::move(groups)) {}
+  // The groups of a bundle's family (none for a family this kiln lacks).
+  static LayerGrouping of_family(const std::string& family) {
+    const Family* f = family_registry().find(family);
+    return f ? LayerGrouping(f->layer_groups()) : LayerGrouping();
+  }
+  std::string operator()(const std::string& name) const {
+    for (const LayerGroup& g : groups_)
+      for (const std::string& p : g.prefixes)
+        if (name.compare(0, p.size(), p) == 0) return g.name;
+    return group_of(name);
+  }
+  // Where a group's row goes: the family's groups in the family's order, then
+  // the others in the order they first run.
+  size_t rank(const std::string& group) const {
+    for (size_t i = 0; i < groups_.size(); ++i)
+      if (groups_[i].name == group) return i;
+    return groups_.size();
+  }
+  void order_rows(nlohmann::json& rows) const {
+    std::stable_sort(rows.begin(), rows.end(), [this](const nlohmann::json& a, const nlohmann::json& b) {
+      return rank(a["group"].get<std::string>()) < rank(b["group"].get<std::string>());
+    });
+  }
+
+ private:
+  std::vector<LayerGroup> groups_;
+};
+
+// Sums per group name (a group whose layers interleave with another's, as the
+// side lane's may, is one row), rows in LayerGrouping::order_rows's order.
+class GroupSums {
+ public:
+  size_t at(const std::string& group) {
+    auto it = std::find(names_.begin(), names_.end(), group);
+    if (it != names_.end()) return static_cast<size_t>(it - names_.begin());
+    names_.push_back(group);
+    return names_.size() - 1;
+  }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  std::vector<std::string> names_;
+};
+
 // Layers carry "kernels" (the names of what one call launches for them) and
 // groups a kernel count where the backend lists them (CUDA); where its listing
 // failed, "kernels_unavailable" says why (the times are still measured).
-inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds) {
+inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tensor>& inputs, int rounds,
+                                   const LayerGrouping& grouping = {}) {
   auto layers = profile_layers(ctx, inputs, rounds);
   nlohmann::json lj = nlohmann::json::array();
-  std::vector<std::pair<std::string, double>> groups;
+  GroupSums groups;
+  std::map<size_t, double> ms;
   std::map<size_t, int> counts, kernels;  // steps and kernels per group
   const bool listed = std::any_of(layers.begin(), layers.end(), [](const LayerTime& l) { return !l.kernels.empty(); });
   double total = 0;
@@ -47,18 +101,18 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
     nlohmann::json one = {{"name", l.name}, {"ms", l.ms}};
     if (listed) one["kernels"] = l.kernels;
     lj.push_back(std::move(one));
-    std::string g = group_of(l.name);
-    if (groups.empty() || groups.back().first != g) groups.push_back({g, 0.0});
-    groups.back().second += l.ms;
-    ++counts[groups.size() - 1];
-    kernels[groups.size() - 1] += static_cast<int>(l.kernels.size());
+    const size_t g = groups.at(grouping(l.name));
+    ms[g] += l.ms;
+    ++counts[g];
+    kernels[g] += static_cast<int>(l.kernels.size());
     total += l.ms;
   }
   nlohmann::json gj = nlohmann::json::array();
-  for (size_t i = 0; i < groups.size(); ++i) {
-    gj.push_back({{"group", groups[i].first}, {"ms", groups[i].second}, {"steps", counts[i]}});
+  for (size_t i = 0; i < groups.names().size(); ++i) {
+    gj.push_back({{"group", groups.names()[i]}, {"ms", ms[i]}, {"steps", counts[i]}});
     if (listed) gj.back()["kernels"] = kernels[i];
   }
+  grouping.order_rows(gj);
   nlohmann::json out = {{"rounds", rounds}, {"total_ms", total}, {"groups", gj}, {"layers", lj}};
   for (const auto& l : layers)
     if (!l.kernels_unavailable.empty()) {  // the listing failed; the times stand
@@ -72,12 +126,12 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
 // replay (BackendContext::trace). span: first start to last end; busy: the
 // sum of launch durations; gaps: the time between one launch's end and the
 // next one's start where positive (launch latency the replay did not hide);
-// groups: per run of launches of one layer group (group_of the step), the
-// time its launches add to the call, each counted from the latest end
+// groups: per layer group (LayerGrouping of the step; rows as
+// LayerGrouping::order_rows puts them), the time its launches add to the call, each counted from the latest end
 // before it (under PDL a kiln kernel starts before the one ahead of it ends
 // and waits: its span overlaps; docs/benchmarking.md), so the groups sum to
 // the span; with their busy time and launches.
-inline nlohmann::json trace_json(const CallTrace& t) {
+inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& grouping = {}) {
   nlohmann::json out = {{"replays", t.replays}};
   if (!t.unavailable.empty()) {
     out["unavailable"] = t.unavailable;
@@ -85,6 +139,7 @@ inline nlohmann::json trace_json(const CallTrace& t) {
   }
   if (!t.note.empty()) out["note"] = t.note;
   nlohmann::json spans = nlohmann::json::array(), groups = nlohmann::json::array();
+  GroupSums names;
   double busy = 0, gaps = 0, end = 0;
   for (size_t k = 0; k < t.spans.size(); ++k) {
     const KernelSpan& s = t.spans[k];
@@ -93,17 +148,19 @@ inline nlohmann::json trace_json(const CallTrace& t) {
     if (k > 0 && s.start_us > end) gaps += s.start_us - end;
     const double adds = k == 0 ? s.start_us + s.us : std::max(0.0, s.start_us + s.us - end);
     end = std::max(end, s.start_us + s.us);
-    const std::string g = s.step.empty() ? "?" : group_of(s.step);
-    if (groups.empty() || groups.back()["group"] != g)
-      groups.push_back({{"group", g}, {"start_us", s.start_us}, {"us", 0.0}, {"busy_us", 0.0}, {"launches", 0}});
-    groups.back()["us"] = groups.back()["us"].get<double>() + adds;
-    groups.back()["busy_us"] = groups.back()["busy_us"].get<double>() + s.us;
-    groups.back()["launches"] = groups.back()["launches"].get<int>() + 1;
+    const size_t i = names.at(s.step.empty() ? "?" : grouping(s.step));
+    if (i == groups.size())
+      groups.push_back({{"group", names.names()[i]}, {"start_us", s.start_us}, {"us", 0.0}, {"busy_us", 0.0}, {"launches", 0}});
+    nlohmann::json& g = groups[i];
+    g["us"] = g["us"].get<double>() + adds;
+    g["busy_us"] = g["busy_us"].get<double>() + s.us;
+    g["launches"] = g["launches"].get<int>() + 1;
   }
   out["launches"] = t.spans.size();
   out["span_us"] = end;
   out["busy_us"] = busy;
   out["gaps_us"] = gaps;
+  grouping.order_rows(groups);
   out["groups"] = groups;
   out["spans"] = spans;
   return out;

@@ -118,4 +118,26 @@ TEST_F(RtDetrDemo, DetectSamplesFindsPyTorchBoxes) {
   EXPECT_GT(found, 0u) << "no sample image has a box scoring above " << thr;
 }
 
+// `kiln bench --profile` on an RT-DETR v2 bundle sums its layers into the
+// family's groups (issue #12 section 5's table): backbone, AIFI, encoder,
+// query selection and decoder, rows in that order (the input projections run
+// before AIFI but are the encoder's), every layer in one of them.
+TEST_F(RtDetrDemo, BenchProfileUsesTheFamilysGroups) {
+  const auto r = kiln::testing::run_kiln("bench " + bundle().string() + " --iterations 10 --warmup 1 --no-task --profile 1 --json");
+  ASSERT_EQ(r.code, 0) << r.all();
+  const auto p = nlohmann::json::parse(r.out.substr(r.out.find('{')))["results"][0]["profile"];
+  std::vector<std::string> names;
+  size_t steps = 0;
+  for (const auto& g : p["groups"]) names.push_back(g["group"].get<std::string>()), steps += g["steps"].get<size_t>();
+  EXPECT_EQ(steps, p["layers"].size());
+  std::vector<std::string> core;
+  for (const auto& n : names) {
+    EXPECT_TRUE(n == "input" || n == "backbone" || n == "AIFI" || n == "encoder" || n == "query selection" ||
+                n == "decoder" || n == "output")
+        << "a layer outside the family's groups: " << n;
+    if (n != "input" && n != "output") core.push_back(n);
+  }
+  EXPECT_EQ(core, (std::vector<std::string>{"backbone", "AIFI", "encoder", "query selection", "decoder"}));
+}
+
 }  // namespace
