@@ -120,6 +120,25 @@ inline double mean_launch_us(cudaStream_t st, const std::function<void()>& launc
   return ms * 1000.0 / 100.0;
 }
 
+// The same, with one call of `launch` captured into a CUDA graph and the graph
+// replayed: what a launch costs inside an engine's graph (PDL edges kept).
+inline double mean_graph_us(cudaStream_t st, const std::function<void()>& launch) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+  launch();
+  cudaStreamEndCapture(st, &graph);
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    ADD_FAILURE() << "mean_graph_us: the captured launches did not instantiate";
+    cudaGraphDestroy(graph);
+    return 0;
+  }
+  const double us = mean_launch_us(st, [&] { cudaGraphLaunch(exec, st); });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return us;
+}
+
 inline std::unique_ptr<DevBuf> upload(const std::vector<float>& v, DType dt, size_t offset_elems = 0) {
   const auto bytes = encode(v, dt);
   auto d = std::make_unique<DevBuf>(bytes.size(), offset_elems * dtype_size(dt));

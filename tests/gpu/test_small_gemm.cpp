@@ -44,15 +44,16 @@ TEST(CudaSmallGemm, MatchesTheHostReference) {
       {2400, 256, 256, Activation::None, true},  // batch 8's rows
   };
   for (DType dt : {DType::F16, DType::BF16}) {
+    for (int tile_m : {16, 64}) {
     for (const GemmCase& c : cases) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
-                   std::to_string(c.k));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " tile_m " + std::to_string(tile_m) + " m " + std::to_string(c.m) +
+                   " n " + std::to_string(c.n) + " k " + std::to_string(c.k));
       const auto xh = rounded(random_values(size_t(c.m) * c.k, 11, -1.f, 1.f), dt);
       const auto wh = rounded(random_values(size_t(c.n) * c.k, 12, -0.2f, 0.2f), dt);
       const auto bh = rounded(random_values(size_t(c.n), 13, -0.5f, 0.5f), dt);
       const auto x = upload(xh, dt), w = upload(wh, dt), b = upload(bh, dt);
       const auto y = alloc(size_t(c.m) * c.n, dt);
-      small_gemm(x->ptr(), w->ptr(), c.bias ? b->ptr() : nullptr, y->ptr(), dt, c.m, c.n, c.k, c.act, nullptr);
+      small_gemm(x->ptr(), w->ptr(), c.bias ? b->ptr() : nullptr, y->ptr(), dt, c.m, c.n, c.k, c.act, nullptr, tile_m);
       CK(cudaDeviceSynchronize());
       const auto got = download(y->ptr(), size_t(c.m) * c.n, dt);
       double worst = 0, scale = 0;
@@ -68,6 +69,7 @@ TEST(CudaSmallGemm, MatchesTheHostReference) {
       const double tol = (dt == DType::BF16 ? 1.0 / 256 : 1.0 / 2048) * std::max(scale, 1e-3) + 1e-4 * c.k / 256;
       EXPECT_LE(worst, tol) << "largest |y| " << scale;
     }
+    }
   }
 }
 
@@ -75,19 +77,25 @@ TEST(CudaSmallGemm, RefusesWhatItDoesNotTake) {
   KILN_REQUIRE_GPU();
   const auto x = alloc(size_t(64) * 1024, DType::F16), w = alloc(size_t(64) * 1024, DType::F16),
              y = alloc(size_t(64) * 64, DType::F16);
-  const auto run = [&](int n, int k, Activation act, DType dt = DType::F16) {
-    small_gemm(x->ptr(), w->ptr(), nullptr, y->ptr(), dt, 8, n, k, act, nullptr);
+  const auto run = [&](int n, int k, Activation act, DType dt = DType::F16, int m = 8, int tile_m = 0) {
+    small_gemm(x->ptr(), w->ptr(), nullptr, y->ptr(), dt, m, n, k, act, nullptr, tile_m);
   };
   EXPECT_THROW(run(64, 1024, Activation::None), Error);  // k over the limit
   EXPECT_THROW(run(64, 24, Activation::None), Error);    // k not a multiple of 16
   EXPECT_THROW(run(60, 64, Activation::None), Error);    // n not a multiple of 8
   EXPECT_THROW(run(64, 64, Activation::Gelu), Error);    // an activation it has no epilogue for
   EXPECT_THROW(run(64, 64, Activation::None, DType::F32), Error);
+  EXPECT_THROW(run(64, 64, Activation::None, DType::F16, int(kMaxSmallGemmRows) + 1), Error);  // rows over the limit
+  EXPECT_THROW(run(64, 64, Activation::None, DType::F16, 8, 32), Error);                       // no 32-row tile
+  EXPECT_EQ(small_gemm_unsupported(DType::F16, 8400, 256, 256, Activation::None), "m 8400 (1 to 4096 rows)");
   CK(cudaDeviceSynchronize());
 }
 
-// Per launch, plain launches in a stream (kiln's with PDL), mean of 100: a
-// chain of four dependent linears of each shape, so PDL's overlap shows.
+// Per launch, mean of 100: a chain of four dependent linears of each shape
+// (kiln's with PDL), as plain launches in a stream and as one CUDA graph
+// replayed, as the engine runs them. Session 26's plain-launch numbers had
+// small_gemm well ahead (4.1 against 6.8 us) where the engine's graph had it
+// behind (session 27): a library kernel's launch cost is what a graph hides.
 TEST(CudaSmallGemmPerf, RtDetrLinears) {
   KILN_REQUIRE_GPU();
   cudaStream_t st;
@@ -96,11 +104,12 @@ TEST(CudaSmallGemmPerf, RtDetrLinears) {
   ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
   const DevBuf ws(LinearOp::kMaxWorkspace);
   const DType dt = DType::F16;
-  std::printf("linear per launch (us; four dependent launches a round, mean of 100 rounds / 4), f16\n");
+  std::printf("linear per launch (us; four dependent launches a round, mean of 100 rounds / 4), f16: plain | graph\n");
   for (const GemmCase& c : std::vector<GemmCase>{{300, 256, 256, Activation::None, true},
                                                  {300, 512, 256, Activation::None, true},
                                                  {400, 256, 256, Activation::None, true},
                                                  {300, 256, 512, Activation::Relu, true},
+                                                 {300, 1024, 256, Activation::Relu, true},
                                                  {2400, 256, 256, Activation::None, true}}) {
     const int wide = std::max(c.n, c.k);
     const auto a = upload(random_values(size_t(c.m) * wide, 21, -1.f, 1.f), dt);
@@ -110,18 +119,22 @@ TEST(CudaSmallGemmPerf, RtDetrLinears) {
     LinearOp op(lt, dt, c.m, c.k, c.n, true, c.act);
     // x -> y -> x ... (the shapes are square in the chain's sense only when n == k; else the same input each time).
     const bool chain = c.n == c.k;
-    const double ours = mean_launch_us(st, [&] {
-      for (int r = 0; r < 4; ++r)
-        small_gemm(chain && r % 2 ? bufb->ptr() : a->ptr(), w->ptr(), b->ptr(), chain && r % 2 ? a->ptr() : bufb->ptr(), dt,
-                   c.m, c.n, c.k, c.act, st);
-    }) / 4;
-    const double lib = mean_launch_us(st, [&] {
+    const auto ours = [&](int tile_m) {
+      return [&, tile_m] {
+        for (int r = 0; r < 4; ++r)
+          small_gemm(chain && r % 2 ? bufb->ptr() : a->ptr(), w->ptr(), b->ptr(), chain && r % 2 ? a->ptr() : bufb->ptr(),
+                     dt, c.m, c.n, c.k, c.act, st, tile_m);
+      };
+    };
+    const auto lib = [&] {
       for (int r = 0; r < 4; ++r)
         op.run(chain && r % 2 ? bufb->ptr() : a->ptr(), w->ptr(), b->ptr(), chain && r % 2 ? a->ptr() : bufb->ptr(), ws.ptr(),
                LinearOp::kMaxWorkspace, st);
-    }) / 4;
-    std::printf("  m %4d n %4d k %4d %-5s  small_gemm %7.2f   cuBLASLt %7.2f\n", c.m, c.n, c.k,
-                c.act == Activation::Relu ? "relu" : "", ours, lib);
+    };
+    std::printf("  m %4d n %4d k %4d %-5s  small_gemm 16x64 %6.2f | %6.2f   64x64 %6.2f | %6.2f   cuBLASLt %6.2f | %6.2f\n",
+                c.m, c.n, c.k, c.act == Activation::Relu ? "relu" : "", mean_launch_us(st, ours(16)) / 4,
+                mean_graph_us(st, ours(16)) / 4, mean_launch_us(st, ours(64)) / 4, mean_graph_us(st, ours(64)) / 4,
+                mean_launch_us(st, lib) / 4, mean_graph_us(st, lib) / 4);
   }
   CK(cudaStreamSynchronize(st));
   cublasLtDestroy(lt);

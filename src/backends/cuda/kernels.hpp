@@ -373,14 +373,17 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
 
 // y [m, n] = act(x [m, k] w [n, k]^T + b [n]) for f16/bf16 (small_gemm.cu), f32
 // sums rounded once: kiln's small linear with PDL (the weight panel staged
-// before the wait). k a multiple of 16 up to kMaxSmallGemmK, n a multiple of
-// 8, act none or ReLU, b may be null, operands 16-byte aligned. An experiment:
-// no lowering takes it yet (CudaSmallGemm.* and the probe in tests/gpu).
+// before the wait). m up to kMaxSmallGemmRows, k a multiple of 16 up to
+// kMaxSmallGemmK, n a multiple of 8, act none or ReLU, b may be null, operands
+// 16-byte aligned. tile_m: rows a block owns, 16 or 64 (0: 16). An
+// experiment behind switch small_gemm (off; CudaSmallGemm.* and the probe in
+// tests/gpu).
 inline constexpr int kMaxSmallGemmK = 512;
+inline constexpr int64_t kMaxSmallGemmRows = 4096;  // past it cuBLASLt's big tiles win (8400 rows: 3x slower)
 void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
-                cudaStream_t stream);
+                cudaStream_t stream, int tile_m = 0);
 // Why small_gemm does not take these operands ("" when it does).
-std::string small_gemm_unsupported(DType dt, int n, int k, Activation act);
+std::string small_gemm_unsupported(DType dt, int64_t m, int n, int k, Activation act);
 
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by

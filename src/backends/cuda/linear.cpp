@@ -324,8 +324,8 @@ void lower_Linear(Lowering& L, size_t ni) {
   // Switch small_gemm (auto: off, not yet measured in the graph): kiln's
   // small linear with PDL for every 16-bit linear it takes, instead of
   // cuBLASLt's timed algorithms (small_gemm.cu says why).
-  if (L.m.opts.switches.get(Switch::SmallGemm).value_or(false) && xdt == dt && rows <= std::numeric_limits<int>::max() &&
-      small_gemm_unsupported(dt, as_int(ws[0]), as_int(ws[1]), n.activation()).empty()) {
+  if (L.m.opts.switches.get(Switch::SmallGemm).value_or(false) && xdt == dt &&
+      small_gemm_unsupported(dt, rows, as_int(ws[0]), as_int(ws[1]), n.activation()).empty()) {
     const void* w = L.weight(n.inputs[1]);
     const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
     const int m = as_int(rows), nn = as_int(ws[0]), k = as_int(ws[1]);

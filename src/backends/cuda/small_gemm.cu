@@ -11,10 +11,16 @@
 // are constants), so under PDL only the activation rows are loaded after the
 // kernel before it ends.
 //
-// A block computes a 64 x 64 tile of y with 4 warps (each 32 x 32: 2 x 4
-// mma.sync m16n8k16 tiles, f32 accumulators); the block's 64 rows of x and 64
-// rows of w, all of k, sit in shared memory (rows padded by 16 bytes so the
-// ldmatrix reads of 8 rows hit distinct banks), so k <= kMaxSmallGemmK.
+// A block computes a kTileM x 64 tile of y with 4 warps and f32 accumulators
+// (mma.sync m16n8k16): tile 64 x 64 as 2 x 2 warps of 32 x 32, or tile 16 x
+// 64 as 1 x 4 warps of 16 x 16. The block's rows of x and 64 rows of w, all of
+// k, sit in shared memory (rows padded by 16 bytes so the ldmatrix reads of 8
+// rows hit distinct banks), so k <= kMaxSmallGemmK. The 16-row tile makes
+// four times the blocks and loads a quarter of the rows after the PDL wait:
+// RT-DETR's 300-row linears make 19 x 4 blocks (cuBLASLt's choice there is a
+// 16 x 64 tile too) instead of 5 x 4. Session 27 (H100, engine trace): the
+// 64 x 64 tile took 3.9-4.1 us a linear in the graph against cuBLASLt's
+// 3.0-3.6.
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.hpp"
@@ -25,26 +31,29 @@ namespace kiln::cuda {
 
 namespace {
 
-constexpr int kTileM = 64, kTileN = 64, kWarpsGemm = 4;
+constexpr int kTileN = 64, kWarpsGemm = 4;
 
 using dev::cp_async16;
 using dev::ldmatrix_x4;
 
-// Rows [r0, r0 + 64) of a [rows, k] matrix into a shared [64][ld] tile.
-template <typename T>
+// Rows [r0, r0 + kRows) of a [rows, k] matrix into a shared [kRows][ld] tile.
+template <int kRows, typename T>
 __device__ __forceinline__ void stage_rows(T* tile, int ld, const T* src, int rows, int r0, int k) {
   const int per_row = k / 8;  // 16-byte pieces
-  for (int i = threadIdx.x; i < 64 * per_row; i += blockDim.x) {
+  for (int i = threadIdx.x; i < kRows * per_row; i += blockDim.x) {
     const int r = i / per_row, c = (i % per_row) * 8;
     const bool valid = r0 + r < rows;
     cp_async16(tile + r * ld + c, src + (int64_t(valid ? r0 + r : 0) * k + c), valid);
   }
 }
 
-template <typename T, bool kRelu>
+template <typename T, int kTileM, bool kRelu>
 __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                                                      const T* __restrict__ b, T* __restrict__ y, int m,
                                                                      int n, int k) {
+  constexpr int kWarpsM = kTileM >= 64 ? 2 : 1, kWarpsN = kWarpsGemm / kWarpsM;
+  constexpr int kMi = kTileM / kWarpsM / 16, kNj = kTileN / kWarpsN / 8;  // m16 and n8 tiles a warp
+  static_assert(kMi >= 1 && kNj >= 2 && kNj % 2 == 0, "tile shape");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = k + 8;
   T* xs = reinterpret_cast<T*>(smem_raw);
@@ -52,16 +61,16 @@ __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __
   const int m0 = blockIdx.x * kTileM, n0 = blockIdx.y * kTileN;
   // The weights are constants: their panel is requested before the wait for
   // the kernel before this one.
-  stage_rows(ws, ld, w, n, n0, k);
+  stage_rows<kTileN>(ws, ld, w, n, n0, k);
   dev::cp_async_commit();
   dev::enter_grid();
-  stage_rows(xs, ld, x, m, m0, k);
+  stage_rows<kTileM>(xs, ld, x, m, m0, k);
   dev::cp_async_commit();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // this warp's 32 x 32 of the block's tile
-  float bias[4][2];
+  const int wm = (warp / kWarpsN) * (kMi * 16), wn = (warp % kWarpsN) * (kNj * 8);  // this warp's part of the tile
+  float bias[kNj][2];
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < kNj; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int col = n0 + wn + j * 8 + tig * 2 + e;
@@ -69,7 +78,7 @@ __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __
     }
   dev::cp_async_wait<0>();
   __syncthreads();
-  float acc[2][4][4] = {};
+  float acc[kMi][kNj][4] = {};
   // ldmatrix row addresses: A (16 x 16 at rows wm + 16 i): lanes 0-15 rows 0-15
   // at k, lanes 16-31 the same rows at k + 8; B (two n8 tiles x k16 at wn +
   // 16 p): lanes 0-7 n 0-7 at k, 8-15 n 0-7 at k + 8, 16-23 n 8-15 at k,
@@ -77,20 +86,20 @@ __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __
   const T* a_row = xs + (wm + (lane & 15)) * ld + (lane >> 4) * 8;
   const T* b_row = ws + (wn + (lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
   for (int kk = 0; kk < k; kk += 16) {
-    uint32_t a[2][4], bb[2][4];
+    uint32_t a[kMi][4], bb[kNj / 2][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) ldmatrix_x4(a[i], a_row + i * 16 * ld + kk);
+    for (int i = 0; i < kMi; ++i) ldmatrix_x4(a[i], a_row + i * 16 * ld + kk);
 #pragma unroll
-    for (int p = 0; p < 2; ++p) ldmatrix_x4(bb[p], b_row + p * 16 * ld + kk);
+    for (int p = 0; p < kNj / 2; ++p) ldmatrix_x4(bb[p], b_row + p * 16 * ld + kk);
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < kMi; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) dev::mma16816<T>(acc[i][j], a[i], bb[j >> 1][(j & 1) * 2], bb[j >> 1][(j & 1) * 2 + 1]);
+      for (int j = 0; j < kNj; ++j) dev::mma16816<T>(acc[i][j], a[i], bb[j >> 1][(j & 1) * 2], bb[j >> 1][(j & 1) * 2 + 1]);
   }
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kMi; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kNj; ++j) {
       const int col = n0 + wn + j * 8 + tig * 2;
       if (col >= n) continue;
 #pragma unroll
@@ -104,10 +113,26 @@ __global__ void __launch_bounds__(kWarpsGemm * 32) small_gemm_kernel(const T* __
     }
 }
 
+template <typename T, int kTileM>
+void launch_small_gemm(const T* x, const T* w, const T* b, T* y, int m, int n, int k, Activation act, cudaStream_t stream) {
+  static const bool opted = [] {
+    const int bytes = int(size_t(kTileM + kTileN) * (kMaxSmallGemmK + 8) * sizeof(T));
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_kernel<T, kTileM, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_kernel<T, kTileM, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)opted;
+  const size_t smem = size_t(kTileM + kTileN) * size_t(k + 8) * sizeof(T);
+  const dim3 grid(unsigned((m + kTileM - 1) / kTileM), unsigned((n + kTileN - 1) / kTileN));
+  auto* kernel = act == Activation::Relu ? small_gemm_kernel<T, kTileM, true> : small_gemm_kernel<T, kTileM, false>;
+  detail::launch("small_gemm", kernel, grid, kWarpsGemm * 32, smem, stream, x, w, b, y, m, n, k);
+}
+
 }  // namespace
 
-std::string small_gemm_unsupported(DType dt, int n, int k, Activation act) {
+std::string small_gemm_unsupported(DType dt, int64_t m, int n, int k, Activation act) {
   if (dt != DType::F16 && dt != DType::BF16) return cat("dtype ", dtype_name(dt), " (f16 or bf16)");
+  if (m <= 0 || m > kMaxSmallGemmRows) return cat("m ", m, " (1 to ", kMaxSmallGemmRows, " rows)");
   if (k <= 0 || k % 16 || k > kMaxSmallGemmK) return cat("k ", k, " (a multiple of 16 up to ", kMaxSmallGemmK, ")");
   if (n <= 0 || n % 8) return cat("n ", n, " (a multiple of 8)");
   if (act != Activation::None && act != Activation::Relu) return cat("activation ", activation_name(act), " (none or ReLU)");
@@ -115,26 +140,24 @@ std::string small_gemm_unsupported(DType dt, int n, int k, Activation act) {
 }
 
 void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
-                cudaStream_t stream) {
+                cudaStream_t stream, int tile_m) {
   if (m <= 0 || n <= 0) return;
-  if (const std::string why = small_gemm_unsupported(dt, n, k, act); !why.empty()) fail_runtime("cuda small_gemm: ", why);
+  if (const std::string why = small_gemm_unsupported(dt, m, n, k, act); !why.empty()) fail_runtime("cuda small_gemm: ", why);
   if (!detail::aligned16(x) || !detail::aligned16(w) || !detail::aligned16(y))
     fail_runtime("cuda small_gemm: operands not 16-byte aligned");
+  if (tile_m == 0) tile_m = 16;
+  if (tile_m != 16 && tile_m != 64) fail_runtime("cuda small_gemm: tile_m ", tile_m, " (16 or 64)");
   detail::dispatch_float(dt, "small_gemm", [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, float>) {
-      static const bool opted = [] {
-        const int bytes = int(size_t(kTileM + kTileN) * (kMaxSmallGemmK + 8) * sizeof(T));
-        KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        return true;
-      }();
-      (void)opted;
-      const size_t smem = size_t(kTileM + kTileN) * size_t(k + 8) * sizeof(T);
-      const dim3 grid(unsigned((m + kTileM - 1) / kTileM), unsigned((n + kTileN - 1) / kTileN));
-      auto* kernel = act == Activation::Relu ? small_gemm_kernel<T, true> : small_gemm_kernel<T, false>;
-      detail::launch("small_gemm", kernel, grid, kWarpsGemm * 32, smem, stream, static_cast<const T*>(x),
-                     static_cast<const T*>(w), static_cast<const T*>(b), static_cast<T*>(y), m, n, k);
+      auto* xt = static_cast<const T*>(x);
+      auto* wt = static_cast<const T*>(w);
+      auto* bt = static_cast<const T*>(b);
+      auto* yt = static_cast<T*>(y);
+      if (tile_m == 16)
+        launch_small_gemm<T, 16>(xt, wt, bt, yt, m, n, k, act, stream);
+      else
+        launch_small_gemm<T, 64>(xt, wt, bt, yt, m, n, k, act, stream);
     }
   });
 }
