@@ -29,7 +29,7 @@ enum class Switch : int {
   SideLane,    // CUDA: independent convs, pools and linears on a second stream inside the graph (auto: on)
   ConvKnobs,   // CUDA: knob variants (split-K, tiles, kernel configs) of cuDNN's first engines timed too (auto: on up to batch 4)
   GemmConv,    // CUDA: im2col + a cuBLASLt GEMM (split-K, epilogue) timed beside cuDNN's engines for dense convs (auto: off until measured)
-  SmallGemm,   // CUDA: kiln's small linear with PDL (small_gemm.cu) for every 16-bit linear it takes, k <= 512 (auto: off until measured)
+  SmallGemm,   // CUDA: kiln's small linear with PDL (small_gemm.cu) instead of cuBLASLt (auto: the shapes where it won in the graph; on: every 16-bit linear it takes)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

@@ -91,6 +91,21 @@ TEST(CudaSmallGemm, RefusesWhatItDoesNotTake) {
   CK(cudaDeviceSynchronize());
 }
 
+// The auto setting of switch small_gemm takes the shapes where it beat
+// cuBLASLt in the engine's graph (H100, session 27): RT-DETR's 300/400-row
+// projections with n 128-512 and k 256, not the FFN's 1024-wide first layer,
+// the 80-class head, k 512 or batch 8's rows. Host-side: no GPU needed.
+TEST(CudaSmallGemm, AutoTakesTheShapesWhereItWon) {
+  EXPECT_TRUE(small_gemm_preferred(300, 256, 256));   // out_proj, output_proj
+  EXPECT_TRUE(small_gemm_preferred(300, 512, 256));   // merged q/k
+  EXPECT_TRUE(small_gemm_preferred(300, 288, 256));   // sampling offsets + attention weights
+  EXPECT_TRUE(small_gemm_preferred(400, 256, 256));   // AIFI
+  EXPECT_FALSE(small_gemm_preferred(300, 1024, 256)); // fc1
+  EXPECT_FALSE(small_gemm_preferred(300, 80, 256));   // class_embed
+  EXPECT_FALSE(small_gemm_preferred(300, 256, 512));
+  EXPECT_FALSE(small_gemm_preferred(2400, 256, 256)); // batch 8
+}
+
 // Per launch, mean of 100: a chain of four dependent linears of each shape
 // (kiln's with PDL), as plain launches in a stream and as one CUDA graph
 // replayed, as the engine runs them. Session 26's plain-launch numbers had

@@ -16,7 +16,8 @@
 # About 3-4 minutes on an H200 (most of it the model build on the CPU and the fp16 tactic timing).
 # Environment: KILN_GPU_WORK (default /tmp/kiln_gpu_rtdetr) scratch folder; KILN_SKIP_BENCH=1 stops
 # after the checks (step 4 is for a quiet GPU: tools/gpu/speed.sh); KILN_PROFILE rounds
-# of the per-layer profile (default 20); KILN_BENCH_ARGS extra `kiln bench` flags. For a dry run
+# of the per-layer profile (default 20); KILN_BENCH_ARGS extra `kiln bench` flags; KILN_BUILD_FLAGS
+# extra `kiln build` flags for the fp16 bundle (e.g. "--enable small_gemm"). For a dry run
 # elsewhere: KILN_BIN (a kiln binary instead of the payload's), KILN_BACKEND (default cuda),
 # PYTHON (default python3; needs numpy, torch, transformers, PIL), e.g.
 #   KILN_BIN=build/kiln KILN_BACKEND=cpu PYTHON=/work/venv-ref/bin/python \
@@ -59,7 +60,7 @@ build() {  # build NAME ARGS...
   echo "built $name"
 }
 build fp32 --precision fp32 --batch 1 --opt-level 1
-build fp16 --precision fp16 --batch 1,8 --opt-level 3
+build fp16 --precision fp16 --batch 1,8 --opt-level 3 ${KILN_BUILD_FLAGS:-}
 
 echo "== checks"
 run() {  # run BUNDLE INPUT OUTDIR

@@ -384,6 +384,10 @@ void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, 
                 cudaStream_t stream, int tile_m = 0);
 // Why small_gemm does not take these operands ("" when it does).
 std::string small_gemm_unsupported(DType dt, int64_t m, int n, int k, Activation act);
+// Whether switch small_gemm's auto setting takes a linear of this shape (one
+// small_gemm_unsupported takes): the shapes where it beat cuBLASLt inside the
+// engine's graph (small_gemm.cu says which and by how much).
+bool small_gemm_preferred(int64_t m, int n, int k);
 
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by

@@ -321,11 +321,19 @@ void lower_Linear(Lowering& L, size_t ni) {
   const RowMajorIo io(L, {in0}, {out});
   const size_t scratch = io.scratch_bytes();
   const int64_t rows = shape_numel(xs) / ws[1];
-  // Switch small_gemm (auto: off, not yet measured in the graph): kiln's
-  // small linear with PDL for every 16-bit linear it takes, instead of
-  // cuBLASLt's timed algorithms (small_gemm.cu says why).
-  if (L.m.opts.switches.get(Switch::SmallGemm).value_or(false) && xdt == dt &&
-      small_gemm_unsupported(dt, rows, as_int(ws[0]), as_int(ws[1]), n.activation()).empty()) {
+  // Switch small_gemm: kiln's small linear with PDL (small_gemm.cu says why)
+  // instead of cuBLASLt's timed algorithms; on: every 16-bit linear it takes;
+  // auto: those of the shapes where it won in the graph (small_gemm_preferred)
+  // at build, and at load what the bundle recorded (a bundle built before the
+  // auto setting took it keeps its cuBLASLt algorithms).
+  const std::optional<bool> small = L.m.opts.switches.get(Switch::SmallGemm);
+  const auto small_auto = [&] {
+    const std::string rec = L.tactics.recorded(n.name);
+    return rec.empty() ? small_gemm_preferred(rows, as_int(ws[0]), as_int(ws[1])) : rec == "kiln small_gemm";
+  };
+  if (small.value_or(true) && xdt == dt &&
+      small_gemm_unsupported(dt, rows, as_int(ws[0]), as_int(ws[1]), n.activation()).empty() &&
+      (small.has_value() || small_auto())) {
     const void* w = L.weight(n.inputs[1]);
     const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
     const int m = as_int(rows), nn = as_int(ws[0]), k = as_int(ws[1]);

@@ -1,7 +1,7 @@
 // A small linear in one launch (kernels.hpp, small_gemm): y = act(x w^T + b)
 // for 16-bit x [m, k], w [n, k] (the IR's linear layout), b [n], f32 sums.
 //
-// Why our own kernel (an experiment, not yet taken by any lowering): RT-DETR's
+// Why our own kernel (switch small_gemm; auto: the shapes small_gemm_preferred names): RT-DETR's
 // decoder and AIFI run ~25 linears a call of 300-400 rows, k 256-512, whose
 // work is far below a microsecond, yet each cuBLASLt launch costs 3.2-4.4 us
 // in the graph (H100, session 26: 40 GEMMs, 156 us of a 731 us trace) - launch,
@@ -138,6 +138,15 @@ std::string small_gemm_unsupported(DType dt, int64_t m, int n, int k, Activation
   if (act != Activation::None && act != Activation::Relu) return cat("activation ", activation_name(act), " (none or ReLU)");
   return "";
 }
+
+// Session 27, H100, RT-DETR r18vd at batch 1 (bench/results/2026-12-06-session27, call 3): per
+// linear, the time it adds to the graph's call, small_gemm (16 x 64) against cuBLASLt: 300 rows
+// with n 256-512 and k 256 (out_proj, output_proj, the merged q/k and the sampling offsets and
+// weights) 2.1-2.6 against 3.0-3.7 us; n 1024 with ReLU (fc1) 5.2-6.5 against 3.7-3.8; n 80
+// (class_embed) 3.5 against 3.1. The probe (a replayed graph of four dependent launches) agrees
+// and adds k 512 (4.0 against 3.5) and 2400 rows (8.0 against 3.5). With every linear it takes
+// (switch on), the engine went 0.652 -> 0.639 ms.
+bool small_gemm_preferred(int64_t m, int n, int k) { return m <= 1024 && n >= 128 && n <= 512 && k <= 256; }
 
 void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
                 cudaStream_t stream, int tile_m) {

@@ -98,6 +98,14 @@ std::string LayerSignature::str() const {
   return s;
 }
 
+std::string TacticSelector::recorded(const std::string& node) const {
+  if (!recorded_) return "";
+  auto it = recorded_->find(node);
+  if (it == recorded_->end() || !it->is_object()) return "";
+  auto t = it->find("tactic");
+  return t != it->end() && t->is_string() ? recorded_tactic_name(t->get<std::string>()) : "";
+}
+
 std::string recorded_tactic_name(const std::string& recorded) {
   size_t cut = recorded.size();
   for (const char* mark : {" x", " +"}) cut = std::min(cut, recorded.find(mark));
@@ -172,15 +180,9 @@ TacticChoice TacticSelector::choose(const std::string& node, const LayerSignatur
     return c;
   };
   // 1. The bundle's record for this node.
-  if (recorded_) {
-    auto it = recorded_->find(node);
-    if (it != recorded_->end() && it->is_object()) {
-      auto t = it->find("tactic");
-      if (t != it->end() && t->is_string()) {
-        const int i = find_candidate(cands, recorded_tactic_name(t->get<std::string>()));
-        if (take(i)) return with_cached_us(i, "bundle");
-      }
-    }
+  if (const std::string t = recorded(node); !t.empty()) {
+    const int i = find_candidate(cands, t);
+    if (take(i)) return with_cached_us(i, "bundle");
   }
   // 2. The same layer timed earlier in this build, or in the tactic cache file.
   if (cached != cache_->end()) {

@@ -86,6 +86,8 @@ class TacticSelector {
   // Throws Error(Runtime) naming the node when no candidate prepares.
   TacticChoice choose(const std::string& node, const LayerSignature& sig, const std::vector<Candidate>& cands,
                       int heuristic = 0);
+  // The tactic the bundle recorded for `node` ("" when it recorded none).
+  std::string recorded(const std::string& node) const;
   int timed_layers() const { return timed_layers_; }
   bool timing() const { return timing_; }
   cudaStream_t stream() const { return stream_.s; }
