@@ -69,21 +69,34 @@ class LayerGrouping {
   std::vector<LayerGroup> groups_;
 };
 
-// Sums per group name (a group whose layers interleave with another's, as the
-// side lane's may, is one row), rows in LayerGrouping::order_rows's order.
-class GroupSums {
+// One JSON row per layer group (a group whose layers interleave with
+// another's, as the side lane's may, is one row), made from `fields` when the
+// group first comes; rows() orders them as LayerGrouping::order_rows does.
+class GroupRows {
  public:
-  size_t at(const std::string& group) {
-    auto it = std::find(names_.begin(), names_.end(), group);
-    if (it != names_.end()) return static_cast<size_t>(it - names_.begin());
-    names_.push_back(group);
-    return names_.size() - 1;
+  explicit GroupRows(const LayerGrouping& grouping) : grouping_(grouping) {}
+  nlohmann::json& row(const std::string& group, const nlohmann::json& fields) {
+    for (nlohmann::json& r : rows_)
+      if (r["group"] == group) return r;
+    rows_.push_back(fields);
+    rows_.back()["group"] = group;
+    return rows_.back();
   }
-  const std::vector<std::string>& names() const { return names_; }
+  nlohmann::json rows() const {
+    nlohmann::json out = rows_;
+    grouping_.order_rows(out);
+    return out;
+  }
 
  private:
-  std::vector<std::string> names_;
+  const LayerGrouping& grouping_;
+  nlohmann::json rows_ = nlohmann::json::array();
 };
+
+template <typename T>
+void add_to(nlohmann::json& row, const char* key, T v) {
+  row[key] = row[key].get<T>() + v;
+}
 
 // Layers carry "kernels" (the names of what one call launches for them) and
 // groups a kernel count where the backend lists them (CUDA); where its listing
@@ -92,28 +105,21 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
                                    const LayerGrouping& grouping = {}) {
   auto layers = profile_layers(ctx, inputs, rounds);
   nlohmann::json lj = nlohmann::json::array();
-  GroupSums groups;
-  std::map<size_t, double> ms;
-  std::map<size_t, int> counts, kernels;  // steps and kernels per group
+  GroupRows groups(grouping);  // ms, steps and (where listed) kernels per group
   const bool listed = std::any_of(layers.begin(), layers.end(), [](const LayerTime& l) { return !l.kernels.empty(); });
   double total = 0;
   for (const auto& l : layers) {
     nlohmann::json one = {{"name", l.name}, {"ms", l.ms}};
     if (listed) one["kernels"] = l.kernels;
     lj.push_back(std::move(one));
-    const size_t g = groups.at(grouping(l.name));
-    ms[g] += l.ms;
-    ++counts[g];
-    kernels[g] += static_cast<int>(l.kernels.size());
+    nlohmann::json& g = groups.row(grouping(l.name), listed ? nlohmann::json{{"ms", 0.0}, {"steps", 0}, {"kernels", 0}}
+                                                            : nlohmann::json{{"ms", 0.0}, {"steps", 0}});
+    add_to(g, "ms", l.ms);
+    add_to(g, "steps", 1);
+    if (listed) add_to(g, "kernels", static_cast<int>(l.kernels.size()));
     total += l.ms;
   }
-  nlohmann::json gj = nlohmann::json::array();
-  for (size_t i = 0; i < groups.names().size(); ++i) {
-    gj.push_back({{"group", groups.names()[i]}, {"ms", ms[i]}, {"steps", counts[i]}});
-    if (listed) gj.back()["kernels"] = kernels[i];
-  }
-  grouping.order_rows(gj);
-  nlohmann::json out = {{"rounds", rounds}, {"total_ms", total}, {"groups", gj}, {"layers", lj}};
+  nlohmann::json out = {{"rounds", rounds}, {"total_ms", total}, {"groups", groups.rows()}, {"layers", lj}};
   for (const auto& l : layers)
     if (!l.kernels_unavailable.empty()) {  // the listing failed; the times stand
       out["kernels_unavailable"] = l.kernels_unavailable;
@@ -138,8 +144,8 @@ inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& groupi
     return out;
   }
   if (!t.note.empty()) out["note"] = t.note;
-  nlohmann::json spans = nlohmann::json::array(), groups = nlohmann::json::array();
-  GroupSums names;
+  nlohmann::json spans = nlohmann::json::array();
+  GroupRows groups(grouping);
   double busy = 0, gaps = 0, end = 0;
   for (size_t k = 0; k < t.spans.size(); ++k) {
     const KernelSpan& s = t.spans[k];
@@ -148,20 +154,17 @@ inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& groupi
     if (k > 0 && s.start_us > end) gaps += s.start_us - end;
     const double adds = k == 0 ? s.start_us + s.us : std::max(0.0, s.start_us + s.us - end);
     end = std::max(end, s.start_us + s.us);
-    const size_t i = names.at(s.step.empty() ? "?" : grouping(s.step));
-    if (i == groups.size())
-      groups.push_back({{"group", names.names()[i]}, {"start_us", s.start_us}, {"us", 0.0}, {"busy_us", 0.0}, {"launches", 0}});
-    nlohmann::json& g = groups[i];
-    g["us"] = g["us"].get<double>() + adds;
-    g["busy_us"] = g["busy_us"].get<double>() + s.us;
-    g["launches"] = g["launches"].get<int>() + 1;
+    nlohmann::json& g = groups.row(s.step.empty() ? "?" : grouping(s.step),
+                                   {{"start_us", s.start_us}, {"us", 0.0}, {"busy_us", 0.0}, {"launches", 0}});
+    add_to(g, "us", adds);
+    add_to(g, "busy_us", s.us);
+    add_to(g, "launches", 1);
   }
   out["launches"] = t.spans.size();
   out["span_us"] = end;
   out["busy_us"] = busy;
   out["gaps_us"] = gaps;
-  grouping.order_rows(groups);
-  out["groups"] = groups;
+  out["groups"] = groups.rows();
   out["spans"] = spans;
   return out;
 }

@@ -327,17 +327,17 @@ void lower_Linear(Lowering& L, size_t ni) {
   // at build, and at load what the bundle recorded (a bundle built before the
   // auto setting took it keeps its cuBLASLt algorithms).
   const std::optional<bool> small = L.m.opts.switches.get(Switch::SmallGemm);
+  const int nn = as_int(ws[0]), k = as_int(ws[1]);
+  const Activation act = n.activation();
   const auto small_auto = [&] {
     const std::string rec = L.tactics.recorded(n.name);
-    return rec.empty() ? small_gemm_preferred(rows, as_int(ws[0]), as_int(ws[1])) : rec == "kiln small_gemm";
+    return rec.empty() ? small_gemm_preferred(rows, nn, k) : rec == "kiln small_gemm";
   };
-  if (small.value_or(true) && xdt == dt &&
-      small_gemm_unsupported(dt, rows, as_int(ws[0]), as_int(ws[1]), n.activation()).empty() &&
+  if (small.value_or(true) && xdt == dt && small_gemm_unsupported(dt, rows, nn, k, act).empty() &&
       (small.has_value() || small_auto())) {
     const void* w = L.weight(n.inputs[1]);
     const void* b = has_bias ? L.weight(n.inputs[2]) : nullptr;
-    const int m = as_int(rows), nn = as_int(ws[0]), k = as_int(ws[1]);
-    const Activation act = n.activation();
+    const int m = as_int(rows);
     L.record(n.name, "kiln small_gemm");
     L.reserve_workspace(scratch);
     L.step(io.kernel("kiln small_gemm"), [=](const Exec& x) {
@@ -347,7 +347,7 @@ void lower_Linear(Lowering& L, size_t ni) {
     });
     return;
   }
-  auto owned = std::make_unique<LinearOp>(L.m.lt.h, xdt, as_int(rows), as_int(ws[1]), as_int(ws[0]), has_bias, n.activation(),
+  auto owned = std::make_unique<LinearOp>(L.m.lt.h, xdt, as_int(rows), k, nn, has_bias, act,
                                           L.m.opts.allow_tf32, dt);
   LinearOp* op = owned.get();
   L.p.linears.push_back(std::move(owned));
