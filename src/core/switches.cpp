@@ -8,7 +8,8 @@ namespace {
 constexpr std::array<const char*, kSwitchCount> kNames = {"fuse_se",    "fuse_se_mul", "window_conv", "cuda_views",
                                                           "fuse_split", "pdl",         "fuse_add",    "fp8_one_kernel",
                                                           "fuse_mlp",   "igemm_conv", "side_lane",
-                                                          "conv_knobs", "gemm_conv",  "small_gemm"};
+                                                          "conv_knobs", "gemm_conv",  "small_gemm",
+                                                          "linear_norm"};
 
 std::optional<Switch> find_switch(std::string_view name) {
   for (int i = 0; i < kSwitchCount; ++i)

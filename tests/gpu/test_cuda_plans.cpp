@@ -590,7 +590,7 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
   auto plan = [](const Graph& g, GraphFacts& f) {
     plan_wide_linears(g, f);
     plan_norm_adds(g, f);
-    plan_mlp_chains(g, f, 132, true);  // an H100's or H200's multiprocessors; switch fuse_mlp on
+    plan_mlp_chains(g, f, 132, true, true, LinearNormRule{});  // an H100's or H200's multiprocessors; switch fuse_mlp on
   };
   for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) {
     const GraphFacts f = planned(g, plan);
@@ -676,6 +676,64 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
   });
 }
 
+// RT-DETR v2 on CUDA (linear.cpp, plan_mlp_chains, switch linear_norm): by
+// default each post-norm's one projection (AIFI's and every decoder layer's
+// self_attn out_proj, the deformable attention's output_proj) runs inside its
+// layer norm's launch as small_gemm_norm where that kernel takes its shape (d
+// model a multiple of 16, k <= 256): the linear fused away, its input live
+// until the norm. The FFN (two linears) never does; f32 graphs never do. Off:
+// none; over max_rows rows: none; at load exactly the norms the plan names.
+TEST(MlpChainPlan, RtDetrPostNormProjectionsRunAsSmallGemmNorm) {
+  static LinearNormRule rule;
+  auto plan = [](const Graph& g, GraphFacts& f) {
+    plan_wide_linears(g, f);
+    plan_norm_adds(g, f);
+    plan_box_refines(g, f);
+    plan_mlp_chains(g, f, 132, true, false, rule);
+  };
+  for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) {
+    rule = LinearNormRule{};
+    const GraphFacts f = planned(g, plan);
+    size_t expected = 0;
+    std::string some;
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+      const Node& n = g.nodes[ni];
+      if (n.op != Op::LayerNorm || !(n.name.ends_with("self_attn_layer_norm") || n.name.ends_with("encoder_attn_layer_norm")))
+        continue;
+      const int64_t c = g.values[n.outputs[0]].shape.back();
+      const bool takes = dt != DType::F32 && c % 16 == 0;
+      expected += takes;
+      EXPECT_EQ(f.linear_norms.count(ni), takes ? 1u : 0u) << name << " " << n.name;
+      if (!takes) continue;
+      some = n.name;
+      ASSERT_EQ(f.mlp_chains.count(ni), 1u) << n.name;
+      const std::vector<size_t>& chain = f.mlp_chains.at(ni);
+      ASSERT_EQ(chain.size(), 1u) << n.name;
+      const Node& lin = g.nodes[chain[0]];
+      EXPECT_TRUE(lin.name.ends_with(".out_proj") || lin.name.ends_with(".output_proj")) << lin.name;
+      EXPECT_TRUE(f.fused_away[chain[0]]) << lin.name;
+      EXPECT_GE(f.live_until.at(lin.inputs[0]), static_cast<int>(ni)) << lin.name;
+    }
+    EXPECT_EQ(f.linear_norms.size(), expected) << name;
+    for (size_t ln : f.linear_norms) EXPECT_FALSE(g.nodes[ln].name.ends_with("final_layer_norm")) << g.nodes[ln].name;
+    rule.on = false;
+    EXPECT_TRUE(planned(g, plan).linear_norms.empty()) << name;
+    rule = LinearNormRule{};
+    rule.max_rows = 1;
+    EXPECT_TRUE(planned(g, plan).linear_norms.empty()) << name;
+    if (some.empty()) return;
+    const std::set<std::string> recorded = {some};
+    rule = LinearNormRule{};
+    rule.recorded = &recorded;
+    const GraphFacts r = planned(g, plan);
+    ASSERT_EQ(r.linear_norms.size(), 1u) << name;
+    EXPECT_EQ(g.nodes[*r.linear_norms.begin()].name, some) << name;
+    const std::set<std::string> none;
+    rule.recorded = &none;  // a plan from before the switch: none, whatever the rule would take
+    EXPECT_TRUE(planned(g, plan).linear_norms.empty()) << name;
+  });
+}
+
 // RT-DETR v2 on CUDA (linear.cpp, plan_mlp_chains' links): in 16-bit graphs
 // the box head chain before each query position head (the encoder's head
 // before the first decoder layer, layer i's box head before layer i + 1's),
@@ -689,7 +747,7 @@ TEST(MlpChainPlan, RtDetrBoxHeadRefinementAndNextQueryPositionAreOneLaunch) {
     plan_wide_linears(g, f);
     plan_norm_adds(g, f);
     plan_box_refines(g, f);
-    plan_mlp_chains(g, f, 132, false);  // the default: switch fuse_mlp auto
+    plan_mlp_chains(g, f, 132, true, false, LinearNormRule{});  // the default: switch fuse_mlp auto
   };
   for_each_rtdetr_graph([&](const std::string& name, DType dt, Graph& g) {
     const GraphFacts f = planned(g, plan);

@@ -2,6 +2,8 @@
 // 16-bit operands widened, sums in double, bias and ReLU, then rounded to the
 // storage type; and refusals of what it does not take. The probe times it
 // against cuBLASLt's LinearOp on RT-DETR's batch-1 linears (printed only).
+// small_gemm_norm (a post-norm's projection, residual add and layer norm in
+// one launch) against the unfused kernels it replaces, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -153,6 +155,159 @@ TEST(CudaSmallGemmPerf, RtDetrLinears) {
                 c.m, c.n, c.k, c.act == Activation::Relu ? "relu" : "", mean_launch_us(st, ours(16)) / 4,
                 mean_graph_us(st, ours(16)) / 4, mean_launch_us(st, ours(64)) / 4, mean_graph_us(st, ours(64)) / 4,
                 mean_launch_us(st, lib) / 4, mean_graph_us(st, lib) / 4);
+  }
+  CK(cudaStreamSynchronize(st));
+  cublasLtDestroy(lt);
+  cudaStreamDestroy(st);
+}
+
+struct NormCase {
+  int m, n, k;
+  Activation act;
+  bool bias, norm_affine, pos, widen;
+};
+
+// small_gemm_norm gives the bits of the steps it replaces: small_gemm (the
+// linear), the residual add (inside layer_norm_rows' x2) and layer_norm_rows
+// with its position add and f32 copy. Rows of RT-DETR's out_proj and
+// output_proj (300 / 400 x 256 x 256), tails of a 16-row block, the narrow
+// widths (16, 48: two warps ... three) and ReLU.
+TEST(CudaSmallGemmNorm, GivesTheBitsOfTheUnfusedSteps) {
+  KILN_REQUIRE_GPU();
+  const std::vector<NormCase> cases = {
+      {300, 256, 256, Activation::None, true, true, true, false},  // a decoder layer's self_attn out_proj + norm + query pos
+      {400, 256, 256, Activation::None, true, true, false, true},  // AIFI, with an f32 copy
+      {33, 128, 64, Activation::Relu, true, false, true, true},    // 4 warps of 32 columns, no norm weight or bias
+      {17, 48, 32, Activation::None, false, true, false, false},   // 3 warps of 16 columns, no bias
+      {5, 16, 16, Activation::None, true, true, true, true},       // the smallest: one warp
+      {2400, 256, 256, Activation::None, true, true, true, false}, // batch 8's rows
+  };
+  for (DType dt : {DType::F16, DType::BF16})
+    for (const NormCase& c : cases) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " m " + std::to_string(c.m) + " n " + std::to_string(c.n) + " k " +
+                   std::to_string(c.k));
+      const size_t mn = size_t(c.m) * c.n;
+      const auto x = upload(random_values(size_t(c.m) * c.k, 31, -1.f, 1.f), dt);
+      const auto w = upload(random_values(size_t(c.n) * c.k, 32, -0.2f, 0.2f), dt);
+      const auto b = upload(random_values(size_t(c.n), 33, -0.5f, 0.5f), dt);
+      const auto res = upload(random_values(mn, 34, 1.f, 3.f), dt);  // a mean away from 0: the subtraction matters
+      const auto lw = upload(random_values(size_t(c.n), 35, 0.5f, 1.5f), dt);
+      const auto lb = upload(random_values(size_t(c.n), 36, -0.5f, 0.5f), dt);
+      const auto pos = upload(random_values(mn, 37, -1.f, 1.f), dt);
+      const auto lin = alloc(mn, dt);
+      LayerNormIo io;
+      io.x2 = res->ptr();
+      if (c.norm_affine) io.weight = lw->ptr(), io.bias = lb->ptr();
+      if (c.pos) io.pos = pos->ptr();
+      // The unfused steps.
+      const auto y0 = alloc(mn, dt), yp0 = alloc(mn, dt), yf0 = alloc(mn, DType::F32);
+      small_gemm(x->ptr(), w->ptr(), c.bias ? b->ptr() : nullptr, lin->ptr(), dt, c.m, c.n, c.k, c.act, nullptr);
+      LayerNormIo u = io;
+      u.x = lin->ptr(), u.y = y0->ptr();
+      if (c.pos) u.y_pos = yp0->ptr();
+      if (c.widen) u.y_f32 = static_cast<float*>(yf0->ptr());
+      layer_norm_rows(u, dt, c.m, c.n, 1e-5f, nullptr);
+      // One launch.
+      const auto y1 = alloc(mn, dt), yp1 = alloc(mn, dt), yf1 = alloc(mn, DType::F32);
+      LayerNormIo f = io;
+      f.y = y1->ptr();
+      if (c.pos) f.y_pos = yp1->ptr();
+      if (c.widen) f.y_f32 = static_cast<float*>(yf1->ptr());
+      small_gemm_norm(x->ptr(), w->ptr(), c.bias ? b->ptr() : nullptr, dt, c.m, c.n, c.k, c.act, f, 1e-5f, nullptr);
+      CK(cudaDeviceSynchronize());
+      const auto same = [&](const DevBuf& want, const DevBuf& got, DType t, const char* what) {
+        const auto a = download(want.ptr(), mn, t), g = download(got.ptr(), mn, t);
+        size_t diff = 0, first = mn;
+        for (size_t i = 0; i < mn; ++i)
+          if (!(std::isfinite(a[i]) && a[i] == g[i])) {
+            ++diff;
+            if (first == mn) first = i;
+          }
+        EXPECT_EQ(diff, 0u) << what << ": first at row " << first / c.n << " column " << first % c.n << " (" << a[first % mn]
+                            << " unfused, " << g[first % mn] << " fused)";
+      };
+      same(*y0, *y1, dt, "y");
+      if (c.pos) same(*yp0, *yp1, dt, "y + pos");
+      if (c.widen) same(*yf0, *yf1, DType::F32, "f32(y)");
+    }
+}
+
+// Host-side rules (no GPU needed).
+TEST(CudaSmallGemmNorm, RulesNameWhatItDoesNotTake) {
+  EXPECT_EQ(small_gemm_norm_unsupported(DType::F16, 300, 256, 256, Activation::None), "");
+  EXPECT_EQ(small_gemm_norm_unsupported(DType::BF16, 4096, 16, 16, Activation::Relu), "");
+  EXPECT_NE(small_gemm_norm_unsupported(DType::F32, 300, 256, 256, Activation::None), "");
+  EXPECT_EQ(small_gemm_norm_unsupported(DType::F16, 300, 256, 512, Activation::None), "k 512 (a multiple of 16 up to 256)");
+  EXPECT_EQ(small_gemm_norm_unsupported(DType::F16, 300, 264, 256, Activation::None), "n 264 (a multiple of 16 up to 256)");
+  EXPECT_NE(small_gemm_norm_unsupported(DType::F16, 300, 24, 256, Activation::None), "");  // n not a multiple of 16
+  EXPECT_NE(small_gemm_norm_unsupported(DType::F16, 300, 256, 24, Activation::None), "");  // k not a multiple of 16
+  EXPECT_NE(small_gemm_norm_unsupported(DType::F16, 300, 256, 256, Activation::Gelu), "");
+  EXPECT_NE(small_gemm_norm_unsupported(DType::F16, kMaxSmallGemmRows + 1, 256, 256, Activation::None), "");
+}
+
+TEST(CudaSmallGemmNorm, RefusesWhatItDoesNotTake) {
+  KILN_REQUIRE_GPU();
+  const auto x = alloc(size_t(64) * 256, DType::F16), w = alloc(size_t(256) * 256, DType::F16),
+             r = alloc(size_t(64) * 256, DType::F16), y = alloc(size_t(64) * 256, DType::F16);
+  LayerNormIo io;
+  io.x2 = r->ptr(), io.y = y->ptr();
+  EXPECT_THROW(small_gemm_norm(x->ptr(), w->ptr(), nullptr, DType::F16, 8, 256, 512, Activation::None, io, 1e-5f, nullptr), Error);
+  LayerNormIo no_res = io;
+  no_res.x2 = nullptr;
+  EXPECT_THROW(small_gemm_norm(x->ptr(), w->ptr(), nullptr, DType::F16, 8, 256, 256, Activation::None, no_res, 1e-5f, nullptr),
+               Error);
+  LayerNormIo odd = io;
+  odd.y = static_cast<char*>(y->ptr()) + 2;  // off 16 bytes
+  EXPECT_THROW(small_gemm_norm(x->ptr(), w->ptr(), nullptr, DType::F16, 8, 256, 256, Activation::None, odd, 1e-5f, nullptr), Error);
+  CK(cudaDeviceSynchronize());
+}
+
+// Per launch in a replayed graph (four dependent rounds), f16: small_gemm_norm
+// against small_gemm + layer_norm_rows (residual and position add inside) and
+// cuBLASLt + layer_norm_rows, on RT-DETR's post-norm projections (printed only).
+TEST(CudaSmallGemmNormPerf, RtDetrPostNorms) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cublasLtHandle_t lt = nullptr;
+  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+  const DevBuf ws(LinearOp::kMaxWorkspace);
+  const DType dt = DType::F16;
+  std::printf("post-norm projection + residual layer norm per round (us; graph of four dependent rounds / 4), f16\n");
+  for (const int m : {300, 400, 2400}) {
+    const int n = 256, k = 256;
+    const size_t mn = size_t(m) * n;
+    const auto a = upload(random_values(mn, 41, -1.f, 1.f), dt), bb = alloc(mn, dt), lin = alloc(mn, dt);
+    const auto w = upload(random_values(size_t(n) * k, 42, -0.1f, 0.1f), dt), b = upload(random_values(size_t(n), 43), dt);
+    const auto lw = upload(random_values(size_t(n), 44, 0.5f, 1.5f), dt), lb = upload(random_values(size_t(n), 45), dt);
+    const auto res = upload(random_values(mn, 46), dt), pos = upload(random_values(mn, 47), dt), yp = alloc(mn, dt);
+    LinearOp op(lt, dt, m, k, n, true, Activation::None);
+    const auto io_for = [&](int r) {
+      LayerNormIo io;
+      io.x2 = res->ptr(), io.weight = lw->ptr(), io.bias = lb->ptr(), io.pos = pos->ptr(), io.y_pos = yp->ptr();
+      io.y = r % 2 ? a->ptr() : bb->ptr();
+      return io;
+    };
+    const auto fused = [&] {
+      for (int r = 0; r < 4; ++r)
+        small_gemm_norm(r % 2 ? bb->ptr() : a->ptr(), w->ptr(), b->ptr(), dt, m, n, k, Activation::None, io_for(r), 1e-5f, st);
+    };
+    const auto two = [&](bool library) {
+      return [&, library] {
+        for (int r = 0; r < 4; ++r) {
+          const void* x = r % 2 ? bb->ptr() : a->ptr();
+          if (library)
+            op.run(x, w->ptr(), b->ptr(), lin->ptr(), ws.ptr(), LinearOp::kMaxWorkspace, st);
+          else
+            small_gemm(x, w->ptr(), b->ptr(), lin->ptr(), dt, m, n, k, Activation::None, st);
+          LayerNormIo io = io_for(r);
+          io.x = lin->ptr();
+          layer_norm_rows(io, dt, m, n, 1e-5f, st);
+        }
+      };
+    };
+    std::printf("  m %4d n %d k %d  small_gemm_norm %6.2f   small_gemm + norm %6.2f   cuBLASLt + norm %6.2f\n", m, n, k,
+                mean_graph_us(st, fused) / 4, mean_graph_us(st, two(false)) / 4, mean_graph_us(st, two(true)) / 4);
   }
   CK(cudaStreamSynchronize(st));
   cublasLtDestroy(lt);

@@ -17,6 +17,8 @@
 //  - chains of small linears (RT-DETR's query position and box heads; CUDA:
 //    one mlp_chain launch, plan_mlp_chains), and a box head, the box
 //    refinement and the next query position head with its sum (one launch)
+//  - a post-norm's one projection with the residual layer norm (CUDA: one
+//    small_gemm_norm launch, switch linear_norm)
 //  - RT-DETR's FPN upsample read by a concat (CUDA: inside the concat's launch,
 //    plan_upsample_concats), and one that is also an output (its own launch)
 #include <cmath>
@@ -299,6 +301,37 @@ void add_group_cases(std::vector<OpCase>& out) {
         std::vector<int> outs = {y};
         if (ch.pos) outs.push_back(gr.b.node(Op::Add, "pos_add", {y, gr.b.input("pos", {n, ch.rows, c})}));
         if (ch.widen && dt != DType::F32) outs.push_back(gr.b.node(Op::Cast, "norm.to_f32", {y}, {{"dtype", std::string("f32")}}));
+        gr.c.graph = gr.b.finish(outs);
+        mark_fusions(gr.c.graph, FusionOptions{});
+        out.push_back(std::move(gr.c));
+      }
+      // A post-norm's one projection: y = layer_norm(h + L(x)) (+ query
+      // position, + f32 copy) at r18vd's widths (300 decoder queries, 400 AIFI
+      // tokens) and a narrow one with ReLU. CUDA (16-bit, switch linear_norm on
+      // in the harness): one small_gemm_norm launch (small_gemm.cu).
+      struct LinearNorm {
+        const char* tag;
+        int64_t rows, k, c;
+        bool relu, pos, widen;
+      };
+      for (const LinearNorm& ln : {LinearNorm{"out_proj", 300, 256, 256, false, true, false},
+                                   LinearNorm{"aifi", 400, 256, 256, false, false, true},
+                                   LinearNorm{"narrow_relu", 33, 64, 48, true, true, true}}) {
+        Group gr("linear_norm", std::string(ln.tag) + "_" + bt, dt);
+        const float wr = 1.7f / std::sqrt(static_cast<float>(ln.k));
+        Attrs a;
+        if (ln.relu) a["activation"] = std::string("relu");
+        const int proj = gr.b.node(Op::Linear, "out_proj",
+                                   {gr.b.input("x", {n, ln.rows, ln.k}), gr.b.weight("w", {ln.c, ln.k}, -wr, wr),
+                                    gr.b.weight("b", {ln.c}, -0.3f, 0.3f)},
+                                   a);
+        const int sum = gr.b.node(Op::Add, "residual", {gr.b.input("h", {n, ln.rows, ln.c}), proj});
+        const int y = gr.b.node(Op::LayerNorm, "norm",
+                                {sum, gr.b.weight("ln.w", {ln.c}, 0.5f, 1.5f), gr.b.weight("ln.b", {ln.c}, -0.5f, 0.5f)},
+                                {{"eps", 1e-5}});
+        std::vector<int> outs = {y};
+        if (ln.pos) outs.push_back(gr.b.node(Op::Add, "pos_add", {y, gr.b.input("pos", {n, ln.rows, ln.c})}));
+        if (ln.widen && dt != DType::F32) outs.push_back(gr.b.node(Op::Cast, "norm.to_f32", {y}, {{"dtype", std::string("f32")}}));
         gr.c.graph = gr.b.finish(outs);
         mark_fusions(gr.c.graph, FusionOptions{});
         out.push_back(std::move(gr.c));

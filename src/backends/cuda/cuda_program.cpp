@@ -3,6 +3,7 @@
 // recorded plan), plans memory, then lowers every node through its op's
 // lowering (lower.hpp) with tactics from the one selector (tactics.hpp).
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -193,8 +194,32 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   // head's chain took 7.6-8.0 us against ~11 us for its three GEMMs, but
   // out_proj + layer norm 7.7-10 us against 5.6, the FFN with its norm
   // 16.6-18.5 against 10.2; at batch 8 (no cluster) chains lost too.
-  if (const std::optional<bool> mlp = sw.get(Switch::FuseMlp); mlp.value_or(true))
-    plan_mlp_chains(g, f, device_sm_count(), mlp.value_or(false));
+  // A post-norm's one projection as small_gemm_norm (switch linear_norm,
+  // linear.cpp): at build by the rule, at load as the plan records it (a plan
+  // from before it, with no `linear_norm` key: none).
+  const std::optional<bool> mlp = sw.get(Switch::FuseMlp), lnorm = sw.get(Switch::LinearNorm);
+  std::set<std::string> recorded_norms;
+  LinearNormRule rule;
+  if (plan) {
+    rule.recorded = &recorded_norms;
+    if (const auto it = plan->find("linear_norm"); it != plan->end()) {
+      if (!it->is_array()) fail_input(where, ": 'linear_norm' is not a list of layer names");
+      for (const auto& name : *it) {
+        if (!name.is_string()) fail_input(where, ": 'linear_norm' is not a list of layer names");
+        recorded_norms.insert(name.get<std::string>());
+      }
+    }
+  } else {
+    rule.on = lnorm.value_or(true);
+    if (lnorm.has_value()) rule.max_rows = std::numeric_limits<int64_t>::max();
+  }
+  if (mlp.value_or(true) || rule.on || !recorded_norms.empty())
+    plan_mlp_chains(g, f, device_sm_count(), mlp.value_or(true), mlp.value_or(false), rule);
+  for (const std::string& name : recorded_norms) {
+    bool planned = false;
+    for (size_t ln : f.linear_norms) planned |= g.nodes[ln].name == name;
+    if (!planned) fail_input(where, " runs ", name, " as small_gemm_norm, which this graph cannot (rebuild the bundle)");
+  }
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs
@@ -262,6 +287,8 @@ void plan_program_memory(CudaEngine::Program& p, const Graph& g, const GraphFact
   p.output_from.clear();
   for (int v : g.outputs) p.output_from.push_back(f.output_from.count(v) ? f.output_from.at(v) : v);
   p.channel_views = f.use_views;
+  p.linear_norms.clear();
+  for (size_t ln : f.linear_norms) p.linear_norms.push_back(g.nodes[ln].name);
   for (size_t i = 0; i < f.blocks.size(); ++i)
     if (f.window[i]) p.window_blocks.push_back(f.blocks[i].name);
   p.blocks = f.blocks, p.block_windows = f.block_windows;
@@ -299,6 +326,7 @@ nlohmann::json CudaEngine::Program::plan_json() const {
       values[shaped.values[v].name] = {memory.offsets[v], view_bytes.empty() ? 0 : view_bytes[v]};
   nlohmann::json j = {{"window_conv", window_blocks}, {"channel_views", channel_views}, {"arena_bytes", memory.arena_bytes},
                       {"workspace_bytes", workspace_bytes}, {"steps", step_list}, {"values", values}};
+  j["linear_norm"] = linear_norms;
   if (side_lane_planned) {
     nlohmann::json runs = nlohmann::json::array();
     for (const SideLaneRun& r : side_runs) runs.push_back({{"steps", r.steps}, {"fork", r.fork_step}, {"join", r.join_step}});

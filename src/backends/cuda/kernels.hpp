@@ -389,6 +389,23 @@ std::string small_gemm_unsupported(DType dt, int64_t m, int n, int k, Activation
 // engine's graph (small_gemm.cu says which and by how much).
 bool small_gemm_preferred(int64_t m, int n, int k);
 
+// A post-norm's projection, its residual add and the layer norm in one launch
+// (small_gemm.cu, small_gemm_norm; plan_mlp_chains plans it as a one-linear
+// chain inside the norm): z = T(T(act(x [m, k] w [n, k]^T + b)) + io.x2), then
+// io.y = layer_norm(z) with io.weight, io.bias (T or null) and eps, and
+// io.y_pos = T(y + io.pos), io.y_f32 = f32(y) where given: the bits of
+// small_gemm (f32 sums, one rounding), the add step and layer_norm_rows.
+// f16/bf16; m up to kMaxSmallGemmRows, k a multiple of 16 up to
+// kMaxSmallGemmNormK, n a multiple of 16 up to kMaxSmallGemmNormWidth (one
+// block holds all of w and 16 whole rows), act none or ReLU, every pointer
+// 16-byte aligned. io.x is unused.
+inline constexpr int kMaxSmallGemmNormK = 256;
+inline constexpr int kMaxSmallGemmNormWidth = 256;
+void small_gemm_norm(const void* x, const void* w, const void* b, DType dt, int m, int n, int k, Activation act,
+                     const LayerNormIo& io, float eps, cudaStream_t stream);
+// Why small_gemm_norm does not take these operands ("" when it does).
+std::string small_gemm_norm_unsupported(DType dt, int64_t m, int n, int k, Activation act);
+
 // top_k along extent of x seen as [outer, extent, inner] (top_k.cu): values
 // [outer, k, inner] in dt, indices (int64) likewise, sorted, equal values by
 // smaller index first, NaN above every number; one block per row (radix select

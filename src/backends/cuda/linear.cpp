@@ -103,6 +103,34 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned)
   const DType dt = g.values[x].dtype;
   const int64_t k0 = g.values[g.nodes[chain.front()].inputs[1]].shape[1];
   const int64_t rows = shape_numel(g.values[x].shape) / k0;
+  const ValuePtr ptr = L.ptr;
+  const int k = as_int(k0);
+  const Node& ln = g.nodes[at];
+  if (L.f.linear_norms.count(at)) {
+    const NormAdds adds = L.f.norm_adds.at(at);
+    const Operand res = operand(L, other_input(g.nodes[adds.residual], g.nodes[chain.back()].outputs[0]));
+    const NormOperands o = norm_operands(L, at, &adds);
+    // small_gemm_norm (switch linear_norm): one plain block per 16 rows, the
+    // weights as the graph holds them (the engine's copy in dt).
+    const Node& lin = g.nodes[chain.front()];
+    const Shape ws = g.values[lin.inputs[1]].shape;
+    const int n = as_int(ws[0]), m = as_int(rows);
+    const Activation act = lin.activation();
+    if (const std::string why = small_gemm_norm_unsupported(dt, rows, n, k, act); !why.empty())
+      fail_input(ln.name, ": the bundle runs ", lin.name, " inside it as small_gemm_norm, which does not take it here: ", why);
+    const void* w = L.weight(lin.inputs[1]);
+    const void* b = lin.inputs.size() > 2 ? L.weight(lin.inputs[2]) : nullptr;
+    L.record(lin.name, cat("inside ", ln.name, " (small_gemm_norm, no launch of its own)"));
+    L.record(ln.name, cat("kiln small_gemm_norm: ", lin.name, " with the residual layer norm"));
+    L.step("kiln small_gemm_norm", [=](const Exec& e) {
+      LayerNormIo io;
+      io.x2 = res(e);
+      o.fill(e, io);
+      io.y = ptr(e, y);
+      small_gemm_norm(ptr(e, x), w, b, dt, m, n, k, act, io, o.eps, e.stream);
+    });
+    return;
+  }
   std::vector<MlpChainLayer> layers(chain.size());
   for (size_t l = 0; l < chain.size(); ++l) {
     const Node& n = g.nodes[chain[l]];
@@ -129,9 +157,6 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned)
     if (chain[l] != at) L.record(n.name, cat("inside ", g.nodes[at].name, " (mlp_chain, no launch of its own)"));
   }
   const int cluster = mlp_chain_cluster(rows, device_sm_count());
-  const ValuePtr ptr = L.ptr;
-  const int k = as_int(k0);
-  const Node& ln = g.nodes[at];
   if (ln.op != Op::LayerNorm) {
     std::string what = cat("mlp_chain of ", chain.size(), " linears"), kernel = "mlp_chain";
     // plan_mlp_chains' box refinement between linked chains, written by this launch.
@@ -271,9 +296,26 @@ void link_mlp_chains(const Graph& g, GraphFacts& f) {
 
 }  // namespace
 
-void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
+// A one-linear chain ending in the post-norm `ln`: whether small_gemm_norm
+// runs it (LinearNormRule).
+bool linear_norm_takes(const Graph& g, const Node& lin, size_t ln, const LinearNormRule& rule) {
+  if (rule.recorded) return rule.recorded->count(g.nodes[ln].name) > 0;
+  if (!rule.on) return false;
+  const Value& x = g.values[lin.inputs[0]];
+  const Shape& ws = g.values[lin.inputs[1]].shape;
+  const int64_t rows = shape_numel(x.shape) / ws[1];
+  if (rows > rule.max_rows || ws[0] > INT32_MAX || ws[1] > INT32_MAX) return false;
+  // The linear's and the norm's weights and biases of the rows' type (uploaded as the graph holds them).
+  for (const Node* n : {&lin, &g.nodes[ln]})
+    for (size_t k = 1; k < n->inputs.size(); ++k)
+      if (g.values[n->inputs[k]].dtype != x.dtype) return false;
+  return small_gemm_norm_unsupported(x.dtype, rows, as_int(ws[0]), as_int(ws[1]), lin.activation()).empty();
+}
+
+void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool chains, bool norms, const LinearNormRule& rule) {
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    if (!chain_linear(g, f, ni)) continue;
+    // (A chain's last linear is its launch: planned already, not a new chain's start.)
+    if (!chain_linear(g, f, ni) || f.mlp_chains.count(ni)) continue;
     // Chains start where the input does not come from a chain linear read by this one alone.
     const int in = g.nodes[ni].inputs[0];
     const int p = g.values[in].producer;
@@ -282,7 +324,17 @@ void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms) {
     for (size_t nx = next_in_chain(g, f, g.nodes[ni].outputs[0]); nx != kNoNode && chain.size() < kMaxPlannedChain;
          nx = next_in_chain(g, f, g.nodes[chain.back()].outputs[0]))
       chain.push_back(nx);
-    const size_t ln = norms ? norm_reading(g, f, g.nodes[chain.back()].outputs[0]) : kNoNode;
+    const size_t post = norm_reading(g, f, g.nodes[chain.back()].outputs[0]);
+    if (chain.size() == 1 && post != kNoNode && linear_norm_takes(g, g.nodes[ni], post, rule)) {
+      // small_gemm_norm: the linear runs inside the norm's launch (lower_mlp_chain).
+      f.fused_away[ni] = 1;
+      f.live_through(in, static_cast<int>(post));
+      f.mlp_chains[post] = chain;
+      f.linear_norms.insert(post);
+      continue;
+    }
+    if (!chains) continue;
+    const size_t ln = norms ? post : kNoNode;
     if (chain.size() < 2 && ln == kNoNode) continue;
     int64_t bytes = 0;
     for (size_t c : chain) bytes += shape_numel(g.values[g.nodes[c].inputs[1]].shape) * dtype_size(g.values[in].dtype);

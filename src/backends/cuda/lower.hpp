@@ -27,6 +27,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,7 @@ struct GraphFacts {
   std::map<size_t, std::vector<size_t>> mlp_chains;  // launch node (last linear, or a layer norm) -> the chain's linears in order (plan_mlp_chains)
   std::map<size_t, size_t> mlp_chain_sums;  // chain launch node -> the add of its output it writes too (plan_mlp_chains)
   std::map<size_t, MlpChainLink> mlp_chain_links;  // chain launch node -> the box refinement and chain it runs too (plan_mlp_chains)
+  std::set<size_t> linear_norms;  // layer norms whose one-linear chain runs as small_gemm_norm (plan_mlp_chains)
   std::vector<SideRun> side_runs;  // plan_side_lane, in node order of their first nodes
   SePlan se;
   ChannelViews cv;
@@ -402,7 +404,18 @@ void plan_box_refines(const Graph& g, GraphFacts& f);
 // (of one linear or more) whose last result a layer norm reads through its
 // fused residual add (plan_norm_adds) runs inside the norm's launch when
 // `norms`. `sms`: the GPU's multiprocessors (mlp_chain_cluster).
-void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool norms);
+// Which post-norm projections run as small_gemm_norm (switch linear_norm): at
+// build (`recorded` null) those small_gemm_norm takes, up to `max_rows` rows
+// (auto 1024; on: any), none when `on` is false; at load the layer norms the
+// bundle's plan names (`recorded`), as built.
+struct LinearNormRule {
+  bool on = true;
+  int64_t max_rows = 1024;
+  const std::set<std::string>* recorded = nullptr;
+};
+// chains: plain chains and (norms) chains inside a post-norm (switch fuse_mlp);
+// ln: one-linear chains inside a post-norm as small_gemm_norm.
+void plan_mlp_chains(const Graph& g, GraphFacts& f, int sms, bool chains, bool norms, const LinearNormRule& ln);
 // A layer norm's operands besides its input and output (norm.cpp): weight,
 // bias, eps and, with plan_norm_adds' adds, the position add's operand and
 // output and the f32 copy. norm_operands records the adds as inside the

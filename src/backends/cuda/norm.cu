@@ -12,6 +12,7 @@
 // TODO(speed): a block per row for long rows.
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/norm_row.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -76,77 +77,11 @@ __global__ void __launch_bounds__(kRowsPerBlockVec * 32)
     layer_norm_vec_kernel(const T* x, const T* x2, const T* weight, const T* bias, T* y, const T* pos, T* y_pos,
                           float* y_f32, int64_t rows, int c, float eps) {
   dev::enter_grid();
-  constexpr int V = dev::kVec16<T>;
-  const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlockVec + (threadIdx.x >> 5);
   if (row >= rows) return;
-  const int vecs = c / V;
   const int64_t base = row * c;
-  // weight, bias and pos of a vector: loaded with the row when a lane holds at
-  // most two vectors (no second round trip after the reductions), else just
-  // before use (registers).
-  constexpr bool kEarly = N <= 2;
-  float v[N][V], w[N][V], b[N][V], p[N][V];
-  auto load_rest = [&](int j, int e) {
-    if (weight) dev::load_vec<T, V>(weight + e, w[j]);
-    if (bias) dev::load_vec<T, V>(bias + e, b[j]);
-    if (y_pos) dev::load_vec<T, V>(pos + base + e, p[j]);
-  };
-  float s = 0.f;
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    const int e = (lane + 32 * j) * V;
-    if (lane + 32 * j < vecs) {
-      dev::load_vec<T, V>(x + base + e, v[j]);
-      if constexpr (kEarly) load_rest(j, e);
-      if (x2) {
-        float a[V];
-        dev::load_vec<T, V>(x2 + base + e, a);
-#pragma unroll
-        for (int k = 0; k < V; ++k) v[j][k] = to_f32(from_f32<T>(v[j][k] + a[k]));
-      }
-#pragma unroll
-      for (int k = 0; k < V; ++k) s += v[j][k];
-    }
-  }
-  const float mean = warp_sum(s) / float(c);
-  float q = 0.f;
-#pragma unroll
-  for (int j = 0; j < N; ++j)
-    if (lane + 32 * j < vecs) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float d = v[j][k] - mean;
-        q += d * d;
-      }
-    }
-  const float inv = 1.f / sqrtf(warp_sum(q) / float(c) + eps);  // biased variance
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    const int e = (lane + 32 * j) * V;
-    if (lane + 32 * j >= vecs) continue;
-    if constexpr (!kEarly) load_rest(j, e);
-    float o[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) o[k] = (v[j][k] - mean) * inv;
-    if (weight) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) o[k] *= w[j][k];
-    }
-    if (bias) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) o[k] += b[j][k];
-    }
-#pragma unroll
-    for (int k = 0; k < V; ++k) o[k] = to_f32(from_f32<T>(o[k]));  // the stored value (exact in T)
-    dev::store_vec<T, V>(y + base + e, o);
-    if (y_pos) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) p[j][k] += o[k];  // pos + the stored y, rounded again by the store
-      dev::store_vec<T, V>(y_pos + base + e, p[j]);
-    }
-    if (y_f32) dev::store_vec<float, V>(y_f32 + base + e, o);
-  }
+  dev::layer_norm_row_vec<T, N>(x + base, x2 ? x2 + base : nullptr, weight, bias, y + base, y_pos ? pos + base : nullptr,
+                                y_pos ? y_pos + base : nullptr, y_f32 ? y_f32 + base : nullptr, c, eps, threadIdx.x & 31);
 }
 
 // Row (o, r) of [outer, extent, inner]: elements at (o * extent + i) * inner + r.

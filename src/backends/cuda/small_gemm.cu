@@ -26,6 +26,7 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/norm_row.cuh"
 
 namespace kiln::cuda {
 
@@ -128,6 +129,120 @@ void launch_small_gemm(const T* x, const T* w, const T* b, T* y, int m, int n, i
   detail::launch("small_gemm", kernel, grid, kWarpsGemm * 32, smem, stream, x, w, b, y, m, n, k);
 }
 
+// small_gemm_norm: a post-norm's projection and its norm in one launch,
+// y = layer_norm(T(T(x w^T + b) + res)) (+ y + pos, + f32(y)), what RT-DETR's
+// out_proj / output_proj, residual add and layer norm compute as three steps
+// (two launches: the add runs inside the norm's, plan_norm_adds). A block owns
+// 16 whole rows of y, so the norm needs no other block: its warps split the n
+// columns (8 * kNj each) over all of k, the rows z = T(T(product) + res) go to
+// shared memory, and each warp then runs layer_norm_rows' own row code
+// (norm_row.cuh) on rows of it. The whole weight matrix [n, k] is staged in
+// shared memory before the PDL wait (it is a constant), so under PDL only the
+// block's 16 rows of x and its residual rows are read after the kernel before
+// it ends. Why not mlp_chain's norm form: that is a cluster launch whose
+// blocks hand rows over distributed shared memory, ~6 us before its first
+// layer (mlp_chain.cu); this is one plain block per 16 rows.
+template <typename T, int kNj>
+__global__ void __launch_bounds__(512) small_gemm_norm_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                                              const T* __restrict__ b, LayerNormIo io, int m, int n, int k,
+                                                              float eps, bool relu) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kRows = 16;
+  const int ld = k + 8, ldz = n + 8;
+  T* ws = reinterpret_cast<T*>(smem_raw);
+  T* xs = ws + n * ld;
+  T* zs = xs + kRows * ld;
+  const int m0 = blockIdx.x * kRows;
+  {
+    const int per_row = k / 8;
+    for (int i = threadIdx.x; i < n * per_row; i += blockDim.x) {
+      const int r = i / per_row, c = (i % per_row) * 8;
+      cp_async16(ws + r * ld + c, w + int64_t(r) * k + c, true);
+    }
+  }
+  dev::cp_async_commit();
+  dev::enter_grid();
+  stage_rows<kRows>(xs, ld, x, m, m0, k);
+  dev::cp_async_commit();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int wn = warp * (kNj * 8);  // this warp's columns
+  const T* res = static_cast<const T*>(io.x2);
+  float bias[kNj][2];
+  uint32_t rv[kNj][2];  // the residual's pairs at (row gid + 8 h, column wn + 8 j + 2 tig)
+#pragma unroll
+  for (int j = 0; j < kNj; ++j) {
+    const int col = wn + j * 8 + tig * 2;
+    bias[j][0] = b ? dev::to_f32(b[col]) : 0.f;
+    bias[j][1] = b ? dev::to_f32(b[col + 1]) : 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + gid + 8 * h;
+      rv[j][h] = row < m ? dev::ld32(res + int64_t(row) * n + col) : 0u;
+    }
+  }
+  dev::cp_async_wait<0>();
+  __syncthreads();
+  float acc[kNj][4] = {};
+  const T* a_row = xs + (lane & 15) * ld + (lane >> 4) * 8;
+  const T* b_row = ws + (wn + (lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
+  for (int kk = 0; kk < k; kk += 16) {
+    uint32_t a[4], bb[kNj / 2][4];
+    ldmatrix_x4(a, a_row + kk);
+#pragma unroll
+    for (int p = 0; p < kNj / 2; ++p) ldmatrix_x4(bb[p], b_row + p * 16 * ld + kk);
+#pragma unroll
+    for (int j = 0; j < kNj; ++j) dev::mma16816<T>(acc[j], a, bb[j >> 1][(j & 1) * 2], bb[j >> 1][(j & 1) * 2 + 1]);
+  }
+  // z = T(T(product + bias) + residual), as the linear and the add steps store them.
+#pragma unroll
+  for (int j = 0; j < kNj; ++j) {
+    const int col = wn + j * 8 + tig * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float v0 = acc[j][2 * h] + bias[j][0], v1 = acc[j][2 * h + 1] + bias[j][1];
+      if (relu) v0 = fmaxf(v0, 0.f), v1 = fmaxf(v1, 0.f);
+      T r2[2];
+      *reinterpret_cast<uint32_t*>(r2) = rv[j][h];
+      const float z0 = dev::to_f32(dev::from_f32<T>(v0)) + dev::to_f32(r2[0]);
+      const float z1 = dev::to_f32(dev::from_f32<T>(v1)) + dev::to_f32(r2[1]);
+      *reinterpret_cast<uint32_t*>(zs + (gid + 8 * h) * ldz + col) = dev::pack2<T>(z0, z1);
+    }
+  }
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  const T* lw = static_cast<const T*>(io.weight);
+  const T* lb = static_cast<const T*>(io.bias);
+  const T* pos = static_cast<const T*>(io.pos);
+  for (int r = warp; r < kRows; r += warps) {
+    const int64_t row = m0 + r;
+    if (row >= m) break;
+    const int64_t base = row * n;
+    dev::layer_norm_row_vec<T, 1>(zs + r * ldz, nullptr, lw, lb, static_cast<T*>(io.y) + base, io.y_pos ? pos + base : nullptr,
+                                  io.y_pos ? static_cast<T*>(io.y_pos) + base : nullptr, io.y_f32 ? io.y_f32 + base : nullptr, n,
+                                  eps, lane);
+  }
+}
+
+int small_gemm_norm_nj(int n) { return n >= 128 && n % 32 == 0 ? 4 : 2; }
+
+size_t small_gemm_norm_smem(int n, int k, size_t elem) {
+  return (size_t(n + 16) * size_t(k + 8) + size_t(16) * size_t(n + 8)) * elem;
+}
+
+template <typename T, int kNj>
+void launch_small_gemm_norm(const T* x, const T* w, const T* b, const LayerNormIo& io, int m, int n, int k, bool relu,
+                            float eps, cudaStream_t stream) {
+  static const bool opted = [] {
+    const int bytes = int(small_gemm_norm_smem(kMaxSmallGemmNormWidth, kMaxSmallGemmNormK, sizeof(T)));
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(small_gemm_norm_kernel<T, kNj>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return true;
+  }();
+  (void)opted;
+  const int warps = n / (8 * kNj);
+  detail::launch("small_gemm_norm", small_gemm_norm_kernel<T, kNj>, dim3(unsigned((m + 15) / 16)), 32 * warps,
+                 small_gemm_norm_smem(n, k, sizeof(T)), stream, x, w, b, io, m, n, k, eps, relu);
+}
+
 }  // namespace
 
 std::string small_gemm_unsupported(DType dt, int64_t m, int n, int k, Activation act) {
@@ -167,6 +282,40 @@ void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, 
         launch_small_gemm<T, 16>(xt, wt, bt, yt, m, n, k, act, stream);
       else
         launch_small_gemm<T, 64>(xt, wt, bt, yt, m, n, k, act, stream);
+    }
+  });
+}
+
+std::string small_gemm_norm_unsupported(DType dt, int64_t m, int n, int k, Activation act) {
+  if (dt != DType::F16 && dt != DType::BF16) return cat("dtype ", dtype_name(dt), " (f16 or bf16)");
+  if (m <= 0 || m > kMaxSmallGemmRows) return cat("m ", m, " (1 to ", kMaxSmallGemmRows, " rows)");
+  if (k <= 0 || k % 16 || k > kMaxSmallGemmNormK) return cat("k ", k, " (a multiple of 16 up to ", kMaxSmallGemmNormK, ")");
+  if (n <= 0 || n % 16 || n > kMaxSmallGemmNormWidth)
+    return cat("n ", n, " (a multiple of 16 up to ", kMaxSmallGemmNormWidth, ")");
+  if (act != Activation::None && act != Activation::Relu) return cat("activation ", activation_name(act), " (none or ReLU)");
+  return "";
+}
+
+void small_gemm_norm(const void* x, const void* w, const void* b, DType dt, int m, int n, int k, Activation act,
+                     const LayerNormIo& io, float eps, cudaStream_t stream) {
+  if (m <= 0) return;
+  if (const std::string why = small_gemm_norm_unsupported(dt, m, n, k, act); !why.empty())
+    fail_runtime("cuda small_gemm_norm: ", why);
+  if (!io.x2 || !io.y || (io.y_pos && !io.pos)) fail_runtime("cuda small_gemm_norm: no residual, output or position rows");
+  for (const void* p : {x, w, io.x2, io.weight, io.bias, static_cast<const void*>(io.y), io.pos,
+                        static_cast<const void*>(io.y_pos), static_cast<const void*>(io.y_f32)})
+    if (p && !detail::aligned16(p)) fail_runtime("cuda small_gemm_norm: operands not 16-byte aligned");
+  const bool relu = act == Activation::Relu;
+  detail::dispatch_float(dt, "small_gemm_norm", [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same_v<T, float>) {
+      auto* xt = static_cast<const T*>(x);
+      auto* wt = static_cast<const T*>(w);
+      auto* bt = static_cast<const T*>(b);
+      if (small_gemm_norm_nj(n) == 4)
+        launch_small_gemm_norm<T, 4>(xt, wt, bt, io, m, n, k, relu, eps, stream);
+      else
+        launch_small_gemm_norm<T, 2>(xt, wt, bt, io, m, n, k, relu, eps, stream);
     }
   });
 }
