@@ -676,6 +676,43 @@ TEST(MlpChainPlan, RtDetrQueryPositionAndBoxHeadsAreOneLaunchEach) {
   });
 }
 
+// RT-DETR v2 on CUDA (layout.cpp, plan_concat_masks): the memory (the concat
+// of the decoder input projections' token rows) times the valid-anchor mask
+// runs inside the concat's launch — the mul fused away, its output live from
+// the concat — where the fixture has invalid anchors (else the family builds
+// no mul). A mask of another shape, or a mul reading the concat second, is
+// not taken.
+TEST(ConcatMaskPlan, RtDetrMemoryMaskIsWrittenByTheConcat) {
+  int masked = 0;
+  for_each_rtdetr_graph([&](const std::string& name, DType, Graph& g) {
+    const GraphFacts f = planned(g, [](const Graph& gg, GraphFacts& ff) {
+      plan_token_rows(gg, ff);
+      plan_concat_masks(gg, ff);
+    });
+    const Node* mul = g.find_node("model.memory.masked");
+    const Node* cat = g.find_node("model.memory");
+    ASSERT_NE(cat, nullptr) << name;
+    const auto ci = static_cast<size_t>(cat - g.nodes.data());
+    if (!mul) {
+      EXPECT_TRUE(f.concat_masks.empty()) << name;
+      return;
+    }
+    const auto mi = static_cast<size_t>(mul - g.nodes.data());
+    ++masked;
+    ASSERT_EQ(f.concat_masks.count(ci), 1u) << name;
+    EXPECT_EQ(f.concat_masks.at(ci), mi) << name;
+    EXPECT_TRUE(f.fused_away[mi]) << name;
+    EXPECT_EQ(f.live_from.at(mul->outputs[0]), static_cast<int>(ci)) << name;
+    // The mask as [S] (not [1, S, 1]): not taken.
+    Graph h = g;
+    Value& mask = h.values[h.nodes[mi].inputs[1]];
+    mask.shape = {mask.shape[1]};
+    const GraphFacts f2 = planned(h, [](const Graph& gg, GraphFacts& ff) { plan_concat_masks(gg, ff); });
+    EXPECT_TRUE(f2.concat_masks.empty()) << name;
+  });
+  EXPECT_GT(masked, 0);  // some fixture has anchors outside (0.01, 0.99)
+}
+
 // RT-DETR v2 on CUDA (linear.cpp, plan_mlp_chains, switch linear_norm): by
 // default each post-norm's one projection (AIFI's and every decoder layer's
 // self_attn out_proj, the deformable attention's output_proj) runs inside its

@@ -30,6 +30,7 @@ GraphFacts rtdetr_facts(const Graph& g, bool side_lane) {
   plan_deform_inputs(g, f);
   plan_token_rows(g, f);
   plan_upsample_concats(g, f);
+  plan_concat_masks(g, f);
   plan_wide_linears(g, f);
   plan_norm_adds(g, f);
   plan_box_refines(g, f);

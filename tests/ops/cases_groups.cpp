@@ -17,6 +17,7 @@
 //  - chains of small linears (RT-DETR's query position and box heads; CUDA:
 //    one mlp_chain launch, plan_mlp_chains), and a box head, the box
 //    refinement and the next query position head with its sum (one launch)
+//  - RT-DETR's memory concat and its valid-anchor mask (CUDA: one launch, plan_concat_masks)
 //  - a post-norm's one projection with the residual layer norm (CUDA: one
 //    small_gemm_norm launch, switch linear_norm)
 //  - RT-DETR's FPN upsample read by a concat (CUDA: inside the concat's launch,
@@ -302,6 +303,20 @@ void add_group_cases(std::vector<OpCase>& out) {
         if (ch.pos) outs.push_back(gr.b.node(Op::Add, "pos_add", {y, gr.b.input("pos", {n, ch.rows, c})}));
         if (ch.widen && dt != DType::F32) outs.push_back(gr.b.node(Op::Cast, "norm.to_f32", {y}, {{"dtype", std::string("f32")}}));
         gr.c.graph = gr.b.finish(outs);
+        mark_fusions(gr.c.graph, FusionOptions{});
+        out.push_back(std::move(gr.c));
+      }
+      // RT-DETR's memory: the token rows of three levels concatenated, and the
+      // concat times a per-token constant (the valid-anchor mask); both are
+      // outputs. CUDA: one concat_rows_masked launch (plan_concat_masks), 16-byte
+      // words at c 256, single elements at c 12.
+      for (int64_t c : {int64_t(256), int64_t(12)}) {
+        Group gr("concat_mask", "c" + std::to_string(c) + "_" + bt, dt);
+        const int cat = gr.b.node(Op::Concat, "memory",
+                                  {gr.b.input("level0", {n, 20, c}), gr.b.input("level1", {n, 6, c}), gr.b.input("level2", {n, 3, c})},
+                                  {{"axis", int64_t(1)}});
+        const int masked = gr.b.node(Op::Mul, "memory.masked", {cat, gr.b.weight("mask", {1, 29, 1}, -1.f, 1.f)});
+        gr.c.graph = gr.b.finish(std::vector<int>{cat, masked});
         mark_fusions(gr.c.graph, FusionOptions{});
         out.push_back(std::move(gr.c));
       }

@@ -183,6 +183,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_views_and_windows(m, g, plan, window, batch, f);
   plan_token_rows(g, f);  // RT-DETR's token rows of NHWC maps and back: the same bytes (shape_ops.cpp)
   plan_upsample_concats(g, f);  // nearest upsamples read by a concat inside its launch (layout.cpp)
+  plan_concat_masks(g, f);  // RT-DETR's memory times its valid-anchor mask inside the concat's launch (layout.cpp)
   plan_wide_linears(g, f);  // f32 linears reading a widened 16-bit value run as 16-bit GEMMs with f32 output (linear.cpp)
   plan_norm_adds(g, f);   // residual adds read by a layer_norm run inside it (norm.cpp)
   plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)

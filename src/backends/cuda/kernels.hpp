@@ -237,6 +237,14 @@ void concat_channels_nhwc(const std::vector<const void*>& xs, const std::vector<
 void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_bytes, void* y, int64_t rows,
                  cudaStream_t stream, const ConcatUpsample* up = nullptr);
 
+// concat_rows of row-major [rows, S_k, c] inputs along axis 1 (bytes of
+// elements dt, chunk_elems[k] = S_k * c) that also writes y2 = y * mask, mask
+// [S] one value per token row of y (a [1, S, 1] constant broadcast over the
+// rows and c): T(f32(y) * f32(mask[s])), the bits of the mul step it replaces
+// (RT-DETR's memory and its valid-anchor mask, plan_concat_masks). One launch.
+void concat_rows_masked(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_elems, void* y, void* y2,
+                        const void* mask, int64_t rows, int64_t c, DType dt, cudaStream_t stream);
+
 // A channel concat that writes codes (CodeOut): y[r, begin_k + i] =
 // encode(f32(xs[k][r * strides[k] + i] * inv_scale)), inputs of type xdt, each
 // with its pixel stride (a channel window of a wider buffer, or cs[k]); one

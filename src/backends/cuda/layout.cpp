@@ -57,6 +57,35 @@ void plan_upsample_concats(const Graph& g, GraphFacts& f) {
   }
 }
 
+void plan_concat_masks(const Graph& g, GraphFacts& f) {
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (n.op != Op::Concat || f.fused_away[ni] || n.inputs.size() > size_t(kMaxConcatInputs)) continue;
+    const int out = n.outputs[0];
+    const Value& ov = g.values[out];
+    const DType dt = ov.dtype;
+    if (stored_nhwc(ov) || ov.shape.size() != 3 || axis_attr(n, 3, 1) != 1 || code_out(g, out).on() || f.viewed(out) ||
+        (dt != DType::F16 && dt != DType::BF16 && dt != DType::F32))
+      continue;
+    bool plain = true;
+    for (int in : n.inputs) plain &= g.values[in].dtype == dt && !f.viewed(in);
+    if (!plain) continue;
+    for (int r : g.consumers(out)) {
+      const auto mi = static_cast<size_t>(r);
+      const Node& m = g.nodes[mi];
+      if (m.op != Op::Mul || f.fused_away[mi] || m.inputs[0] != out || m.activation() != Activation::None) continue;
+      const Value& c = g.values[m.inputs[1]];
+      const Value& mv = g.values[m.outputs[0]];
+      if (!c.constant || c.dtype != dt || c.shape != Shape{1, ov.shape[1], 1} || mv.dtype != dt || mv.shape != ov.shape ||
+          code_out(g, m.outputs[0]).on())
+        continue;
+      write_early(g, f, mi, ni);
+      f.concat_masks[ni] = mi;
+      break;
+    }
+  }
+}
+
 void lower_engine_inputs(Lowering& L) {
   const Graph& g = L.g;
   const ValuePtr ptr = L.ptr;
@@ -118,6 +147,23 @@ void lower_Concat(Lowering& L, size_t ni) {
       chunks.push_back(rows ? shape_numel(g.values[in].shape) / rows * static_cast<int64_t>(dtype_size(dt)) : 0);
     }
     const ValuePtr ptr = L.ptr;
+    if (const auto masked = L.f.concat_masks.find(ni); masked != L.f.concat_masks.end()) {
+      // plan_concat_masks: the mul by the per-token constant, written by this launch too.
+      const Node& m = g.nodes[masked->second];
+      const int y2 = m.outputs[0];
+      const int64_t c = ov.shape[2];
+      std::vector<int64_t> elems;
+      for (int in : n.inputs) elems.push_back(rows ? shape_numel(g.values[in].shape) / rows : 0);
+      const HostTensor mask = HostTensor::from_f32_as(dt, {ov.shape[1]}, g.values[m.inputs[1]].constant->to_f32());
+      const void* mk = L.engine_copy(m.name + "#mask", mask.blob.data, mask.nbytes());
+      L.record(m.name, cat("inside ", n.name, " (its second output, no launch of its own)"));
+      L.step("concat_rows_masked", [=](const Exec& x) {
+        std::vector<const void*> srcs;
+        for (const Operand& in : ins) srcs.push_back(in(x));
+        concat_rows_masked(srcs, elems, ptr(x, out), ptr(x, y2), mk, rows, c, dt, x.stream);
+      });
+      return;
+    }
     if (const CodeOut code = code_out(g, out); code.on()) {
       // Codes from wide inputs (RT-DETR's memory read by 8-bit linears): each
       // row of y is [rows, sum of chunks] as a channel concat's pixel is, so

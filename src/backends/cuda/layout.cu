@@ -1,6 +1,7 @@
 // Layout kernels: NCHW f32 <-> NHWC engine storage (transpose with the cast
 // fused) and the strided channel copy behind concat and slice.
 #include <algorithm>
+#include <type_traits>
 
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
@@ -217,6 +218,73 @@ void split_channels_nhwc(const void* x, int x_c, const std::vector<void*>& ys, c
                 stream, static_cast<const uint32_t*>(x), x_c, a, total); break;
     default: fail_runtime("cuda split_channels_nhwc: unsupported element size ", dtype_size(dt));
   }
+}
+
+namespace {
+
+// concat_rows_masked: one thread per V-element word of y (V = 16 bytes of T
+// where every chunk, c and address allow, else 1); a word never straddles a
+// token row (c % V == 0), so its mask value is one.
+template <typename T, int V>
+__global__ void concat_masked_kernel(ConcatArgs a, T* __restrict__ y, T* __restrict__ y2, const T* __restrict__ mask, int y_c,
+                                     int token_words, int64_t total) {
+  dev::enter_grid();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / y_c;
+    const int col = int(i - r * y_c);
+    int k = 0;
+    while (k + 1 < a.n && col >= a.begin[k + 1]) ++k;
+    const T* src = static_cast<const T*>(a.x[k]) + (r * a.c[k] + (col - a.begin[k])) * V;
+    using Word = std::conditional_t<V == 1, T, uint4>;  // the copy moves bits (NaN payloads too)
+    const Word word = *reinterpret_cast<const Word*>(src);
+    *reinterpret_cast<Word*>(y + i * V) = word;
+    const T* e = reinterpret_cast<const T*>(&word);
+    const float m = dev::to_f32(mask[col / token_words]);
+    float v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = dev::to_f32(e[j]) * m;
+    dev::store_vec<T, V>(y2 + i * V, v);
+  }
+}
+
+}  // namespace
+
+void concat_rows_masked(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_elems, void* y, void* y2,
+                        const void* mask, int64_t rows, int64_t c, DType dt, cudaStream_t stream) {
+  if (xs.size() != chunk_elems.size() || xs.empty() || xs.size() > size_t(kMaxConcatInputs))
+    fail_runtime("cuda concat_rows_masked: ", xs.size(), " inputs (1..", kMaxConcatInputs, "), ", chunk_elems.size(), " chunk sizes");
+  if (c <= 0) fail_runtime("cuda concat_rows_masked: token rows of ", c, " elements");
+  int64_t y_elems = 0;
+  bool wide = c % 8 == 0;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    if (chunk_elems[k] < 0 || chunk_elems[k] % c) fail_runtime("cuda concat_rows_masked: input ", k, " is not whole token rows of ", c);
+    y_elems += chunk_elems[k];
+    wide &= detail::aligned16(xs[k]);
+  }
+  if (rows <= 0 || y_elems <= 0) return;
+  wide &= detail::aligned16(y) && detail::aligned16(y2);
+  detail::dispatch_float(dt, "concat_rows_masked", [&](auto t) {
+    using T = decltype(t);
+    constexpr int V16 = 16 / int(sizeof(T));
+    auto go = [&](auto vc) {
+      constexpr int V = decltype(vc)::value;
+      if (y_elems / V > int64_t(0x7fffffff)) fail_runtime("cuda concat_rows_masked: rows of ", y_elems, " elements");
+      ConcatArgs a{};
+      a.n = int(xs.size());
+      for (int k = 0, begin = 0; k < a.n; ++k) {
+        a.x[k] = xs[k];
+        a.c[k] = int(chunk_elems[k] / V);
+        a.begin[k] = begin;
+        begin += a.c[k];
+      }
+      const int y_c = int(y_elems / V);
+      const int64_t total = rows * y_c;
+      detail::launch("concat_rows_masked", concat_masked_kernel<T, V>, detail::grid_for(total), detail::kThreads, 0, stream, a,
+                     static_cast<T*>(y), static_cast<T*>(y2), static_cast<const T*>(mask), y_c, int(c / V), total);
+    };
+    if (wide && c % V16 == 0) go(std::integral_constant<int, V16>{});
+    else go(std::integral_constant<int, 1>{});
+  });
 }
 
 void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>& chunk_bytes, void* y, int64_t rows,

@@ -114,6 +114,7 @@ struct GraphFacts {
   std::map<size_t, std::vector<size_t>> mlp_chains;  // launch node (last linear, or a layer norm) -> the chain's linears in order (plan_mlp_chains)
   std::map<size_t, size_t> mlp_chain_sums;  // chain launch node -> the add of its output it writes too (plan_mlp_chains)
   std::map<size_t, MlpChainLink> mlp_chain_links;  // chain launch node -> the box refinement and chain it runs too (plan_mlp_chains)
+  std::map<size_t, size_t> concat_masks;  // row-major concat -> the mul by a per-token constant its launch writes too (plan_concat_masks)
   std::set<size_t> linear_norms;  // layer norms whose one-linear chain runs as small_gemm_norm (plan_mlp_chains)
   std::vector<SideRun> side_runs;  // plan_side_lane, in node order of their first nodes
   SePlan se;
@@ -379,6 +380,12 @@ void plan_norm_adds(const Graph& g, GraphFacts& f);
 // 16-bit or f32 maps (no codes, no channel views, at most kMaxConcatInputs
 // inputs); layout.cpp. Called by plan_fusions after the view plan.
 void plan_upsample_concats(const Graph& g, GraphFacts& f);
+// A mul of a row-major concat's output [N, S, C] (along axis 1, 16-bit or
+// f32, no codes) by a constant [1, S, 1] of its type — one value per token
+// row, RT-DETR's memory times its valid-anchor mask — runs inside the
+// concat's launch (concat_rows_masked): the mul is fused away and its output
+// written by that launch (live from it). layout.cpp; after plan_token_rows.
+void plan_concat_masks(const Graph& g, GraphFacts& f);
 
 // An f32-island linear whose input is a cast of a 16-bit row-major activation
 // read by it alone (RT-DETR's enc_score_head reading the 16-bit encoder output

@@ -39,6 +39,7 @@ std::vector<int> launch_nodes(const Graph& g, const GraphFacts& f) {
   for (const auto& [b, r] : f.box_refines)
     for (size_t x : {r.widen, r.inverse, r.narrow}) run_at(x, b);
   for (const auto& [key, u] : f.upsample_reads) run_at(u.upsample, key.first);
+  for (const auto& [cat, mul] : f.concat_masks) run_at(mul, cat);
   for (const auto& [lin, v] : f.wide_linears) {
     const int cast = g.values[g.nodes[lin].inputs[0]].producer;  // the widening cast the linear reads through
     if (cast >= 0 && f.fused_away[cast]) run_at(static_cast<size_t>(cast), lin);
