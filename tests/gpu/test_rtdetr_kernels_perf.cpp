@@ -6,6 +6,7 @@
 //   kiln_gpu_tests --gtest_filter='CudaRtDetrKernelsPerf.*'
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -163,6 +164,45 @@ TEST(CudaRtDetrKernelsPerf, TopK) {
     top_k_rows(classes->ptr(), best.ptr(), best_i.as<int64_t>(), DType::F32, anchors, 80, 1, 1, true, st);
   });
   std::printf("  8400 x 80 -> 1 (the best class)         %8.2f\n", top1);
+  CK(cudaStreamSynchronize(st));
+  cudaStreamDestroy(st);
+}
+
+// attention's tensor-core kernel at r18vd's batch-1 shapes (AIFI: 400 tokens;
+// the decoder's self-attention: 300 queries; 8 heads of 32), per key split,
+// as plain launches and as a replayed graph of four dependent launches (how
+// the engine runs it); the default split is the one mma_split picks.
+TEST(CudaRtDetrKernelsPerf, AttentionSplits) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const DType dt = DType::F16;
+  std::printf("attention per launch (us; plain | graph of four dependent launches / 4), f16, 8 heads of 32\n");
+  for (const int l : {400, 300, 2400}) {
+    AttentionShape s;
+    s.n = l == 2400 ? 8 : 1;
+    s.lq = s.lk = l == 2400 ? 300 : l;
+    s.heads = 8, s.d = s.dv = 32, s.scale = 1.f / std::sqrt(32.f);
+    // q and k as windows of one projection row [q | k] (plan_row_windows), v packed.
+    s.q_ld = s.k_ld = 512;
+    const size_t rows = size_t(s.n) * s.lq;
+    const auto qk = upload(random_values(rows * 512, 81, -1.f, 1.f), dt), v = upload(random_values(rows * 256, 82), dt);
+    const auto y = alloc(rows * 256, dt), y2 = alloc(rows * 256, dt);
+    std::printf("  %d x %d tokens:", int(s.n), s.lq);
+    for (int split : {0, 1, 2, 4}) {
+      AttentionShape a = s;
+      a.split = split;
+      const auto one = [&] { attention(qk->ptr(), static_cast<char*>(qk->ptr()) + 512, v->ptr(), y->ptr(), dt, a, st); };
+      const auto four = [&] {
+        for (int r = 0; r < 4; ++r)  // y of one launch is the next one's v
+          attention(qk->ptr(), static_cast<char*>(qk->ptr()) + 512, r % 2 ? y->ptr() : y2->ptr(), r % 2 ? y2->ptr() : y->ptr(), dt, a,
+                    st);
+      };
+      std::printf("   split %s %6.2f | %6.2f", split ? std::to_string(split).c_str() : "auto", mean_launch_us(st, one),
+                  mean_graph_us(st, four) / 4);
+    }
+    std::printf("\n");
+  }
   CK(cudaStreamSynchronize(st));
   cudaStreamDestroy(st);
 }

@@ -44,6 +44,8 @@ TEST(CudaSmallGemm, MatchesTheHostReference) {
       {1, 8, 16, Activation::None, true},        // the smallest
       {77, 40, 48, Activation::Relu, true},      // tails in m and n, k not a multiple of 32
       {2400, 256, 256, Activation::None, true},  // batch 8's rows
+      {400, 1024, 256, Activation::Gelu, true},  // AIFI's fc1 (GELU, erf)
+      {45, 72, 32, Activation::Gelu, false},     // GELU with tails, no bias
   };
   for (DType dt : {DType::F16, DType::BF16}) {
     for (const GemmCase& c : cases) {
@@ -60,11 +62,14 @@ TEST(CudaSmallGemm, MatchesTheHostReference) {
           double s = c.bias ? bh[size_t(j)] : 0.0;
           for (int q = 0; q < c.k; ++q) s += double(xh[size_t(r) * c.k + q]) * wh[size_t(j) * c.k + q];
           if (c.act == Activation::Relu) s = std::max(s, 0.0);
+          if (c.act == Activation::Gelu) s = 0.5 * s * (1.0 + std::erf(s / std::sqrt(2.0)));
           scale = std::max(scale, std::abs(s));
           want[size_t(r) * c.n + j] = s;
         }
       // One rounding to the storage type (2^-8 relative for bf16, 2^-11 for f16) of the largest output, plus f32 sums.
-      const double tol = (dt == DType::BF16 ? 1.0 / 256 : 1.0 / 2048) * std::max(scale, 1e-3) + 1e-4 * c.k / 256;
+      // GELU: two roundings (the product as stored, then the activation's result).
+      const double tol = (dt == DType::BF16 ? 1.0 / 256 : 1.0 / 2048) * std::max(scale, 1e-3) * (c.act == Activation::Gelu ? 2 : 1) +
+                         1e-4 * c.k / 256;
       for (int tile_m : {16, 64}) {
         const auto y = alloc(size_t(c.m) * c.n, dt);
         small_gemm(x->ptr(), w->ptr(), c.bias ? b->ptr() : nullptr, y->ptr(), dt, c.m, c.n, c.k, c.act, nullptr, tile_m);
@@ -88,7 +93,7 @@ TEST(CudaSmallGemm, RefusesWhatItDoesNotTake) {
   EXPECT_THROW(run(64, 1024, Activation::None), Error);  // k over the limit
   EXPECT_THROW(run(64, 24, Activation::None), Error);    // k not a multiple of 16
   EXPECT_THROW(run(60, 64, Activation::None), Error);    // n not a multiple of 8
-  EXPECT_THROW(run(64, 64, Activation::Gelu), Error);    // an activation it has no epilogue for
+  EXPECT_THROW(run(64, 64, Activation::Silu), Error);    // an activation it has no epilogue for
   EXPECT_THROW(run(64, 64, Activation::None, DType::F32), Error);
   EXPECT_THROW(run(64, 64, Activation::None, DType::F16, int(kMaxSmallGemmRows) + 1), Error);  // rows over the limit
   EXPECT_THROW(run(64, 64, Activation::None, DType::F16, 8, 32), Error);                       // no 32-row tile
@@ -109,6 +114,11 @@ TEST(CudaSmallGemm, AutoTakesTheShapesWhereItWon) {
   EXPECT_FALSE(small_gemm_preferred(300, 80, 256));   // class_embed
   EXPECT_FALSE(small_gemm_preferred(300, 256, 512));
   EXPECT_FALSE(small_gemm_preferred(2400, 256, 256)); // batch 8
+  // GELU saves the activation kernel cuBLASLt needs after its GEMM: up to n 1024.
+  EXPECT_TRUE(small_gemm_preferred(400, 1024, 256, Activation::Gelu));   // AIFI's fc1
+  EXPECT_FALSE(small_gemm_preferred(400, 1024, 256, Activation::Relu));
+  EXPECT_FALSE(small_gemm_preferred(400, 2048, 256, Activation::Gelu));
+  EXPECT_FALSE(small_gemm_preferred(3200, 1024, 256, Activation::Gelu)); // batch 8's AIFI rows
 }
 
 // Per launch, mean of 100: a chain of four dependent linears of each shape

@@ -474,7 +474,8 @@ void attention(const void* q, const void* k, const void* v_, void* y, DType dt, 
   using detail::aligned16;
   const bool rows16 = s.q_ld % 8 == 0 && s.k_ld % 8 == 0 && s.v_ld % 8 == 0;  // 16-byte rows of 2-byte elements
   if (attention_uses_mma(s, dt) && rows16 && aligned16(q) && aligned16(k) && aligned16(v_) && aligned16(y)) {
-    const int chunks = mma_chunks(s), split = mma_split(s);
+    if (s.split != 0 && s.split != 1 && s.split != 2 && s.split != 4) fail_runtime("cuda attention: key split ", s.split, " (1, 2 or 4)");
+    const int chunks = mma_chunks(s), split = s.split ? s.split : mma_split(s);
     auto go = [&](auto t) {
       using T = decltype(t);
       if (chunks == 2) launch_mma_split<T, 2>(split, q, k, v_, y, s, stream);

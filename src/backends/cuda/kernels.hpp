@@ -382,10 +382,11 @@ void mlp_chain(const void* x, void* y, DType dt, int64_t rows, int k0, const Mlp
 // y [m, n] = act(x [m, k] w [n, k]^T + b [n]) for f16/bf16 (small_gemm.cu), f32
 // sums rounded once: kiln's small linear with PDL (the weight panel staged
 // before the wait). m up to kMaxSmallGemmRows, k a multiple of 16 up to
-// kMaxSmallGemmK, n a multiple of 8, act none or ReLU, b may be null, operands
-// 16-byte aligned. tile_m: rows a block owns, 16 or 64 (0: 16). An
-// experiment behind switch small_gemm (off; CudaSmallGemm.* and the probe in
-// tests/gpu).
+// kMaxSmallGemmK, n a multiple of 8, act none, ReLU or GELU (erf, on the
+// product rounded to the storage type, as the unfused activation step), b may
+// be null, operands 16-byte aligned. tile_m: rows a block owns, 16 or 64 (0:
+// 16). Switch small_gemm (auto: small_gemm_preferred's shapes; tests:
+// CudaSmallGemm.* and the probe in tests/gpu).
 inline constexpr int kMaxSmallGemmK = 512;
 inline constexpr int64_t kMaxSmallGemmRows = 4096;  // past it cuBLASLt's big tiles win (8400 rows: 3x slower)
 void small_gemm(const void* x, const void* w, const void* b, void* y, DType dt, int m, int n, int k, Activation act,
@@ -395,7 +396,7 @@ std::string small_gemm_unsupported(DType dt, int64_t m, int n, int k, Activation
 // Whether switch small_gemm's auto setting takes a linear of this shape (one
 // small_gemm_unsupported takes): the shapes where it beat cuBLASLt inside the
 // engine's graph (small_gemm.cu says which and by how much).
-bool small_gemm_preferred(int64_t m, int n, int k);
+bool small_gemm_preferred(int64_t m, int n, int k, Activation act = Activation::None);
 
 // A post-norm's projection, its residual add and the layer norm in one launch
 // (small_gemm.cu, small_gemm_norm; plan_mlp_chains plans it as a one-linear
@@ -489,6 +490,9 @@ struct AttentionShape {
   // are lq (lk) rows apart. y is always packed.
   int64_t q_ld = 0, k_ld = 0, v_ld = 0;
   bool vec = false;  // set by attention(): k and v rows load as 16-byte vectors
+  // The tensor-core kernel's key split (1, 2 or 4 warps sharing a query
+  // group); 0: by the grid (mma_split: the least that gives every SM a block).
+  int split = 0;
 };
 inline constexpr size_t kMaxAttentionSmem = 200 * 1024;
 inline constexpr int kMaxAttentionMmaWidth = 128;

@@ -383,7 +383,7 @@ void lower_Linear(Lowering& L, size_t ni) {
   const Activation act = n.activation();
   const auto small_auto = [&] {
     const std::string rec = L.tactics.recorded(n.name);
-    return rec.empty() ? small_gemm_preferred(rows, nn, k) : rec == "kiln small_gemm";
+    return rec.empty() ? small_gemm_preferred(rows, nn, k, act) : rec == "kiln small_gemm";
   };
   if (small.value_or(true) && xdt == dt && small_gemm_unsupported(dt, rows, nn, k, act).empty() &&
       (small.has_value() || small_auto())) {
