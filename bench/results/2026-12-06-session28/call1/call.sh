@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Session 28, call 1: small_gemm_norm (switch linear_norm) and concat_rows_masked on a GPU for the first time — unit
+# Session 28, call 1: small_gemm_norm (switch linear_norm), concat_rows_masked and small_gemm's GELU on a GPU for the first time — unit
 # tests, the op harness' linear/norm cases, the RT-DETR fixture tests; r18vd fp16 batch 1 built
 # with the default (linear_norm auto) and --disable linear_norm, benched interleaved; the
 # default's --profile and --trace.
 . tools/gpu/call_common.sh
-timeout 60 $B/kiln_gpu_tests --gtest_filter='CudaSmallGemm*' > $R/small_gemm.log 2>&1; log small_gemm $?
-timeout 150 $B/kiln_ops_tests --gtest_filter='*linear_norm*:*mlp_chain_norm*:*layer_norm*:*concat_mask*' > $R/ops.log 2>&1; log ops $?
+timeout 90 $B/kiln_gpu_tests --gtest_filter='CudaSmallGemm*:CudaRtDetrKernelsPerf.AttentionSplits' > $R/small_gemm.log 2>&1; log small_gemm $?
+timeout 150 $B/kiln_ops_tests --gtest_filter='*linear_norm*:*mlp_chain_norm*:*layer_norm*:*concat_mask*:*linear*gelu*:*linear_*f16*' > $R/ops.log 2>&1; log ops $?
 full_fixture r18vd $R/fixtures.log; log fixture $?
 D=$work/r18vd.b1.default.bundle N=$work/r18vd.b1.noln.bundle
 rm -f $D $N
