@@ -80,6 +80,15 @@ struct Checker {
             bad(at + ".steps[" + std::to_string(k) + "]", "a step index (below the step count)");
       }
     }
+    // Nodes fused by name (session 28): the post-norms run as small_gemm_norm,
+    // the muls written by their concat's launch.
+    for (const char* key : {"linear_norm", "concat_mask"})
+      if (const json* l = optional(p, key)) {
+        if (!l->is_array()) bad(path + "." + key, "a list of node names");
+        for (size_t i = 0; i < l->size(); ++i)
+          if (!(*l)[i].is_string() || (*l)[i].get<std::string>().empty())
+            bad(path + "." + key + "[" + std::to_string(i) + "]", "a node name (a non-empty string)");
+      }
     if (const json* v = optional(p, "values")) {
       if (!v->is_object()) bad(path + ".values", "an object of value name -> [arena offset, view offset]");
       for (const auto& [name, off] : v->items())

@@ -21,6 +21,7 @@ nlohmann::json good() {
                                "workspace_bytes": 0, "steps": [["conv1", "cudnn eng4_k24=12"], ["conv2", "cudnn eng0"],
                                                                ["conv3", "cudnn eng0"]],
                                "side_lane": [{"steps": [1], "fork": 0, "join": 3}],
+                               "linear_norm": ["dec.0.norm1"], "concat_mask": [],
                                "values": {"pixel_values": [0, 0]}}}}
   })");
 }
@@ -86,6 +87,11 @@ TEST(TacticsRecord, WrongTypesNameTheSectionAndKey) {
   says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0]["steps"] = {1, 3}; },
        "'batches.1.plan.side_lane[0].steps[1]' must be a step index (below the step count)");
   says([](auto& j) { j["batches"]["1"]["plan"]["side_lane"][0] = 1; }, "'batches.1.plan.side_lane[0]' must be an object");
+  says([](auto& j) { j["batches"]["1"]["plan"]["linear_norm"] = "dec.0.norm1"; }, "'batches.1.plan.linear_norm' must be a list");
+  says([](auto& j) { j["batches"]["1"]["plan"]["linear_norm"][0] = ""; },
+       "'batches.1.plan.linear_norm[0]' must be a node name (a non-empty string)");
+  says([](auto& j) { j["batches"]["1"]["plan"]["concat_mask"] = {"model.memory.masked", 3}; },
+       "'batches.1.plan.concat_mask[1]' must be a node name (a non-empty string)");
   says([](auto& j) { j["batches"]["1"]["plan"]["values"]["pixel_values"] = {0, "8"}; },
        "'batches.1.plan.values.pixel_values' must be [arena offset");
   EXPECT_NE(error_of(nlohmann::json::array()).find("not a JSON object"), std::string::npos);

@@ -152,6 +152,20 @@ void plan_views_and_windows(const CudaEngine::Impl& m, const Graph& g, const nlo
 // side lane: bundles whose plan predates it (no `side_lane` key) run without it, as built.
 bool side_lane_recorded(const nlohmann::json* plan) { return !plan || (plan->is_object() && plan->contains("side_lane")); }
 
+// The node names a plan lists under `key` (none when it has no such key: a
+// plan from before that fusion); anything but a list of names fails naming `where`.
+std::set<std::string> recorded_names(const nlohmann::json& plan, const char* key, const std::string& where) {
+  std::set<std::string> names;
+  const auto it = plan.is_object() ? plan.find(key) : plan.end();
+  if (it == plan.end()) return names;
+  if (!it->is_array()) fail_input(where, ": '", key, "' is not a list of node names");
+  for (const auto& name : *it) {
+    if (!name.is_string()) fail_input(where, ": '", key, "' is not a list of node names");
+    names.insert(name.get<std::string>());
+  }
+  return names;
+}
+
 void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, const std::vector<char>* window,
                   int64_t batch, GraphFacts& f) {
   const std::string where = cat("the bundle's CUDA plan for batch ", batch);
@@ -183,7 +197,15 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_views_and_windows(m, g, plan, window, batch, f);
   plan_token_rows(g, f);  // RT-DETR's token rows of NHWC maps and back: the same bytes (shape_ops.cpp)
   plan_upsample_concats(g, f);  // nearest upsamples read by a concat inside its launch (layout.cpp)
-  plan_concat_masks(g, f);  // RT-DETR's memory times its valid-anchor mask inside the concat's launch (layout.cpp)
+  // RT-DETR's memory times its valid-anchor mask inside the concat's launch
+  // (layout.cpp): at load the muls the plan lists (none in a plan from before it).
+  const std::set<std::string> recorded_masks = plan ? recorded_names(*plan, "concat_mask", where) : std::set<std::string>{};
+  plan_concat_masks(g, f, plan ? &recorded_masks : nullptr);
+  for (const std::string& name : recorded_masks) {
+    bool planned = false;
+    for (const auto& [cat, mul] : f.concat_masks) planned |= g.nodes[mul].name == name;
+    if (!planned) fail_input(where, " writes ", name, " inside its concat's launch, which this graph cannot (rebuild the bundle)");
+  }
   plan_wide_linears(g, f);  // f32 linears reading a widened 16-bit value run as 16-bit GEMMs with f32 output (linear.cpp)
   plan_norm_adds(g, f);   // residual adds read by a layer_norm run inside it (norm.cpp)
   plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)
@@ -199,17 +221,10 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   // linear.cpp): at build by the rule, at load as the plan records it (a plan
   // from before it, with no `linear_norm` key: none).
   const std::optional<bool> mlp = sw.get(Switch::FuseMlp), lnorm = sw.get(Switch::LinearNorm);
-  std::set<std::string> recorded_norms;
+  const std::set<std::string> recorded_norms = plan ? recorded_names(*plan, "linear_norm", where) : std::set<std::string>{};
   LinearNormRule rule;
   if (plan) {
     rule.recorded = &recorded_norms;
-    if (const auto it = plan->find("linear_norm"); it != plan->end()) {
-      if (!it->is_array()) fail_input(where, ": 'linear_norm' is not a list of layer names");
-      for (const auto& name : *it) {
-        if (!name.is_string()) fail_input(where, ": 'linear_norm' is not a list of layer names");
-        recorded_norms.insert(name.get<std::string>());
-      }
-    }
   } else {
     rule.on = lnorm.value_or(true);
     if (lnorm.has_value()) rule.max_rows = std::numeric_limits<int64_t>::max();
@@ -290,6 +305,8 @@ void plan_program_memory(CudaEngine::Program& p, const Graph& g, const GraphFact
   p.channel_views = f.use_views;
   p.linear_norms.clear();
   for (size_t ln : f.linear_norms) p.linear_norms.push_back(g.nodes[ln].name);
+  p.concat_masks.clear();
+  for (const auto& [cat, mul] : f.concat_masks) p.concat_masks.push_back(g.nodes[mul].name);
   for (size_t i = 0; i < f.blocks.size(); ++i)
     if (f.window[i]) p.window_blocks.push_back(f.blocks[i].name);
   p.blocks = f.blocks, p.block_windows = f.block_windows;
@@ -328,6 +345,7 @@ nlohmann::json CudaEngine::Program::plan_json() const {
   nlohmann::json j = {{"window_conv", window_blocks}, {"channel_views", channel_views}, {"arena_bytes", memory.arena_bytes},
                       {"workspace_bytes", workspace_bytes}, {"steps", step_list}, {"values", values}};
   j["linear_norm"] = linear_norms;
+  j["concat_mask"] = concat_masks;
   if (side_lane_planned) {
     nlohmann::json runs = nlohmann::json::array();
     for (const SideLaneRun& r : side_runs) runs.push_back({{"steps", r.steps}, {"fork", r.fork_step}, {"join", r.join_step}});

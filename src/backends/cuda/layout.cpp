@@ -57,7 +57,7 @@ void plan_upsample_concats(const Graph& g, GraphFacts& f) {
   }
 }
 
-void plan_concat_masks(const Graph& g, GraphFacts& f) {
+void plan_concat_masks(const Graph& g, GraphFacts& f, const std::set<std::string>* recorded) {
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     if (n.op != Op::Concat || f.fused_away[ni] || n.inputs.size() > size_t(kMaxConcatInputs)) continue;
@@ -73,7 +73,9 @@ void plan_concat_masks(const Graph& g, GraphFacts& f) {
     for (int r : g.consumers(out)) {
       const auto mi = static_cast<size_t>(r);
       const Node& m = g.nodes[mi];
-      if (m.op != Op::Mul || f.fused_away[mi] || m.inputs[0] != out || m.activation() != Activation::None) continue;
+      if (m.op != Op::Mul || f.fused_away[mi] || m.inputs[0] != out || m.activation() != Activation::None ||
+          (recorded && !recorded->count(m.name)))
+        continue;
       const Value& c = g.values[m.inputs[1]];
       const Value& mv = g.values[m.outputs[0]];
       if (!c.constant || c.dtype != dt || c.shape != Shape{1, ov.shape[1], 1} || mv.dtype != dt || mv.shape != ov.shape ||

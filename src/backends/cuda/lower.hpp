@@ -385,7 +385,9 @@ void plan_upsample_concats(const Graph& g, GraphFacts& f);
 // row, RT-DETR's memory times its valid-anchor mask — runs inside the
 // concat's launch (concat_rows_masked): the mul is fused away and its output
 // written by that launch (live from it). layout.cpp; after plan_token_rows.
-void plan_concat_masks(const Graph& g, GraphFacts& f);
+// `recorded` (a load: the bundle's plan lists the muls under `concat_mask`;
+// null while building): only those muls; a plan without the key, none.
+void plan_concat_masks(const Graph& g, GraphFacts& f, const std::set<std::string>* recorded = nullptr);
 
 // An f32-island linear whose input is a cast of a 16-bit row-major activation
 // read by it alone (RT-DETR's enc_score_head reading the 16-bit encoder output
