@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../families/rt_detr_v2/tests/rtdetr_test_util.hpp"
+#include "bundle/builder.hpp"
 #include "bundle/bundle.hpp"
 #include "core/npy.hpp"
 #include "kiln/kiln.hpp"
@@ -164,6 +165,77 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   }
   EXPECT_EQ(differing, 0) << GetParam() << ": calls with the side lane that differ from side_lane=off (of 20)";
   EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << GetParam();
+  fs::remove_all(tmp);
+}
+
+// Switch linear_norm (small_gemm_norm) and the memory's mask inside its
+// concat (plan_concat_masks) change no bit: with every linear on small_gemm
+// (so the unfused projections run the kernel whose sums small_gemm_norm
+// repeats), the fp16 outputs with linear_norm equal those without, with one
+// launch fewer per fused norm. The plan lists the fused norms and muls, and a
+// plan whose list was removed fails the load asking for a rebuild.
+TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = rt::kFixtures / GetParam();
+  const HostTensor x = read_npy(dir / "input.npy");
+  const std::string batch = std::to_string(x.shape.at(0));
+  const fs::path tmp = testing::temp_dir(cat("rtdetr_linear_norm_", GetParam()));
+  auto build_with = [&](bool on) {
+    BuildOptions o;
+    o.model = dir.string();
+    o.backend = "cuda";
+    o.precision = DType::F16;
+    o.opt_level = 1;
+    o.batch = static_cast<int>(x.shape.at(0));
+    o.switches.set(Switch::SmallGemm, true);
+    o.switches.set(Switch::LinearNorm, on);
+    const fs::path b = tmp / (on ? "on.bundle" : "off.bundle");
+    build_bundle(o, b);
+    return b;
+  };
+  auto tactics = [&](const fs::path& b) -> std::pair<std::string, nlohmann::json> {
+    const Bundle bundle = Bundle::open(b);
+    for (const auto& s : bundle.section_names())
+      if (s.rfind("tactics.", 0) == 0) return {s, nlohmann::json::parse(bundle.section_text(s))};
+    return {};
+  };
+  const fs::path off = build_with(false), on = build_with(true);
+  const auto [section, rec] = tactics(on);
+  const nlohmann::json& plan = rec["batches"][batch]["plan"];
+  const size_t norms = plan.value("linear_norm", nlohmann::json::array()).size();
+  EXPECT_EQ(tactics(off).second["batches"][batch]["plan"].value("linear_norm", nlohmann::json::array()).size(), 0u);
+  std::ifstream cfg_file(dir / "config.json");
+  const int d_model = nlohmann::json::parse(cfg_file).at("d_model").get<int>();
+  if (d_model % 16 == 0) EXPECT_GT(norms, 0u) << GetParam() << ": no post-norm ran small_gemm_norm";
+  const nlohmann::json masks = plan.value("concat_mask", nlohmann::json::array());
+  EXPECT_LE(masks.size(), 1u);
+  if (!masks.empty()) EXPECT_EQ(masks[0], "model.memory.masked");
+  auto off_ctx = Engine::load(off.string())->create_context();
+  const std::vector<Tensor> want = off_ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  auto ctx = Engine::load(on.string())->create_context();
+  const std::vector<Tensor> got = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(got[k].data == want[k].data) << GetParam() << ": output " << k << " differs";
+  EXPECT_EQ(kernels_per_call(*ctx) + norms, kernels_per_call(*off_ctx)) << GetParam();
+  if (norms > 0) {
+    nlohmann::json bad = rec;
+    bad["batches"][batch]["plan"].erase("linear_norm");
+    const Bundle built = Bundle::open(on);
+    BundleWriter w(built.info());
+    for (const auto& s : built.section_names()) {
+      const Blob blob = built.section(s);
+      if (s == section) w.add_section(s, bad.dump());
+      else w.add_section(s, std::vector<uint8_t>(blob.data, blob.data + blob.size));
+    }
+    const fs::path tampered = tmp / "tampered.bundle";
+    w.write(tampered);
+    try {
+      Engine::load(tampered.string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
+      ADD_FAILURE() << "a plan without its linear_norm list loaded and ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rebuild the bundle"), std::string::npos) << e.what();
+    }
+  }
   fs::remove_all(tmp);
 }
 
