@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "../../families/rt_detr_v2/tests/rtdetr_test_util.hpp"
@@ -31,6 +32,22 @@ bool have_gpu() {
 }
 
 class CudaRtDetr : public ::testing::TestWithParam<std::string> {};
+
+// An fp16 CUDA bundle of fixture `dir` at batch `batch` and opt level 1 with
+// switch `s` set to `on` (and `also`, when given, on), written to `out`.
+fs::path build_fp16_with(const fs::path& dir, int batch, const fs::path& out, Switch s, bool on,
+                         std::optional<Switch> also = std::nullopt) {
+  BuildOptions o;
+  o.model = dir.string();
+  o.backend = "cuda";
+  o.precision = DType::F16;
+  o.opt_level = 1;
+  o.batch = batch;
+  o.switches.set(s, on);
+  if (also) o.switches.set(*also, true);
+  build_bundle(o, out);
+  return out;
+}
 
 // Opt level 3 (timed tactics, the default) and 1 (heuristic tactics).
 TEST_P(CudaRtDetr, Fp32MatchesPyTorch) {
@@ -129,16 +146,7 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   const HostTensor x = read_npy(dir / "input.npy");
   const fs::path tmp = testing::temp_dir(cat("rtdetr_side_", GetParam()));
   auto build_with = [&](bool on) {
-    BuildOptions o;
-    o.model = dir.string();
-    o.backend = "cuda";
-    o.precision = DType::F16;
-    o.opt_level = 1;
-    o.batch = static_cast<int>(x.shape.at(0));
-    o.switches.set(Switch::SideLane, on);
-    const fs::path b = tmp / (on ? "on.bundle" : "off.bundle");
-    build_bundle(o, b);
-    return b;
+    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"), Switch::SideLane, on);
   };
   auto side_runs = [&](const fs::path& b) {
     const Bundle bundle = Bundle::open(b);
@@ -181,17 +189,8 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   const std::string batch = std::to_string(x.shape.at(0));
   const fs::path tmp = testing::temp_dir(cat("rtdetr_linear_norm_", GetParam()));
   auto build_with = [&](bool on) {
-    BuildOptions o;
-    o.model = dir.string();
-    o.backend = "cuda";
-    o.precision = DType::F16;
-    o.opt_level = 1;
-    o.batch = static_cast<int>(x.shape.at(0));
-    o.switches.set(Switch::SmallGemm, true);
-    o.switches.set(Switch::LinearNorm, on);
-    const fs::path b = tmp / (on ? "on.bundle" : "off.bundle");
-    build_bundle(o, b);
-    return b;
+    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"), Switch::LinearNorm, on,
+                           Switch::SmallGemm);
   };
   auto tactics = [&](const fs::path& b) -> std::pair<std::string, nlohmann::json> {
     const Bundle bundle = Bundle::open(b);
