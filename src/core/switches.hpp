@@ -30,7 +30,8 @@ enum class Switch : int {
   ConvKnobs,   // CUDA: knob variants (split-K, tiles, kernel configs) of cuDNN's first engines timed too (auto: on up to batch 4)
   GemmConv,    // CUDA: im2col + a cuBLASLt GEMM (split-K, epilogue) timed beside cuDNN's engines for dense convs (auto: off until measured)
   SmallGemm,   // CUDA: kiln's small linear with PDL (small_gemm.cu) instead of cuBLASLt (auto: the shapes where it won in the graph; on: every 16-bit linear it takes)
-  LinearNorm,  // CUDA: a post-norm's projection, residual add and layer norm in one small_gemm_norm launch (auto: up to 1024 rows at build; at load what the bundle's plan records)
+  LinearNorm,  // CUDA: a post-norm's projection, residual add and layer norm in one small_gemm_norm launch (auto: off until measured on a GPU; on: every one it takes; at load what the bundle's plan records)
+  ConcatMask,  // CUDA: a row-major concat's mul by a per-token constant (RT-DETR's memory mask) inside the concat's launch (auto: off until measured on a GPU; at load what the plan records)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

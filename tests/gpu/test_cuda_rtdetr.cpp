@@ -10,7 +10,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <optional>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "../../families/rt_detr_v2/tests/rtdetr_test_util.hpp"
@@ -34,17 +35,15 @@ bool have_gpu() {
 class CudaRtDetr : public ::testing::TestWithParam<std::string> {};
 
 // An fp16 CUDA bundle of fixture `dir` at batch `batch` and opt level 1 with
-// switch `s` set to `on` (and `also`, when given, on), written to `out`.
-fs::path build_fp16_with(const fs::path& dir, int batch, const fs::path& out, Switch s, bool on,
-                         std::optional<Switch> also = std::nullopt) {
+// the switches `set` as given, written to `out`.
+fs::path build_fp16_with(const fs::path& dir, int batch, const fs::path& out, const std::vector<std::pair<Switch, bool>>& set) {
   BuildOptions o;
   o.model = dir.string();
   o.backend = "cuda";
   o.precision = DType::F16;
   o.opt_level = 1;
   o.batch = batch;
-  o.switches.set(s, on);
-  if (also) o.switches.set(*also, true);
+  for (const auto& [s, on] : set) o.switches.set(s, on);
   build_bundle(o, out);
   return out;
 }
@@ -146,7 +145,7 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   const HostTensor x = read_npy(dir / "input.npy");
   const fs::path tmp = testing::temp_dir(cat("rtdetr_side_", GetParam()));
   auto build_with = [&](bool on) {
-    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"), Switch::SideLane, on);
+    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"), {{Switch::SideLane, on}});
   };
   auto side_runs = [&](const fs::path& b) {
     const Bundle bundle = Bundle::open(b);
@@ -176,11 +175,11 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   fs::remove_all(tmp);
 }
 
-// Switch linear_norm (small_gemm_norm) and the memory's mask inside its
-// concat (plan_concat_masks) change no bit: with every linear on small_gemm
-// (so the unfused projections run the kernel whose sums small_gemm_norm
-// repeats), the fp16 outputs with linear_norm equal those without, with one
-// launch fewer per fused norm. The plan lists the fused norms and muls, and a
+// Switches linear_norm (small_gemm_norm) and concat_mask (the memory's mask
+// inside its concat, plan_concat_masks) change no bit: with every linear on
+// small_gemm (so the unfused projections run the kernel whose sums
+// small_gemm_norm repeats), the fp16 outputs with both equal those with
+// neither, with one launch fewer per fused norm and mask. The plan lists the fused norms and muls, and a
 // plan whose list was removed fails the load asking for a rebuild.
 TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -189,8 +188,8 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   const std::string batch = std::to_string(x.shape.at(0));
   const fs::path tmp = testing::temp_dir(cat("rtdetr_linear_norm_", GetParam()));
   auto build_with = [&](bool on) {
-    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"), Switch::LinearNorm, on,
-                           Switch::SmallGemm);
+    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"),
+                           {{Switch::SmallGemm, true}, {Switch::LinearNorm, on}, {Switch::ConcatMask, on}});
   };
   auto tactics = [&](const fs::path& b) -> std::pair<std::string, nlohmann::json> {
     const Bundle bundle = Bundle::open(b);
@@ -202,7 +201,9 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   const auto [section, rec] = tactics(on);
   const nlohmann::json& plan = rec["batches"][batch]["plan"];
   const size_t norms = plan.value("linear_norm", nlohmann::json::array()).size();
-  EXPECT_EQ(tactics(off).second["batches"][batch]["plan"].value("linear_norm", nlohmann::json::array()).size(), 0u);
+  const nlohmann::json off_plan = tactics(off).second["batches"][batch]["plan"];
+  EXPECT_EQ(off_plan.value("linear_norm", nlohmann::json::array()).size(), 0u);
+  EXPECT_EQ(off_plan.value("concat_mask", nlohmann::json::array()).size(), 0u);
   std::ifstream cfg_file(dir / "config.json");
   const int d_model = nlohmann::json::parse(cfg_file).at("d_model").get<int>();
   if (d_model % 16 == 0) EXPECT_GT(norms, 0u) << GetParam() << ": no post-norm ran small_gemm_norm";
@@ -215,7 +216,7 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   const std::vector<Tensor> got = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(got[k].data == want[k].data) << GetParam() << ": output " << k << " differs";
-  EXPECT_EQ(kernels_per_call(*ctx) + norms, kernels_per_call(*off_ctx)) << GetParam();
+  EXPECT_EQ(kernels_per_call(*ctx) + norms + masks.size(), kernels_per_call(*off_ctx)) << GetParam();
   if (norms > 0) {
     nlohmann::json bad = rec;
     bad["batches"][batch]["plan"].erase("linear_norm");

@@ -36,7 +36,7 @@ GraphFacts rtdetr_facts(const Graph& g, bool side_lane) {
   plan_box_refines(g, f);
   plan_row_windows(g, f);
   plan_output_casts(g, f);
-  plan_mlp_chains(g, f, 132, true, false, LinearNormRule{});  // the defaults: fuse_mlp and linear_norm auto
+  plan_mlp_chains(g, f, 132, true, false, LinearNormRule{});  // fuse_mlp auto, linear_norm on (as concat_mask above)
   if (side_lane) plan_side_lane(g, f);
   return f;
 }

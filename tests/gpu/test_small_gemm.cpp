@@ -114,11 +114,11 @@ TEST(CudaSmallGemm, AutoTakesTheShapesWhereItWon) {
   EXPECT_FALSE(small_gemm_preferred(300, 80, 256));   // class_embed
   EXPECT_FALSE(small_gemm_preferred(300, 256, 512));
   EXPECT_FALSE(small_gemm_preferred(2400, 256, 256)); // batch 8
-  // GELU saves the activation kernel cuBLASLt needs after its GEMM: up to n 1024.
-  EXPECT_TRUE(small_gemm_preferred(400, 1024, 256, Activation::Gelu));   // AIFI's fc1
+  // GELU: the shapes of the other activations until its epilogue has run on a
+  // GPU (session 28 got no device time), so not AIFI's 1024-wide fc1 yet.
+  EXPECT_TRUE(small_gemm_preferred(300, 256, 256, Activation::Gelu));
+  EXPECT_FALSE(small_gemm_preferred(400, 1024, 256, Activation::Gelu));
   EXPECT_FALSE(small_gemm_preferred(400, 1024, 256, Activation::Relu));
-  EXPECT_FALSE(small_gemm_preferred(400, 2048, 256, Activation::Gelu));
-  EXPECT_FALSE(small_gemm_preferred(3200, 1024, 256, Activation::Gelu)); // batch 8's AIFI rows
 }
 
 // Per launch, mean of 100: a chain of four dependent linears of each shape

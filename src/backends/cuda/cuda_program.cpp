@@ -199,8 +199,10 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   plan_upsample_concats(g, f);  // nearest upsamples read by a concat inside its launch (layout.cpp)
   // RT-DETR's memory times its valid-anchor mask inside the concat's launch
   // (layout.cpp): at load the muls the plan lists (none in a plan from before it).
+  // Switch concat_mask: off unless on (auto: off until a GPU has run it).
   const std::set<std::string> recorded_masks = plan ? recorded_names(*plan, "concat_mask", where) : std::set<std::string>{};
-  plan_concat_masks(g, f, plan ? &recorded_masks : nullptr);
+  if (plan ? !recorded_masks.empty() : sw.get(Switch::ConcatMask).value_or(false))
+    plan_concat_masks(g, f, plan ? &recorded_masks : nullptr);
   for (const std::string& name : recorded_masks) {
     bool planned = false;
     for (const auto& [cat, mul] : f.concat_masks) planned |= g.nodes[mul].name == name;
@@ -226,8 +228,10 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   if (plan) {
     rule.recorded = &recorded_norms;
   } else {
-    rule.on = lnorm.value_or(true);
-    if (lnorm.has_value()) rule.max_rows = std::numeric_limits<int64_t>::max();
+    // Auto: off. small_gemm_norm was written in session 28, which got no GPU
+    // time: its tests and the engine A/B (bench/results/2026-12-06-session28,
+    // call 2) decide the default. On: every post-norm it takes, at any rows.
+    rule.on = lnorm.value_or(false);
   }
   if (mlp.value_or(true) || rule.on || !recorded_norms.empty())
     plan_mlp_chains(g, f, device_sm_count(), mlp.value_or(true), mlp.value_or(false), rule);

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -414,12 +415,12 @@ void plan_box_refines(const Graph& g, GraphFacts& f);
 // fused residual add (plan_norm_adds) runs inside the norm's launch when
 // `norms`. `sms`: the GPU's multiprocessors (mlp_chain_cluster).
 // Which post-norm projections run as small_gemm_norm (switch linear_norm): at
-// build (`recorded` null) those small_gemm_norm takes, up to `max_rows` rows
-// (auto 1024; on: any), none when `on` is false; at load the layer norms the
-// bundle's plan names (`recorded`), as built.
+// build (`recorded` null) those small_gemm_norm takes, up to `max_rows` rows,
+// none when `on` is false (the switch's auto setting until it is measured on
+// a GPU); at load the layer norms the bundle's plan names (`recorded`), as built.
 struct LinearNormRule {
   bool on = true;
-  int64_t max_rows = 1024;
+  int64_t max_rows = std::numeric_limits<int64_t>::max();
   const std::set<std::string>* recorded = nullptr;
 };
 // chains: plain chains and (norms) chains inside a post-norm (switch fuse_mlp);
