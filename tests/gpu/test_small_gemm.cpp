@@ -28,6 +28,24 @@ struct GemmCase {
   bool bias;
 };
 
+// A probe's stream, cuBLASLt handle and workspace, released at scope end.
+struct LtProbe {
+  cudaStream_t st = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  DevBuf ws{LinearOp::kMaxWorkspace};
+  LtProbe() {
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) st = nullptr;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS) lt = nullptr;
+  }
+  ~LtProbe() {
+    if (lt) cublasLtDestroy(lt);
+    if (st) cudaStreamDestroy(st);
+  }
+  LtProbe(const LtProbe&) = delete;
+  LtProbe& operator=(const LtProbe&) = delete;
+  bool ok() const { return st && lt; }
+};
+
 // The values a 16-bit upload holds, as f32.
 std::vector<float> rounded(const std::vector<float>& v, DType dt) {
   const auto d = upload(v, dt);
@@ -128,11 +146,9 @@ TEST(CudaSmallGemm, AutoTakesTheShapesWhereItWon) {
 // behind (session 27): a library kernel's launch cost is what a graph hides.
 TEST(CudaSmallGemmPerf, RtDetrLinears) {
   KILN_REQUIRE_GPU();
-  cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cublasLtHandle_t lt = nullptr;
-  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
-  const DevBuf ws(LinearOp::kMaxWorkspace);
+  const LtProbe probe;
+  ASSERT_TRUE(probe.ok());
+  const auto& [st, lt, ws] = probe;
   const DType dt = DType::F16;
   std::printf("linear per launch (us; four dependent launches a round, mean of 100 rounds / 4), f16: plain | graph\n");
   for (const GemmCase& c : std::vector<GemmCase>{{300, 256, 256, Activation::None, true},
@@ -167,8 +183,6 @@ TEST(CudaSmallGemmPerf, RtDetrLinears) {
                 mean_launch_us(st, lib) / 4, mean_graph_us(st, lib) / 4);
   }
   CK(cudaStreamSynchronize(st));
-  cublasLtDestroy(lt);
-  cudaStreamDestroy(st);
 }
 
 struct NormCase {
@@ -277,11 +291,9 @@ TEST(CudaSmallGemmNorm, RefusesWhatItDoesNotTake) {
 // cuBLASLt + layer_norm_rows, on RT-DETR's post-norm projections (printed only).
 TEST(CudaSmallGemmNormPerf, RtDetrPostNorms) {
   KILN_REQUIRE_GPU();
-  cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cublasLtHandle_t lt = nullptr;
-  ASSERT_EQ(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
-  const DevBuf ws(LinearOp::kMaxWorkspace);
+  const LtProbe probe;
+  ASSERT_TRUE(probe.ok());
+  const auto& [st, lt, ws] = probe;
   const DType dt = DType::F16;
   std::printf("post-norm projection + residual layer norm per round (us; graph of four dependent rounds / 4), f16\n");
   for (const int m : {300, 400, 2400}) {
@@ -320,8 +332,6 @@ TEST(CudaSmallGemmNormPerf, RtDetrPostNorms) {
                 mean_graph_us(st, fused) / 4, mean_graph_us(st, two(false)) / 4, mean_graph_us(st, two(true)) / 4);
   }
   CK(cudaStreamSynchronize(st));
-  cublasLtDestroy(lt);
-  cudaStreamDestroy(st);
 }
 
 }  // namespace
