@@ -166,6 +166,17 @@ std::set<std::string> recorded_names(const nlohmann::json& plan, const char* key
   return names;
 }
 
+// Every node a plan lists under a fusion (`recorded`) is one this graph fused
+// (`planned`, node indices); else the load fails naming it: "<where> <does>
+// <name>, which this graph cannot (rebuild the bundle)".
+void require_planned(const Graph& g, const std::set<std::string>& recorded, const std::set<size_t>& planned,
+                     const std::string& where, const char* does) {
+  std::set<std::string> names;
+  for (size_t ni : planned) names.insert(g.nodes[ni].name);
+  for (const std::string& name : recorded)
+    if (!names.count(name)) fail_input(where, " ", does, " ", name, ", which this graph cannot (rebuild the bundle)");
+}
+
 void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::json* plan, const std::vector<char>* window,
                   int64_t batch, GraphFacts& f) {
   const std::string where = cat("the bundle's CUDA plan for batch ", batch);
@@ -203,11 +214,9 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   const std::set<std::string> recorded_masks = plan ? recorded_names(*plan, "concat_mask", where) : std::set<std::string>{};
   if (plan ? !recorded_masks.empty() : sw.get(Switch::ConcatMask).value_or(false))
     plan_concat_masks(g, f, plan ? &recorded_masks : nullptr);
-  for (const std::string& name : recorded_masks) {
-    bool planned = false;
-    for (const auto& [cat, mul] : f.concat_masks) planned |= g.nodes[mul].name == name;
-    if (!planned) fail_input(where, " writes ", name, " inside its concat's launch, which this graph cannot (rebuild the bundle)");
-  }
+  std::set<size_t> masked;
+  for (const auto& [cat, mul] : f.concat_masks) masked.insert(mul);
+  require_planned(g, recorded_masks, masked, where, "writes inside its concat's launch");
   plan_wide_linears(g, f);  // f32 linears reading a widened 16-bit value run as 16-bit GEMMs with f32 output (linear.cpp)
   plan_norm_adds(g, f);   // residual adds read by a layer_norm run inside it (norm.cpp)
   plan_box_refines(g, f);  // RT-DETR's box refinement (cast, inverse_sigmoid, add, cast) in one launch (elementwise.cpp)
@@ -235,11 +244,7 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   }
   if (mlp.value_or(true) || rule.on || !recorded_norms.empty())
     plan_mlp_chains(g, f, device_sm_count(), mlp.value_or(true), mlp.value_or(false), rule);
-  for (const std::string& name : recorded_norms) {
-    bool planned = false;
-    for (size_t ln : f.linear_norms) planned |= g.nodes[ln].name == name;
-    if (!planned) fail_input(where, " runs ", name, " as small_gemm_norm, which this graph cannot (rebuild the bundle)");
-  }
+  require_planned(g, recorded_norms, f.linear_norms, where, "runs as small_gemm_norm");
   for (const auto& [conv, add] : f.wp.convs) {
     if (add == kNoNode) continue;
     f.fused_away[add] = 1;  // the conv at index `conv` reads the add's inputs

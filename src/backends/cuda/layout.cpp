@@ -155,7 +155,7 @@ void lower_Concat(Lowering& L, size_t ni) {
       const int y2 = m.outputs[0];
       const int64_t c = ov.shape[2];
       std::vector<int64_t> elems;
-      for (int in : n.inputs) elems.push_back(rows ? shape_numel(g.values[in].shape) / rows : 0);
+      for (int64_t bytes : chunks) elems.push_back(bytes / static_cast<int64_t>(dtype_size(dt)));
       const HostTensor mask = HostTensor::from_f32_as(dt, {ov.shape[1]}, g.values[m.inputs[1]].constant->to_f32());
       const void* mk = L.engine_copy(m.name + "#mask", mask.blob.data, mask.nbytes());
       L.record(m.name, cat("inside ", n.name, " (its second output, no launch of its own)"));

@@ -99,6 +99,20 @@ struct ConcatArgs {
   int n;
 };
 
+// The inputs and their column ranges in words of `word` units (chunks in
+// those units' multiples), no upsample.
+ConcatArgs concat_args(const std::vector<const void*>& xs, const std::vector<int64_t>& chunks, int64_t word) {
+  ConcatArgs a{};
+  a.n = int(xs.size());
+  for (int k = 0, begin = 0; k < a.n; ++k) {
+    a.x[k] = xs[k];
+    a.c[k] = int(chunks[size_t(k)] / word);
+    a.begin[k] = begin;
+    begin += a.c[k];
+  }
+  return a;
+}
+
 // One thread per output element (Elem = the dtype's bit pattern: the copy is
 // exact); the source input is found by a short scan of the channel offsets.
 template <typename Elem, typename I>
@@ -269,14 +283,7 @@ void concat_rows_masked(const std::vector<const void*>& xs, const std::vector<in
     auto go = [&](auto vc) {
       constexpr int V = decltype(vc)::value;
       if (y_elems / V > int64_t(0x7fffffff)) fail_runtime("cuda concat_rows_masked: rows of ", y_elems, " elements");
-      ConcatArgs a{};
-      a.n = int(xs.size());
-      for (int k = 0, begin = 0; k < a.n; ++k) {
-        a.x[k] = xs[k];
-        a.c[k] = int(chunk_elems[k] / V);
-        a.begin[k] = begin;
-        begin += a.c[k];
-      }
+      const ConcatArgs a = concat_args(xs, chunk_elems, V);
       const int y_c = int(y_elems / V);
       const int64_t total = rows * y_c;
       detail::launch("concat_rows_masked", concat_masked_kernel<T, V>, detail::grid_for(total), detail::kThreads, 0, stream, a,
@@ -310,16 +317,8 @@ void concat_rows(const std::vector<const void*>& xs, const std::vector<int64_t>&
   if (rows <= 0 || y_bytes <= 0) return;
   const int word = bits % 16 == 0 ? 16 : bits % 8 == 0 ? 8 : bits % 4 == 0 ? 4 : bits % 2 == 0 ? 2 : 1;
   if (y_bytes / word > int64_t(0x7fffffff)) fail_runtime("cuda concat_rows: rows of ", y_bytes, " bytes (at most 2^31 words)");
-  ConcatArgs a{};
-  a.n = int(xs.size());
-  for (int k = 0, begin = 0; k < a.n; ++k) {
-    a.x[k] = xs[k];
-    a.c[k] = int(chunk_bytes[k] / word);
-    a.begin[k] = begin;
-    begin += a.c[k];
-    a.sh[k] = up ? up->factors[size_t(k)].first : 0;
-    a.sw[k] = up ? up->factors[size_t(k)].second : 0;
-  }
+  ConcatArgs a = concat_args(xs, chunk_bytes, word);
+  for (int k = 0; up && k < a.n; ++k) a.sh[k] = up->factors[size_t(k)].first, a.sw[k] = up->factors[size_t(k)].second;
   a.h = up ? up->h : 0;
   a.w = up ? up->w : 0;
   const int y_c = int(y_bytes / word);

@@ -106,10 +106,13 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned)
   const ValuePtr ptr = L.ptr;
   const int k = as_int(k0);
   const Node& ln = g.nodes[at];
+  // A chain inside a layer norm's launch reads the norm's operands there:
+  // plan_norm_adds' residual, position add and f32 copy.
+  const bool in_norm = ln.op == Op::LayerNorm;
+  const NormAdds adds = in_norm ? L.f.norm_adds.at(at) : NormAdds{};
+  const Operand res = in_norm ? operand(L, other_input(g.nodes[adds.residual], g.nodes[chain.back()].outputs[0])) : Operand{};
+  const NormOperands o = in_norm ? norm_operands(L, at, &adds) : NormOperands{};
   if (L.f.linear_norms.count(at)) {
-    const NormAdds adds = L.f.norm_adds.at(at);
-    const Operand res = operand(L, other_input(g.nodes[adds.residual], g.nodes[chain.back()].outputs[0]));
-    const NormOperands o = norm_operands(L, at, &adds);
     // small_gemm_norm (switch linear_norm): one plain block per 16 rows, the
     // weights as the graph holds them (the engine's copy in dt).
     const Node& lin = g.nodes[chain.front()];
@@ -157,7 +160,7 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned)
     if (chain[l] != at) L.record(n.name, cat("inside ", g.nodes[at].name, " (mlp_chain, no launch of its own)"));
   }
   const int cluster = mlp_chain_cluster(rows, device_sm_count());
-  if (ln.op != Op::LayerNorm) {
+  if (!in_norm) {
     std::string what = cat("mlp_chain of ", chain.size(), " linears"), kernel = "mlp_chain";
     // plan_mlp_chains' box refinement between linked chains, written by this launch.
     bool has_refine = false;
@@ -204,12 +207,7 @@ void lower_mlp_chain(Lowering& L, size_t at, const std::vector<size_t>& planned)
     });
     return;
   }
-  // The layer norm's launch (plan_norm_adds' residual, position add, f32 copy) takes the chain in.
-  const NormAdds adds = L.f.norm_adds.at(at);
-  const Node& add = g.nodes[adds.residual];
-  const int d = g.nodes[chain.back()].outputs[0];
-  const Operand res = operand(L, other_input(add, d));
-  const NormOperands o = norm_operands(L, at, &adds);
+  // The layer norm's launch takes the chain in.
   L.record(ln.name, cat("mlp_chain of ", chain.size(), " linears with the residual layer norm, cluster ", cluster));
   L.step(cat("mlp_chain_layer_norm x", cluster), [=](const Exec& e) {
     MlpChainNorm nm;
