@@ -42,11 +42,13 @@ PY
     fi
     rm -rf "$tmp"
   fi
-  # CUTLASS (header-only, used by the sm90 FP8 GEMM fp8_gemm_sm90*.cu): the
-  # headers of its PyPI wheel (nvidia-cutlass, cutlass_library/source/include).
-  # Without them that GEMM reports no configurations and the rest builds as before.
+  # CUTLASS (header-only, used by the sm90 FP8 GEMM fp8_gemm_sm90*.cu and the
+  # sm90 conv conv_sm90*.cu): the headers of its PyPI wheel (nvidia-cutlass,
+  # cutlass_library/source/include, and tools/util/include for the conv's
+  # cutlass/util/packed_stride.hpp), both unpacked into one include folder.
+  # Without them those kernels report no configurations and the rest builds as before.
   ct=third_party/cutlass/include
-  if [ ! -f "$ct/cutlass/cutlass.h" ]; then
+  if [ ! -f "$ct/cutlass/cutlass.h" ] || [ ! -f "$ct/cutlass/util/packed_stride.hpp" ]; then
     echo "setup: fetching CUTLASS headers (nvidia-cutlass==4.2.0.0 from PyPI)" >&2
     tmp=$(mktemp -d)
     if python3 -m pip download -q --no-deps --only-binary=:all: nvidia-cutlass==4.2.0.0 -d "$tmp" 2>/dev/null ||
@@ -54,17 +56,18 @@ PY
       python3 - "$tmp" <<'PY'
 import glob, os, sys, zipfile
 whl = glob.glob(sys.argv[1] + "/*.whl")[0]
-pre = "cutlass_library/source/include/"
+pres = ("cutlass_library/source/include/", "cutlass_library/source/tools/util/include/")
 with zipfile.ZipFile(whl) as z:
     for n in z.namelist():
-        if n.startswith(pre) and not n.endswith("/"):
+        pre = next((p for p in pres if n.startswith(p)), None)
+        if pre and not n.endswith("/"):
             out = os.path.join("third_party/cutlass/include", n[len(pre):])
             os.makedirs(os.path.dirname(out), exist_ok=True)
             with z.open(n) as src, open(out, "wb") as dst:
                 dst.write(src.read())
 PY
     else
-      echo "setup: could not fetch CUTLASS; the sm90 FP8 GEMM is left out" >&2
+      echo "setup: could not fetch CUTLASS; the sm90 FP8 GEMM and conv are left out" >&2
     fi
     rm -rf "$tmp"
   fi

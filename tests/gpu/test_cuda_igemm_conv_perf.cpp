@@ -6,6 +6,8 @@
 // with PDL (what an engine at batch <= 4 launches) and without. Last column:
 // kiln's GEMM conv (gemm_conv.hpp: im2col + cuBLASLt with its epilogue), the
 // fastest of the algorithms cuBLASLt's heuristic offers, with its split-K.
+// Then kiln's sm90 conv (conv_sm90.hpp: CUTLASS's TMA + wgmma implicit GEMM,
+// launched with PDL): the fastest configuration, and each one on the line below.
 //   kiln_gpu_tests --gtest_filter='CudaIgemmConvPerf.*'
 #include <gtest/gtest.h>
 
@@ -15,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/cuda/conv_sm90.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cudnn_conv.hpp"
 #include "backends/cuda/device_buffer.hpp"
@@ -80,8 +83,8 @@ TEST(CudaIgemmConvPerf, RtDetrR18vdShapes) {
       {"b8 stage0 160 c64 +res", 8, 160, 64, 64, 3, 1, true, Activation::Relu},
       {"b8 stage3 20 c512 +res", 8, 20, 512, 512, 3, 1, true, Activation::Relu},
   };
-  std::printf("%-28s %9s | PDL on: %9s %-22s %9s %-26s | PDL off: %9s | %9s %s\n", "conv (batch 1 unless b8)", "cudnn us",
-              "im2col us", "(tile)", "halo us", "(tile)", "best us", "gemm us", "(split-K)");
+  std::printf("%-28s %9s | PDL on: %9s %-22s %9s %-26s | PDL off: %9s | %9s %s | sm90 %9s %s\n", "conv (batch 1 unless b8)",
+              "cudnn us", "im2col us", "(tile)", "halo us", "(tile)", "best us", "gemm us", "(split-K)", "us", "(tile)");
   for (const Conv& cv : convs) {
     IgemmConvShape s{};
     s.n = cv.n, s.h = s.w = cv.hw, s.c = cv.c, s.k = cv.k, s.r = s.s = cv.r;
@@ -118,9 +121,23 @@ TEST(CudaIgemmConvPerf, RtDetrR18vdShapes) {
     const auto [gemm_us, gemm_split] = best_gemm_conv(lt.h, d, st, [&](const GemmConvOp& g) {
       g.run(x->ptr(), w->ptr(), b->ptr(), res, y->ptr(), ws.ptr(), size_t(256) << 20, st);
     });
-    std::printf("%-28s %9.2f | PDL on: %9.2f %-22s %9.2f %-26s | PDL off: %9.2f | %9.2f %s\n", cv.name, cudnn_us, best[0],
-                igemm_tile_name(best_tile[0]).c_str(), best[1] < 1e29 ? best[1] : 0.0,
-                best[1] < 1e29 ? igemm_tile_name(best_tile[1]).c_str() : "-", off, gemm_us, gemm_split.c_str());
+    double sm90_best = 1e30;
+    std::string sm90_tile = "-", sm90_each;
+    {
+      PdlDefault scope(true);
+      for (int cfg = 0; cfg < conv_sm90_configs(); ++cfg) {
+        if (!conv_sm90_unsupported(cfg, dt, s, cv.residual, cv.act).empty()) continue;
+        const double us = graph_us(st, [&] { conv_sm90_nhwc(cfg, x->ptr(), w->ptr(), b->ptr(), res, y->ptr(), dt, s, cv.act, true, st); });
+        const std::string name = std::string(conv_sm90_config_name(cfg)).substr(15);  // past "kiln sm90 conv "
+        sm90_each += cat(" ", name, " ", us);
+        if (us < sm90_best) sm90_best = us, sm90_tile = name;
+      }
+    }
+    std::printf("%-28s %9.2f | PDL on: %9.2f %-22s %9.2f %-26s | PDL off: %9.2f | %9.2f %s | sm90 %9.2f %s\n", cv.name, cudnn_us,
+                best[0], igemm_tile_name(best_tile[0]).c_str(), best[1] < 1e29 ? best[1] : 0.0,
+                best[1] < 1e29 ? igemm_tile_name(best_tile[1]).c_str() : "-", off, gemm_us, gemm_split.c_str(),
+                sm90_best < 1e29 ? sm90_best : 0.0, sm90_tile.c_str());
+    std::printf("%-28s sm90 each:%s\n", "", sm90_each.c_str());
   }
   cudaStreamDestroy(st);
   cudnnDestroy(h);

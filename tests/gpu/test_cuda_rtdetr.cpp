@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../families/rt_detr_v2/tests/rtdetr_test_util.hpp"
+#include "backends/cuda/conv_sm90.hpp"
 #include "bundle/builder.hpp"
 #include "bundle/bundle.hpp"
 #include "core/npy.hpp"
@@ -236,6 +237,74 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
       EXPECT_NE(std::string(e.what()).find("rebuild the bundle"), std::string::npos) << e.what();
     }
   }
+  fs::remove_all(tmp);
+}
+
+// kiln's sm90 conv end to end (switch sm90_conv on): a tactic cache that names
+// one configuration for every conv signature the sm90 conv is timed for makes
+// the build take it there (the cache is the build's second source after the
+// bundle), the bundle records it, a load replays it without timing, two calls
+// give the same bits, and the detections pass the fp16 rule against
+// PyTorch fp32.
+TEST_P(CudaRtDetr, Sm90ConvRunsTheConvsTheCacheNames) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (cuda::conv_sm90_configs() == 0) GTEST_SKIP() << "built without CUTLASS's headers";
+  const fs::path dir = rt::kFixtures / GetParam();
+  const HostTensor x = read_npy(dir / "input.npy");
+  const std::string batch = std::to_string(x.shape.at(0));
+  const fs::path tmp = testing::temp_dir(cat("rtdetr_sm90_conv_", GetParam()));
+  const fs::path cache = tmp / "tactics.json";
+  fs::remove(cache);
+  auto build = [&](const fs::path& out) {
+    BuildOptions o;
+    o.model = dir.string();
+    o.backend = "cuda";
+    o.precision = DType::F16;
+    o.opt_level = 3;
+    o.batch = static_cast<int>(x.shape.at(0));
+    o.tactic_cache = cache.string();
+    o.switches.set(Switch::Sm90Conv, true);
+    build_bundle(o, out);
+    return out;
+  };
+  build(tmp / "timed.bundle");
+  std::ifstream in(cache);
+  ASSERT_TRUE(in) << cache;
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  // Every configuration takes 32-channel chunks or 64; 128x32x32 takes any conv the sm90 conv was timed for.
+  const std::string named = "kiln sm90 conv 128x32x32";
+  int sigs = 0;
+  for (auto& [key, entries] : j.items())
+    for (auto& [sig, v] : entries.items())
+      if (sig.rfind("conv f16 ", 0) == 0 && sig.find(" sm90_conv=1") != std::string::npos)
+        v = nlohmann::json::array({named, 1.0}), ++sigs;
+  if (sigs == 0) {
+    // Off compute capability 9.0 no conv is offered to the sm90 conv.
+    ASSERT_NE(cuda::conv_sm90_unsupported(0, DType::F16, {1, 8, 8, 64, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1}, false, Activation::Relu)
+                  .find("compute capability"),
+              std::string::npos)
+        << GetParam() << ": no conv signature was timed with the sm90 conv";
+    GTEST_SKIP() << "not a compute capability 9.0 device";
+  }
+  std::ofstream(cache) << j.dump(1);
+  const fs::path b = build(tmp / "named.bundle");
+  const Bundle bundle = Bundle::open(b);
+  nlohmann::json rec;
+  for (const auto& s : bundle.section_names())
+    if (s.rfind("tactics.", 0) == 0) rec = nlohmann::json::parse(bundle.section_text(s));
+  int sm90 = 0;
+  for (const auto& step : rec["batches"][batch]["plan"]["steps"]) sm90 += step[1].get<std::string>() == named;
+  EXPECT_GT(sm90, 0) << GetParam();
+  auto e = Engine::load(b.string());
+  EXPECT_EQ(e->impl().compiled->timed_layers(), 0);
+  auto ctx = e->create_context();
+  const std::vector<Tensor> first = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  const std::vector<Tensor> again = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  ASSERT_EQ(first.size(), 2u);
+  for (size_t k = 0; k < first.size(); ++k) EXPECT_TRUE(first[k].data == again[k].data) << GetParam() << ": output " << k;
+  rt::expect_fp16_rule(cat("cuda fp16 sm90 conv ", GetParam()), first[0].data, first[1].data, x.shape, dir,
+                       rt::kSeededFp16UnmatchedCuda);
   fs::remove_all(tmp);
 }
 

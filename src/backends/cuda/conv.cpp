@@ -1,7 +1,7 @@
 // Conv2d's CUDA lowering: cuDNN's fused conv (cudnn_conv.hpp), kiln's
-// depthwise kernel (depthwise.cu), kiln's window conv (window_conv.cu) and
-// kiln's GEMM conv (gemm_conv.hpp), the alternatives handed to the one tactic
-// selector (tactics.hpp).
+// depthwise kernel (depthwise.cu), kiln's window conv (window_conv.cu),
+// kiln's GEMM conv (gemm_conv.hpp) and kiln's sm90 conv (conv_sm90.hpp), the
+// alternatives handed to the one tactic selector (tactics.hpp).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/cuda/conv_sm90.hpp"
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/gemm_conv.hpp"
 #include "backends/cuda/phase_counters.hpp"
@@ -89,14 +90,64 @@ std::pair<const float*, const float*> unfused_epilogue(Lowering& L, const Node& 
   return {static_cast<const float*>(bn.at(key).first.get()), static_cast<const float*>(bn.at(key).second.get())};
 }
 
+// d as kiln's own dense convs (igemm_conv, conv_sm90) see it.
+IgemmConvShape dense_conv_shape(const ConvDesc& d) {
+  return {d.n,       d.h,        d.w,        d.c,     d.k,     d.r,     d.s,     d.out_h(), d.out_w(),
+          d.stride_h, d.stride_w, d.pad_t, d.pad_l, d.dil_h, d.dil_w, d.x_stride, d.y_stride};
+}
+
 // The implicit-GEMM conv's view of d, when switch igemm_conv is on and the
 // kernel takes d (dense groups-1 f16/bf16, channels multiples of 8).
 std::optional<IgemmConvShape> igemm_shape(const ConvDesc& d, const EngineSwitches& sw) {
   if (!sw.get(Switch::IgemmConv).value_or(false) || d.groups != 1) return std::nullopt;
-  IgemmConvShape s{d.n,        d.h,        d.w,     d.c,     d.k,     d.r,     d.s,     d.out_h(),
-                   d.out_w(),  d.stride_h, d.stride_w, d.pad_t, d.pad_l, d.dil_h, d.dil_w, d.x_stride, d.y_stride};
+  const IgemmConvShape s = dense_conv_shape(d);
   if (!igemm_conv_unsupported(d.dtype, s, IgemmTile{}).empty()) return std::nullopt;
   return s;
+}
+
+// kiln's sm90 conv (switch sm90_conv, auto: off until measured on a GPU): the
+// configurations that take d, each a candidate timed beside cuDNN's engines.
+std::vector<int> sm90_conv_candidates(const ConvDesc& d, const EngineSwitches& sw) {
+  std::vector<int> out;
+  if (!sw.get(Switch::Sm90Conv).value_or(false) || d.groups != 1) return out;
+  const IgemmConvShape s = dense_conv_shape(d);
+  for (int cfg = 0; cfg < conv_sm90_configs(); ++cfg)
+    if (conv_sm90_unsupported(cfg, d.dtype, s, d.has_residual, d.act).empty()) out.push_back(cfg);
+  return out;
+}
+
+// The program step of conv n as kiln's sm90 conv, configuration cfg.
+void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {
+  const void* w = L.weight(n.inputs[1]);
+  const void* b = d.has_bias ? L.weight(n.inputs[2]) : nullptr;
+  const int in0 = n.inputs[0], out = n.outputs[0], res = d.has_residual ? n.inputs[3] : -1;
+  const IgemmConvShape s = dense_conv_shape(d);
+  const DType dt = d.dtype;
+  const Activation act = d.act;
+  const ValuePtr ptr = L.ptr;
+  L.step(conv_sm90_config_name(cfg), [=](const Exec& x) {
+    conv_sm90_nhwc(cfg, ptr(x, in0), w, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), dt, s, act, pdl_default(), x.stream);
+  });
+}
+
+// Loading a conv recorded with an sm90 conv configuration: replayed exactly
+// (no cuDNN plan built) or an error naming the conv; false when the record
+// names no sm90 conv.
+bool lower_recorded_sm90_conv(Lowering& L, const Node& n, const ConvDesc& d, const std::string& recorded, bool view_conv) {
+  const std::string name = recorded_tactic_name(recorded);
+  if (name.rfind("kiln sm90 conv ", 0) != 0) return false;
+  const auto fail = [&](const std::string& why) {
+    fail_input("conv ", n.name, ": the bundle records tactic '", recorded, "' but ", why, "; rebuild the bundle");
+  };
+  if (!L.m.opts.switches.get(Switch::Sm90Conv).value_or(false)) fail("switch sm90_conv is off");
+  const int cfg = conv_sm90_config_of(name);
+  if (cfg < 0) fail(cat("this kiln has no such configuration (", conv_sm90_configs(), " built)"));
+  if (view_conv || d.groups != 1) fail("the conv is not a dense groups-1 conv here");
+  if (const std::string why = conv_sm90_unsupported(cfg, d.dtype, dense_conv_shape(d), d.has_residual, d.act); !why.empty())
+    fail("the configuration does not take it: " + why);
+  L.record(n.name, name, -1.f);
+  sm90_conv_step(L, n, d, cfg);
+  return true;
 }
 
 // "kiln igemm 64x64 s2" / "kiln igemm halo 8x16 n64" -> its tile; nullopt for any other tactic name.
@@ -264,8 +315,9 @@ void lower_Conv2d(Lowering& L, size_t ni) {
     L.record(n.name, igemm_tile_name(*t), -1.f);
     return igemm_step(L, n, *igs, *t);
   }
-  // Loading a conv recorded with the GEMM conv (replayed exactly, or an error naming it): no cuDNN plan.
+  // Loading a conv recorded with the GEMM conv or the sm90 conv (replayed exactly, or an error naming it): no cuDNN plan.
   if (lower_recorded_gemm_conv(L, n, d, recorded)) return;
+  if (lower_recorded_sm90_conv(L, n, d, recorded, L.f.view_convs.count(ni) > 0)) return;
   ConvOp* op = nullptr;
   if (L.f.view_convs.count(ni)) {
     op = L.p.convs.emplace_back(std::move(L.f.view_convs.at(ni))).get();
@@ -341,6 +393,19 @@ void lower_Conv2d(Lowering& L, size_t ni) {
       cands.push_back(std::move(own));
     }
   }
+  // kiln's sm90 conv (switch sm90_conv): every configuration that takes the conv (view convs excepted: their op
+  // arrives built by the block timing). Chosen by name below.
+  const std::vector<int> sm90 = L.f.view_convs.count(ni) ? std::vector<int>{} : sm90_conv_candidates(d, L.m.opts.switches);
+  for (const int cfg : sm90) {
+    const IgemmConvShape cs = dense_conv_shape(d);
+    Candidate own{conv_sm90_config_name(cfg), [] { return true; }, [&, cfg, cs](cudaStream_t s, void*, size_t) {
+                    conv_sm90_nhwc(cfg, xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, cs, d.act,
+                                   pdl_default(), s);
+                    return true;
+                  }};
+    own.always_time = true;
+    cands.push_back(std::move(own));
+  }
   // kiln's GEMM conv (switch gemm_conv; loading with a record needs none: lower_recorded_gemm_conv took a gemm_conv record).
   const std::shared_ptr<GemmConvOp> gemm = recorded.empty() ? gemm_conv_op(L, d) : nullptr;
   if (gemm) add_gemm_conv_candidates(cands, gemm.get(), w, b, xb, yb, d.has_residual ? &rb : nullptr);
@@ -349,11 +414,13 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   LayerSignature sig = conv_signature(d);
   if (igs) sig.attr("igemm", 1);
   if (gemm_conv_on(L, d)) sig.attr("gemm_conv", 1);
+  if (!sm90.empty()) sig.attr("sm90_conv", 1);
   if (d.knob_variants) sig.attr("knob_variants", d.knob_variants);
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
   L.tactics.finish();  // scratch buffers die with this function
   L.record(n.name, cands[c.index].name, c.us);
   if (gemm && parse_gemm_conv_tactic(cands[c.index].name)) return gemm_conv_step(L, n, gemm);
+  if (const int cfg = conv_sm90_config_of(cands[c.index].name); cfg >= 0) return sm90_conv_step(L, n, d, cfg);
   const ValuePtr ptr = L.ptr;
   if (own_kernel && igemm) return igemm_step(L, n, *igs, tile);
   if (own_kernel) {

@@ -50,7 +50,8 @@ const fp8sm90::Config& config(int cfg) {
   return *kConfigs[cfg];
 }
 
-// The sm_90a kernels run on compute capability 9.0 only (wgmma, setmaxnreg).
+}  // namespace
+
 bool device_is_sm90() {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -58,8 +59,6 @@ bool device_is_sm90() {
   if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
   return major == 9 && minor == 0;
 }
-
-}  // namespace
 
 int fp8_gemm_sm90_configs() { return kConfigCount; }
 

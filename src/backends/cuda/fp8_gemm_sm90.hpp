@@ -28,6 +28,10 @@
 
 namespace kiln::cuda {
 
+// Whether the current device is compute capability 9.0, the only one kiln's
+// sm_90a kernels (wgmma, setmaxnreg: this GEMM and conv_sm90.hpp's conv) run on.
+bool device_is_sm90();
+
 // Tile configurations compiled in (0 without CUTLASS), their names
 // ("cutlass sm90 fp8 128x128x128 c1x1 coop", ...: the tactic names) and codes.
 int fp8_gemm_sm90_configs();

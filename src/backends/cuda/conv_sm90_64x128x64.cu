@@ -1,0 +1,4 @@
+// sm90 conv, tile 64x128x64, cluster 1x1 (conv_sm90_kernel.cuh).
+#include "backends/cuda/conv_sm90_kernel.cuh"
+
+KILN_SM90_CONV_CONFIG(kConv64x128x64, 64, 128, 64)
