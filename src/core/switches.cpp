@@ -9,7 +9,8 @@ constexpr std::array<const char*, kSwitchCount> kNames = {"fuse_se",    "fuse_se
                                                           "fuse_split", "pdl",         "fuse_add",    "fp8_one_kernel",
                                                           "fuse_mlp",   "igemm_conv", "side_lane",
                                                           "conv_knobs", "gemm_conv",  "small_gemm",
-                                                          "linear_norm", "concat_mask", "sm90_conv"};
+                                                          "linear_norm", "concat_mask", "sm90_conv",
+                                                          "direct_conv"};
 
 std::optional<Switch> find_switch(std::string_view name) {
   for (int i = 0; i < kSwitchCount; ++i)

@@ -33,6 +33,7 @@ enum class Switch : int {
   LinearNorm,  // CUDA: a post-norm's projection, residual add and layer norm in one small_gemm_norm launch (auto: off until measured on a GPU; on: every one it takes; at load what the bundle's plan records)
   ConcatMask,  // CUDA: a row-major concat's mul by a per-token constant (RT-DETR's memory mask) inside the concat's launch (auto: off until measured on a GPU; at load what the plan records)
   Sm90Conv,    // CUDA: kiln's sm90 conv (CUTLASS implicit GEMM, TMA + wgmma, PDL) timed beside cuDNN's engines for dense f16 convs (auto: off until measured on a GPU)
+  DirectConv,  // CUDA: kiln's direct conv for convs of at most 4 input channels (RGB stems) timed beside cuDNN's engines (auto: off until measured on a GPU)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

@@ -2,6 +2,8 @@
 // conv): NHWC tensors and a KRSC filter as those kernels take them, through
 // the CPU backend's NCHW conv. Shared by their GPU tests.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backends/cpu/kernels.hpp"
@@ -56,6 +58,30 @@ inline std::vector<float> reference_conv_nhwc(const ReferenceConv& k, DType dt, 
   cpu::conv2d_of_sum(p, nhwc_to_nchw(x, k.n, k.c, k.h, k.w).data(), nhwc_to_nchw(add, k.n, k.c, k.h, k.w).data(), dt,
                      wkcrs.data(), bias.data(), res.empty() ? nullptr : res.data(), k.act, y.data(), reference_pool());
   return nchw_to_nhwc(y, k.n, k.k, out_h, out_w);
+}
+
+// A conv output y of pixel stride yw (>= k) against ref [px][k]: the largest
+// |y - ref| over the k output channels (NaN counts as infinity), and how many
+// values past them differ from y0, what y held before the conv (a kernel must
+// not write outside its output window).
+struct WindowCheck {
+  double worst = 0;
+  size_t touched = 0;
+};
+inline WindowCheck check_output_window(const std::vector<float>& y, const std::vector<float>& ref, const std::vector<float>& y0,
+                                       int64_t out_px, int k, int yw) {
+  WindowCheck c;
+  for (int64_t px = 0; px < out_px; ++px)
+    for (int ch = 0; ch < yw; ++ch) {
+      const float g = y[size_t(px) * yw + ch];
+      if (ch < k) {
+        const double d = std::fabs(double(g) - ref[size_t(px) * k + ch]);
+        c.worst = std::isnan(d) ? INFINITY : std::max(c.worst, d);
+      } else if (g != y0[size_t(px) * yw + ch]) {
+        ++c.touched;
+      }
+    }
+  return c;
 }
 
 }  // namespace kiln::cuda::test

@@ -108,18 +108,7 @@ TEST(CudaSm90Conv, EveryConfigurationMatchesCpuReference) {
         const auto got = download(dy->ptr(), y0.size(), dt);
         // f16: max|d| <= 5e-3 * max|ref| (f32 accumulation, one rounding of the output), as igemm_conv's test.
         const double tol = 5e-3 * std::max(1.f, ref_max);
-        double worst = 0;
-        size_t touched = 0;
-        for (int64_t px = 0; px < out_px; ++px)
-          for (int ch = 0; ch < yw; ++ch) {
-            const float g = got[size_t(px) * yw + ch];
-            if (ch < k.k) {
-              const double d = std::fabs(double(g) - ref[size_t(px) * k.k + ch]);
-              worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-            } else if (g != y0[size_t(px) * yw + ch]) {
-              ++touched;
-            }
-          }
+        const auto [worst, touched] = check_output_window(got, ref, y0, out_px, k.k, yw);
         EXPECT_LE(worst, tol) << what << (pdl ? " (PDL)" : "");
         EXPECT_EQ(touched, 0u) << what << ": wrote outside its output window";
       }

@@ -92,6 +92,13 @@ void add_conv_cases(std::vector<OpCase>& out) {
       // batch 2, a strided 3x3 into fewer channels.
       {"c32_k64_3x3_b2_res_relu", 2, 32, 12, 10, 64, 3, 3, s1, p1, d1, 1, true, true, "relu"},
       {"c64_k32_3x3s2_silu",      1, 64, 13, 15, 32, 3, 3, s2, p1, d1, 1, true, false, "silu"},
+      // kiln's direct conv (switch direct_conv: <= 4 input channels, k a multiple of 8) and sm90
+      // conv (switch sm90_conv: f16, channels in whole 32/64-channel chunks), both timed by the
+      // CUDA harness: an RGB stem, a 4-channel conv with residual, 64/128-channel convs.
+      {"stem_c3_k16_3x3s2_b2_relu", 2, 3, 17, 18, 16, 3, 3, s2, p1, d1, 1, true, false, "relu"},
+      {"c4_k8_5x5_res_silu",      1, 4, 9, 9, 8, 5, 5, s1, {2, 2, 2, 2}, d1, 1, true, true, "silu"},
+      {"c64_k128_3x3_res_relu",   1, 64, 11, 12, 128, 3, 3, s1, p1, d1, 1, true, true, "relu"},
+      {"c128_k64_1x1s2_b2_none",  2, 128, 9, 9, 64, 1, 1, s2, p0, d1, 1, false, false, "none"},
       // Maps large enough that the CPU backend splits im2col rows, epilogue rows and
       // depthwise planes over its thread pool (small cases run in one chunk).
       {"big_c24_k24_3x3_28x28_res", 1, 24, 28, 28, 24, 3, 3, s1, p1, d1, 1, true, true, "relu"},

@@ -116,18 +116,63 @@ std::vector<int> sm90_conv_candidates(const ConvDesc& d, const EngineSwitches& s
   return out;
 }
 
-// The program step of conv n as kiln's sm90 conv, configuration cfg.
-void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {
+// d as kiln's direct conv sees it.
+DirectConvShape direct_conv_shape(const ConvDesc& d) {
+  return {d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.out_h(), d.out_w(), d.stride_h, d.stride_w, d.pad_t, d.pad_l, d.dil_h, d.dil_w};
+}
+
+// Why kiln's direct conv does not take d ("" when it does: a dense groups-1
+// f16/bf16 conv with at most 4 input channels, an RGB stem).
+std::string direct_conv_refusal(const ConvDesc& d, bool view_conv) {
+  if (view_conv) return "a channel-view conv";
+  if (d.groups != 1) return cat("groups ", d.groups);
+  if (d.x_stride || d.y_stride) return "pixel strides (channel windows)";
+  return direct_conv_unsupported(d.dtype, direct_conv_shape(d));
+}
+
+// The program step of conv n as one of kiln's own conv kernels, named `name`:
+// run(x, w, bias, residual, y, stream), bias and residual null where n has none.
+template <typename Run>
+void own_conv_step(Lowering& L, const Node& n, const ConvDesc& d, const std::string& name, Run run) {
   const void* w = L.weight(n.inputs[1]);
   const void* b = d.has_bias ? L.weight(n.inputs[2]) : nullptr;
   const int in0 = n.inputs[0], out = n.outputs[0], res = d.has_residual ? n.inputs[3] : -1;
-  const IgemmConvShape s = dense_conv_shape(d);
-  const DType dt = d.dtype;
-  const Activation act = d.act;
   const ValuePtr ptr = L.ptr;
-  L.step(conv_sm90_config_name(cfg), [=](const Exec& x) {
-    conv_sm90_nhwc(cfg, ptr(x, in0), w, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), dt, s, act, pdl_default(), x.stream);
-  });
+  L.step(name, [=](const Exec& x) { run(ptr(x, in0), w, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), x.stream); });
+}
+
+void direct_conv_step(Lowering& L, const Node& n, const ConvDesc& d) {
+  own_conv_step(L, n, d, kDirectConvTactic,
+                [s = direct_conv_shape(d), dt = d.dtype, act = d.act](const void* x, const void* w, const void* b,
+                                                                      const void* r, void* y, cudaStream_t st) {
+                  direct_conv_nhwc(x, w, b, r, y, dt, s, act, st);
+                });
+}
+
+void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {
+  own_conv_step(L, n, d, conv_sm90_config_name(cfg),
+                [cfg, s = dense_conv_shape(d), dt = d.dtype, act = d.act](const void* x, const void* w, const void* b,
+                                                                          const void* r, void* y, cudaStream_t st) {
+                  conv_sm90_nhwc(cfg, x, w, b, r, y, dt, s, act, pdl_default(), st);
+                });
+}
+
+// A recorded plan replays exactly or not at all: a record naming one of kiln's
+// own convs that cannot run here fails the load, naming the conv.
+[[noreturn]] void fail_recorded(const Node& n, const std::string& recorded, const std::string& why) {
+  fail_input("conv ", n.name, ": the bundle records tactic '", recorded, "' but ", why, "; rebuild the bundle");
+}
+
+// Loading a conv recorded with kiln's direct conv: replayed exactly or an error naming the conv;
+// false when the record names another tactic.
+bool lower_recorded_direct_conv(Lowering& L, const Node& n, const ConvDesc& d, const std::string& recorded, bool view_conv) {
+  if (recorded_tactic_name(recorded) != kDirectConvTactic) return false;
+  if (!L.m.opts.switches.get(Switch::DirectConv).value_or(false)) fail_recorded(n, recorded, "switch direct_conv is off");
+  if (const std::string why = direct_conv_refusal(d, view_conv); !why.empty())
+    fail_recorded(n, recorded, "kiln's direct conv does not take " + why);
+  L.record(n.name, kDirectConvTactic, -1.f);
+  direct_conv_step(L, n, d);
+  return true;
 }
 
 // Loading a conv recorded with an sm90 conv configuration: replayed exactly
@@ -136,9 +181,7 @@ void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {
 bool lower_recorded_sm90_conv(Lowering& L, const Node& n, const ConvDesc& d, const std::string& recorded, bool view_conv) {
   const std::string name = recorded_tactic_name(recorded);
   if (name.rfind("kiln sm90 conv ", 0) != 0) return false;
-  const auto fail = [&](const std::string& why) {
-    fail_input("conv ", n.name, ": the bundle records tactic '", recorded, "' but ", why, "; rebuild the bundle");
-  };
+  const auto fail = [&](const std::string& why) { fail_recorded(n, recorded, why); };
   if (!L.m.opts.switches.get(Switch::Sm90Conv).value_or(false)) fail("switch sm90_conv is off");
   const int cfg = conv_sm90_config_of(name);
   if (cfg < 0) fail(cat("this kiln has no such configuration (", conv_sm90_configs(), " built)"));
@@ -318,6 +361,10 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   // Loading a conv recorded with the GEMM conv or the sm90 conv (replayed exactly, or an error naming it): no cuDNN plan.
   if (lower_recorded_gemm_conv(L, n, d, recorded)) return;
   if (lower_recorded_sm90_conv(L, n, d, recorded, L.f.view_convs.count(ni) > 0)) return;
+  const bool view_conv = L.f.view_convs.count(ni) > 0;
+  if (lower_recorded_direct_conv(L, n, d, recorded, view_conv)) return;
+  // kiln's direct conv (switch direct_conv): a candidate where it takes the conv.
+  const bool direct = L.m.opts.switches.get(Switch::DirectConv).value_or(false) && direct_conv_refusal(d, view_conv).empty();
   ConvOp* op = nullptr;
   if (L.f.view_convs.count(ni)) {
     op = L.p.convs.emplace_back(std::move(L.f.view_convs.at(ni))).get();
@@ -393,6 +440,16 @@ void lower_Conv2d(Lowering& L, size_t ni) {
       cands.push_back(std::move(own));
     }
   }
+  // kiln's direct conv (few input channels: an RGB stem), always timed.
+  if (direct) {
+    const DirectConvShape ds = direct_conv_shape(d);
+    Candidate own{kDirectConvTactic, [] { return true; }, [&, ds](cudaStream_t s, void*, size_t) {
+                    direct_conv_nhwc(xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, ds, d.act, s);
+                    return true;
+                  }};
+    own.always_time = true;
+    cands.push_back(std::move(own));
+  }
   // kiln's sm90 conv (switch sm90_conv): every configuration that takes the conv (view convs excepted: their op
   // arrives built by the block timing). Chosen by name below.
   const std::vector<int> sm90 = L.f.view_convs.count(ni) ? std::vector<int>{} : sm90_conv_candidates(d, L.m.opts.switches);
@@ -415,12 +472,14 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   if (igs) sig.attr("igemm", 1);
   if (gemm_conv_on(L, d)) sig.attr("gemm_conv", 1);
   if (!sm90.empty()) sig.attr("sm90_conv", 1);
+  if (direct) sig.attr("direct_conv", 1);
   if (d.knob_variants) sig.attr("knob_variants", d.knob_variants);
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
   L.tactics.finish();  // scratch buffers die with this function
   L.record(n.name, cands[c.index].name, c.us);
   if (gemm && parse_gemm_conv_tactic(cands[c.index].name)) return gemm_conv_step(L, n, gemm);
   if (const int cfg = conv_sm90_config_of(cands[c.index].name); cfg >= 0) return sm90_conv_step(L, n, d, cfg);
+  if (cands[c.index].name == kDirectConvTactic) return direct_conv_step(L, n, d);
   const ValuePtr ptr = L.ptr;
   if (own_kernel && igemm) return igemm_step(L, n, *igs, tile);
   if (own_kernel) {

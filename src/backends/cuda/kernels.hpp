@@ -159,6 +159,22 @@ void window_conv_nhwc(const void* x, const void* x_add, const void* w_krsc, cons
 // The launch shape window_conv_nhwc picks for s (for reports and tests).
 WindowLaunch window_conv_launch(const WindowConvShape& s);
 
+// kiln's direct conv for convs with few input channels (direct_conv.cu: an RGB
+// stem), a candidate of the conv selector: y = act(conv(x, w) + bias +
+// residual), f16/bf16 NHWC, groups 1, c <= 4, k a multiple of 8, the f32
+// filter within 48 KiB; x dense [n, h, w, c], filter KRSC, bias [k] (or null),
+// residual and y dense [n * out_h * out_w][k]; y, bias and residual 16-byte aligned.
+struct DirectConvShape {
+  int n, h, w, c, k, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
+};
+inline constexpr int kMaxDirectConvChannels = 4;
+inline constexpr size_t kMaxDirectConvFilterBytes = size_t(48) << 10;
+inline constexpr const char* kDirectConvTactic = "kiln direct conv";
+// Empty when direct_conv_nhwc runs this shape, else why not.
+std::string direct_conv_unsupported(DType dt, const DirectConvShape& s);
+void direct_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
+                      const DirectConvShape& s, Activation act, cudaStream_t stream);
+
 // kiln's implicit-GEMM conv for dense convs (igemm_conv.cu), a candidate of
 // the conv selector: y = act(conv(x, w) + bias + residual), f16/bf16 NHWC,
 // groups 1, any kernel size/stride/pad/dilation, c and k multiples of 8;
