@@ -109,7 +109,8 @@ std::optional<IgemmConvShape> igemm_shape(const ConvDesc& d, const EngineSwitche
 // configurations that take d, each a candidate timed beside cuDNN's engines.
 std::vector<int> sm90_conv_candidates(const ConvDesc& d, const EngineSwitches& sw) {
   std::vector<int> out;
-  if (!sw.get(Switch::Sm90Conv).value_or(false) || d.groups != 1) return out;
+  // Dense x and y only: a channel window's start need not be 16-byte aligned, which TMA requires.
+  if (!sw.get(Switch::Sm90Conv).value_or(false) || d.groups != 1 || d.x_stride || d.y_stride) return out;
   const IgemmConvShape s = dense_conv_shape(d);
   for (int cfg = 0; cfg < conv_sm90_configs(); ++cfg)
     if (conv_sm90_unsupported(cfg, d.dtype, s, d.has_residual, d.act).empty()) out.push_back(cfg);
@@ -185,7 +186,7 @@ bool lower_recorded_sm90_conv(Lowering& L, const Node& n, const ConvDesc& d, con
   if (!L.m.opts.switches.get(Switch::Sm90Conv).value_or(false)) fail("switch sm90_conv is off");
   const int cfg = conv_sm90_config_of(name);
   if (cfg < 0) fail(cat("this kiln has no such configuration (", conv_sm90_configs(), " built)"));
-  if (view_conv || d.groups != 1) fail("the conv is not a dense groups-1 conv here");
+  if (view_conv || d.groups != 1 || d.x_stride || d.y_stride) fail("the conv is not a dense groups-1 conv here");
   if (const std::string why = conv_sm90_unsupported(cfg, d.dtype, dense_conv_shape(d), d.has_residual, d.act); !why.empty())
     fail("the configuration does not take it: " + why);
   L.record(n.name, name, -1.f);

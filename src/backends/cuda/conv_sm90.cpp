@@ -4,6 +4,8 @@
 // CUTLASS's headers). Plain C++: no CUTLASS here.
 #include "backends/cuda/conv_sm90.hpp"
 
+#include <cstdint>
+
 #include "backends/cuda/conv_sm90_impl.hpp"
 #include "backends/cuda/fp8_gemm_sm90.hpp"  // device_is_sm90
 #include "core/error.hpp"
@@ -82,6 +84,9 @@ void conv_sm90_nhwc(int cfg, const void* x, const void* w_krsc, const void* bias
                     const IgemmConvShape& s, Activation act, bool pdl, cudaStream_t stream) {
   const convsm90::Config& c = config(cfg);
   if (std::string why = shape_unsupported(c, dt, s, act); !why.empty()) fail_runtime("cuda conv_sm90 (", c.name, "): ", why);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!aligned(x) || !aligned(w_krsc) || !aligned(y) || !aligned(bias) || !aligned(residual))
+    fail_runtime("cuda conv_sm90 (", c.name, "): x, w, bias, residual and y must be 16-byte aligned (TMA)");
   convsm90::Problem p;
   p.s = s, p.x = x, p.w = w_krsc, p.bias = bias, p.residual = residual, p.y = y, p.act = act, p.stream = stream, p.pdl = pdl;
   c.run(p);
