@@ -2,7 +2,8 @@
 # Session 29, call 3 (~4 min): after call 1 — the direct conv with its stem filters unrolled (3x3 and 7x7
 # over RGB) against the CPU reference and cuDNN (CudaDirectConv*); r18vd fp16 batch 1 built with the default
 # (N), --enable concat_mask (M: session 28's masked concat alone; call 1 measured it only together with
-# small_gemm_norm, which loses) and --enable concat_mask,direct_conv (Q), benched interleaved.
+# small_gemm_norm, which loses) and --enable concat_mask,direct_conv (Q), benched interleaved; then the
+# RT-DETR fixture tests of the sm90 conv and of the post-norm fusions (~7 min in all).
 . tools/gpu/call_common.sh
 timeout 40 $B/kiln_gpu_tests --gtest_filter='CudaDirectConv*' > $R/direct.log 2>&1; log direct $?
 full_fixture r18vd $R/fixtures.log; log fixture $?
@@ -14,4 +15,6 @@ timeout 30 $kiln build $work/full/r18vd -o $Q --backend cuda --precision fp16 --
 set -- $N; [ -f $M ] && set -- "$@" $M; [ -f $Q ] && set -- "$@" $Q
 for i in 1 2 3; do $kiln bench "$@" --batch 1 --iterations 300 >> $R/ab_b1.txt 2>&1; log ab$i $?; done
 [ -f $Q ] && $kiln inspect $Q 2>&1 | grep -E "embedder|switches" > $R/inspect_Q.txt
+# The fixture tests of the opt-in paths that call 1's 120 s step did not reach (~45 s each at opt level 3).
+timeout 150 $B/kiln_gpu_tests --gtest_filter='Fixtures/CudaRtDetr.Sm90Conv*/basic_1l:Fixtures/CudaRtDetr.PostNorm*/basic_1l' > $R/rtdetr_gpu.log 2>&1; log rtdetr_gpu $?
 tar -C $work -czf $OUT/res.tgz res
