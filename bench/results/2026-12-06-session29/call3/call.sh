@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 29, call 3 (~4 min): after call 1 — the direct conv with its stem filters unrolled (3x3 and 7x7
+# Session 29, call 3 (~7 min): after call 1 — the direct conv with its stem filters unrolled (3x3 and 7x7
 # over RGB) against the CPU reference and cuDNN (CudaDirectConv*); r18vd fp16 batch 1 built with the default
 # (N), --enable concat_mask (M: session 28's masked concat alone; call 1 measured it only together with
 # small_gemm_norm, which loses) and --enable concat_mask,direct_conv (Q), benched interleaved; then the
