@@ -454,8 +454,8 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   // kiln's sm90 conv (switch sm90_conv): every configuration that takes the conv (view convs excepted: their op
   // arrives built by the block timing). Chosen by name below.
   const std::vector<int> sm90 = L.f.view_convs.count(ni) ? std::vector<int>{} : sm90_conv_candidates(d, L.m.opts.switches);
+  const IgemmConvShape cs = dense_conv_shape(d);
   for (const int cfg : sm90) {
-    const IgemmConvShape cs = dense_conv_shape(d);
     Candidate own{conv_sm90_config_name(cfg), [] { return true; }, [&, cfg, cs](cudaStream_t s, void*, size_t) {
                     conv_sm90_nhwc(cfg, xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, cs, d.act,
                                    pdl_default(), s);
