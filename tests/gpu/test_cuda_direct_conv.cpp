@@ -48,6 +48,7 @@ TEST(CudaDirectConv, MatchesCpuReference) {
       {1, 12, 10, 2, 16, 5, 2, 2, 1, true, true, Activation::Relu6},
       {2, 11, 11, 4, 40, 3, 2, 0, 1, false, true, Activation::Sigmoid},
       {1, 15, 15, 3, 16, 3, 2, 1, 1, false, true, Activation::Gelu},
+      {2, 40, 37, 3, 32, 7, 1, 3, 1, true, true, Activation::Relu},    // 7x7 stride 1: several blocks, a ragged last one
   };
   for (DType dt : {DType::F16, DType::BF16})
     for (const Case& k : cases) {
@@ -90,8 +91,10 @@ TEST(CudaDirectConv, RefusesWhatItCannotRun) {
   EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("5 input channels (at most 4)"), std::string::npos);
   s = ok, s.k = 20;
   EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("20 output channels"), std::string::npos);
-  s = ok, s.r = s.s = 11, s.k = 128;  // 11 * 11 * 3 * 128 f32 = 181 KiB
+  s = ok, s.r = s.s = 23, s.c = 4;  // 23 * 23 * 4 * 8 f32 = 66 KiB per 8 output channels
   EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("in shared memory"), std::string::npos);
+  s = ok, s.k = 8 * 65536;
+  EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("524288 output channels (at most 524280)"), std::string::npos);
   s = ok, s.out_w = 0;
   EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("empty"), std::string::npos);
   // The launcher refuses before anything runs.

@@ -4,14 +4,20 @@
 //
 // Why our own: a stem conv has K = r * s * c = 27 (3x3 over RGB) or 147 (7x7):
 // too short a K for an implicit GEMM on tensor cores, which cuDNN runs anyway
-// (RT-DETR v2 r18vd's 3 -> 32 stride-2 conv at 640x640 took 9.9 us on the H100
-// in session 27's trace, bench/results/2026-12-06-session27/call4, for 88
-// million FMAs: ~3 us of the GPU's f32 FMA rate). Here one thread owns one
-// output pixel and 8 output channels: the filter (f32, [tap][c][k]) is staged
-// in shared memory before the PDL wait (engine constants), each input value is
-// loaded once per thread and multiplied into 8 accumulators with one 32-byte
-// shared read, and the epilogue (bias, residual, activation) ends in one
-// 16-byte store.
+// (RT-DETR v2 r18vd's 3 -> 32 stride-2 conv at 640x640 took 9.3-9.9 us on the
+// H100 in the traces of sessions 27 and 29, for 88 million FMAs: ~3 us of the
+// GPU's f32 FMA rate).
+//
+// Layout of the work (session 30's form): a block's warps share one group of 8
+// output channels (blockIdx.y), so every filter read from shared memory is the
+// same address for the whole warp (one broadcast), and each thread computes
+// those 8 channels for kPix output pixels (32 apart), so each filter value
+// read feeds kPix * 8 FMAs. The group's filter share (f32, [tap][c][8]) is
+// staged before the PDL wait (engine constants). Session 29's form (one pixel
+// x 8 channels a thread, the channel groups interleaved across a warp's
+// lanes) read 32 filter bytes from shared memory per 8 FMAs: ~350 MB of
+// shared-memory reads for r18vd's stem, the bound of its 16.9 us against
+// cuDNN's 12.2 (CudaDirectConvPerf.Stems, H100).
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -19,76 +25,96 @@ namespace kiln::cuda {
 
 namespace {
 
+constexpr int kDirectWarps = 4;
+constexpr int kDirectPix = 4;  // output pixels a thread computes
+constexpr int kDirectBlockPix = 32 * kDirectWarps * kDirectPix;
+
 // R > 0: an R x R filter known at compile time, so the tap loops unroll and
-// every in-bounds input load is issued before the first product (a runtime
-// loop keeps one tap's loads in flight: session 29's first form took 16.9 us
-// on r18vd's stem against cuDNN's 12.2, latency-bound). R == 0: any filter.
+// the loads of a tap's pixels are issued together; R == 0: any filter.
 template <typename T, int C, int R, Activation A>
-__global__ void direct_conv_kernel(const T* __restrict__ x, const T* __restrict__ w_krsc, const T* __restrict__ bias,
-                                   const T* __restrict__ residual, T* __restrict__ y, DirectConvShape s, int64_t total) {
+__global__ void __launch_bounds__(32 * kDirectWarps)
+    direct_conv_kernel(const T* __restrict__ x, const T* __restrict__ w_krsc, const T* __restrict__ bias,
+                       const T* __restrict__ residual, T* __restrict__ y, DirectConvShape s, int64_t pixels) {
   extern __shared__ float4 smem4[];
-  float* sw = reinterpret_cast<float*>(smem4);  // [tap][c][k]
-  const int taps = s.r * s.s, k = s.k;
-  for (int i = threadIdx.x; i < taps * C * k; i += blockDim.x) {
-    const int o = i % k, tc = i / k;  // tc = tap * C + channel: the KRSC filter's inner index
-    sw[i] = dev::to_f32(w_krsc[int64_t(o) * taps * C + tc]);
+  float* sw = reinterpret_cast<float*>(smem4);  // [tap][c][8]: this block's 8 output channels
+  const int taps = s.r * s.s, k = s.k, ch = int(blockIdx.y) * 8;
+  for (int i = threadIdx.x; i < taps * C * 8; i += blockDim.x) {
+    const int u = i % 8, tc = i / 8;  // tc = tap * C + channel: the KRSC filter's inner index
+    sw[i] = dev::to_f32(w_krsc[int64_t(ch + u) * taps * C + tc]);
   }
   dev::enter_grid();
   __syncthreads();
-  const int groups = k / 8;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
-    const int g = int(t % groups);
-    const int64_t px = t / groups;
-    const int ox = int(px % s.out_w);
-    const int64_t rest = px / s.out_w;
+  // Each pixel's image, top-left input corner, and whether it exists.
+  const T* img[kDirectPix];
+  int iy0[kDirectPix], ix0[kDirectPix];
+  int64_t px[kDirectPix];
+#pragma unroll
+  for (int p = 0; p < kDirectPix; ++p) {
+    px[p] = int64_t(blockIdx.x) * kDirectBlockPix + (threadIdx.x / 32) * 32 * kDirectPix + p * 32 + threadIdx.x % 32;
+    const int64_t q = px[p] < pixels ? px[p] : 0;
+    const int ox = int(q % s.out_w);
+    const int64_t rest = q / s.out_w;
     const int oy = int(rest % s.out_h), b = int(rest / s.out_h);
-    float acc[8] = {};
-    const T* img = x + int64_t(b) * s.h * s.w * C;
-    const int iy0 = oy * s.stride_h - s.pad_t, ix0 = ox * s.stride_w - s.pad_l;
-    const auto tap = [&](int i, int j) {
-      const int iy = iy0 + i * s.dil_h, ix = ix0 + j * s.dil_w;
-      if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return;
-      const T* p = img + (int64_t(iy) * s.w + ix) * C;
-      const float* wr = sw + (i * s.s + j) * C * k + g * 8;
+    img[p] = x + int64_t(b) * s.h * s.w * C;
+    iy0[p] = px[p] < pixels ? oy * s.stride_h - s.pad_t : -(1 << 29);  // a missing pixel reads nothing
+    ix0[p] = ox * s.stride_w - s.pad_l;
+  }
+  float acc[kDirectPix][8] = {};
+  const auto tap = [&](int i, int j) {
+    float v[kDirectPix][C];
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        const float v = dev::to_f32(p[c]);
-        const float4 w0 = *reinterpret_cast<const float4*>(wr + c * k);
-        const float4 w1 = *reinterpret_cast<const float4*>(wr + c * k + 4);
-        acc[0] = fmaf(v, w0.x, acc[0]), acc[1] = fmaf(v, w0.y, acc[1]), acc[2] = fmaf(v, w0.z, acc[2]);
-        acc[3] = fmaf(v, w0.w, acc[3]), acc[4] = fmaf(v, w1.x, acc[4]), acc[5] = fmaf(v, w1.y, acc[5]);
-        acc[6] = fmaf(v, w1.z, acc[6]), acc[7] = fmaf(v, w1.w, acc[7]);
+    for (int p = 0; p < kDirectPix; ++p) {
+      const int iy = iy0[p] + i * s.dil_h, ix = ix0[p] + j * s.dil_w;
+      const bool in = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
+      const T* q = img[p] + (in ? (int64_t(iy) * s.w + ix) * C : 0);
+#pragma unroll
+      for (int c = 0; c < C; ++c) v[p][c] = in ? dev::to_f32(q[c]) : 0.f;
+    }
+    const float* wr = sw + (i * s.s + j) * C * 8;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float4 w0 = *reinterpret_cast<const float4*>(wr + c * 8);
+      const float4 w1 = *reinterpret_cast<const float4*>(wr + c * 8 + 4);
+#pragma unroll
+      for (int p = 0; p < kDirectPix; ++p) {
+        float* a = acc[p];
+        const float e = v[p][c];
+        a[0] = fmaf(e, w0.x, a[0]), a[1] = fmaf(e, w0.y, a[1]), a[2] = fmaf(e, w0.z, a[2]), a[3] = fmaf(e, w0.w, a[3]);
+        a[4] = fmaf(e, w1.x, a[4]), a[5] = fmaf(e, w1.y, a[5]), a[6] = fmaf(e, w1.z, a[6]), a[7] = fmaf(e, w1.w, a[7]);
       }
-    };
-    if constexpr (R > 0) {
-#pragma unroll
-      for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int j = 0; j < R; ++j) tap(i, j);
-    } else {
-      for (int i = 0; i < s.r; ++i)
-        for (int j = 0; j < s.s; ++j) tap(i, j);
     }
-    const int ch = g * 8;
-    if (bias) {
-      float bb[8];
-      dev::load_vec<T, 8>(bias + ch, bb);
+  };
+  if constexpr (R > 0) {
 #pragma unroll
-      for (int u = 0; u < 8; ++u) acc[u] += bb[u];
-    }
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int j = 0; j < R; ++j) tap(i, j);
+  } else {
+    for (int i = 0; i < s.r; ++i)
+      for (int j = 0; j < s.s; ++j) tap(i, j);
+  }
+  float bb[8] = {};
+  if (bias) dev::load_vec<T, 8>(bias + ch, bb);
+#pragma unroll
+  for (int p = 0; p < kDirectPix; ++p) {
+    if (px[p] >= pixels) continue;
+    float* a = acc[p];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) a[u] += bb[u];
     if (residual) {
       float rr[8];
-      dev::load_vec<T, 8>(residual + px * k + ch, rr);
+      dev::load_vec<T, 8>(residual + px[p] * k + ch, rr);
 #pragma unroll
-      for (int u = 0; u < 8; ++u) acc[u] += rr[u];
+      for (int u = 0; u < 8; ++u) a[u] += rr[u];
     }
 #pragma unroll
-    for (int u = 0; u < 8; ++u) acc[u] = dev::act<A, dev::kFastMath<T>>(acc[u]);
-    dev::store_vec<T, 8>(y + px * k + ch, acc);
+    for (int u = 0; u < 8; ++u) a[u] = dev::act<A, dev::kFastMath<T>>(a[u]);
+    dev::store_vec<T, 8>(y + px[p] * k + ch, acc[p]);
   }
 }
 
-size_t filter_bytes(const DirectConvShape& s) { return size_t(s.r) * s.s * s.c * s.k * sizeof(float); }
+// A block stages its 8 output channels' share of the filter.
+size_t filter_bytes(const DirectConvShape& s) { return size_t(s.r) * s.s * s.c * 8 * sizeof(float); }
 
 }  // namespace
 
@@ -98,9 +124,11 @@ std::string direct_conv_unsupported(DType dt, const DirectConvShape& s) {
     return "an empty shape";
   if (s.c > kMaxDirectConvChannels) return cat(s.c, " input channels (at most ", kMaxDirectConvChannels, ")");
   if (s.k % 8) return cat(s.k, " output channels (a multiple of 8)");
+  if (s.k / 8 > 65535) return cat(s.k, " output channels (at most ", 8 * 65535, ")");
   if (s.stride_h < 1 || s.stride_w < 1 || s.dil_h < 1 || s.dil_w < 1) return "stride or dilation below 1";
   if (filter_bytes(s) > kMaxDirectConvFilterBytes)
-    return cat("a filter of ", filter_bytes(s), " bytes in f32 (at most ", kMaxDirectConvFilterBytes, " in shared memory)");
+    return cat("a filter share of ", filter_bytes(s), " bytes in f32 per 8 output channels (at most ", kMaxDirectConvFilterBytes,
+               " in shared memory)");
   return "";
 }
 
@@ -109,16 +137,18 @@ void direct_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const
   if (const std::string why = direct_conv_unsupported(dt, s); !why.empty()) fail_runtime("cuda direct_conv_nhwc: ", why);
   if (!detail::aligned16(y) || (bias && !detail::aligned16(bias)) || (residual && !detail::aligned16(residual)))
     fail_runtime("cuda direct_conv_nhwc: y, bias and residual must be 16-byte aligned");
-  const int64_t total = int64_t(s.n) * s.out_h * s.out_w * (s.k / 8);
+  const int64_t pixels = int64_t(s.n) * s.out_h * s.out_w;
+  if ((pixels + kDirectBlockPix - 1) / kDirectBlockPix > int64_t(0x7fffffff)) fail_runtime("cuda direct_conv_nhwc: ", pixels, " output pixels is too many");
+  const dim3 grid(unsigned((pixels + kDirectBlockPix - 1) / kDirectBlockPix), unsigned(s.k / 8));
   detail::dispatch_float(dt, "direct_conv_nhwc", [&](auto t) {
     using T = decltype(t);
     if constexpr (sizeof(T) == 2) {
       detail::dispatch_act(act, [&](auto a) {
         constexpr Activation A = decltype(a)::value;
         const auto go = [&](auto kernel) {
-          detail::launch("direct_conv_nhwc", kernel, detail::grid_for(total), detail::kThreads, filter_bytes(s), stream,
+          detail::launch("direct_conv_nhwc", kernel, grid, 32 * kDirectWarps, filter_bytes(s), stream,
                          static_cast<const T*>(x), static_cast<const T*>(w_krsc), static_cast<const T*>(bias),
-                         static_cast<const T*>(residual), static_cast<T*>(y), s, total);
+                         static_cast<const T*>(residual), static_cast<T*>(y), s, pixels);
         };
         // RGB stems (3 channels, 3x3 or 7x7) unrolled; other shapes take the runtime-bounded loops.
         const int r = s.r == s.s ? s.r : 0;
