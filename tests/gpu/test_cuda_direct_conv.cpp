@@ -56,7 +56,8 @@ TEST(CudaDirectConv, MatchesCpuReference) {
       const DirectConvShape s = shape_of(k);
       ASSERT_EQ(direct_conv_unsupported(dt, s), "") << what;
       const int64_t in_px = int64_t(k.n) * k.h * k.w, out_px = int64_t(k.n) * s.out_h * s.out_w;
-      const auto x = round_all(random_values(size_t(in_px) * k.c, 51), dt);
+      const auto x_raw = random_values(size_t(in_px) * k.c, 51);  // NHWC, f32
+      const auto x = round_all(x_raw, dt);
       const float wscale = 1.f / std::sqrt(float(k.c * k.r * k.r));
       const auto wk = round_all(random_values(size_t(k.k) * k.c * k.r * k.r, 52, -wscale, wscale), dt);  // KRSC
       const auto bias = k.bias ? round_all(random_values(size_t(k.k), 53, -0.5f, 0.5f), dt) : std::vector<float>(k.k, 0.f);
@@ -71,6 +72,18 @@ TEST(CudaDirectConv, MatchesCpuReference) {
                        k.act, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
       const auto got = download(dy->ptr(), ref.size(), dt);
+      // The NCHW f32 form gets the unrounded input and must round it to dt as the cast step would: the same bits.
+      std::vector<float> x_nchw(x_raw.size());
+      for (int64_t b = 0; b < k.n; ++b)
+        for (int64_t p = 0; p < int64_t(k.h) * k.w; ++p)
+          for (int c = 0; c < k.c; ++c)
+            x_nchw[size_t((b * k.c + c) * k.h * k.w + p)] = x_raw[size_t((b * k.h * k.w + p) * k.c + c)];
+      const auto dxp = upload(x_nchw, DType::F32);
+      const auto dyp = alloc(size_t(out_px) * k.k, dt);
+      direct_conv_nchw_f32(static_cast<const float*>(dxp->ptr()), dw->ptr(), k.bias ? db->ptr() : nullptr,
+                           k.residual ? dr->ptr() : nullptr, dyp->ptr(), dt, s, k.act, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      EXPECT_EQ(download(dyp->ptr(), ref.size(), dt), got) << what << ": NCHW f32 input";
       // One rounding of the output after an f32 sum (f16: 2^-11 relative, bf16: 2^-8), as igemm_conv's test.
       const double tol = (dt == DType::F16 ? 5e-3 : 3e-2) * std::max(1.f, ref_max);
       double worst = 0;
@@ -115,12 +128,13 @@ TEST(CudaDirectConvPerf, Stems) {
   const Stem stems[] = {{"r18vd stem.0 640 3->32 3x3 s2", {1, 640, 640, 3, 32, 3, 2, 1, 1, false, true, Activation::Relu}},
                         {"r18vd b8", {8, 640, 640, 3, 32, 3, 2, 1, 1, false, true, Activation::Relu}},
                         {"resnet50 stem 224 3->64 7x7 s2", {1, 224, 224, 3, 64, 7, 2, 3, 1, false, true, Activation::Relu}}};
-  std::printf("%-32s %10s %10s\n", "stem", "cudnn us", "direct us");
+  std::printf("%-32s %10s %10s %16s %16s\n", "stem", "cudnn us", "direct us", "cast+cudnn us", "direct nchw us");
   for (const Stem& sm : stems) {
     const Case& k = sm.k;
     const DirectConvShape s = shape_of(k);
     const size_t in_px = size_t(k.n) * k.h * k.w, out_px = size_t(k.n) * s.out_h * s.out_w;
     const auto x = upload(random_values(in_px * k.c, 1), dt);
+    const auto x32 = upload(random_values(in_px * k.c, 1), DType::F32);  // the engine's NCHW f32 input
     const auto w = upload(random_values(size_t(k.k) * k.r * k.r * k.c, 2, -0.1f, 0.1f), dt);
     const auto b = upload(random_values(size_t(k.k), 3), dt);
     const auto y = alloc(out_px * k.k, dt);
@@ -135,7 +149,15 @@ TEST(CudaDirectConvPerf, Stems) {
     PdlDefault scope(true);
     const double direct_us =
         graph_us(st, [&] { direct_conv_nhwc(x->ptr(), w->ptr(), b->ptr(), nullptr, y->ptr(), dt, s, k.act, st); });
-    std::printf("%-32s %10.2f %10.2f\n", sm.name, cudnn_us, direct_us);
+    // The engine's first step and the stem as they run today (the input's NHWC cast, then cuDNN), against one launch.
+    const auto* xf = static_cast<const float*>(x32->ptr());
+    const double cast_cudnn_us = graph_us(st, [&] {
+      nchw_f32_to_nhwc(xf, x->ptr(), dt, k.n, k.c, k.h, k.w, st);
+      op.run(h, x->ptr(), w->ptr(), b->ptr(), nullptr, y->ptr(), ws.ptr(), st);
+    });
+    const double nchw_us =
+        graph_us(st, [&] { direct_conv_nchw_f32(xf, w->ptr(), b->ptr(), nullptr, y->ptr(), dt, s, k.act, st); });
+    std::printf("%-32s %10.2f %10.2f %16.2f %16.2f\n", sm.name, cudnn_us, direct_us, cast_cudnn_us, nchw_us);
   }
   cudaStreamDestroy(st);
   cudnnDestroy(h);

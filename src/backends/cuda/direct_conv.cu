@@ -18,6 +18,8 @@
 // lanes) read 32 filter bytes from shared memory per 8 FMAs: ~350 MB of
 // shared-memory reads for r18vd's stem, the bound of its 16.9 us against
 // cuDNN's 12.2 (CudaDirectConvPerf.Stems, H100).
+#include <type_traits>
+
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -31,9 +33,13 @@ constexpr int kDirectBlockPix = 32 * kDirectWarps * kDirectPix;
 
 // R > 0: an R x R filter known at compile time, so the tap loops unroll and
 // the loads of a tap's pixels are issued together; R == 0: any filter.
-template <typename T, int C, int R, Activation A>
+// In = T: x is NHWC in the storage type. In = float: x is the engine's NCHW
+// f32 input, each value rounded to T as it is loaded, so the conv computes
+// what the NCHW -> NHWC cast step and the conv compute (the cast's launch
+// is saved).
+template <typename T, typename In, int C, int R, Activation A>
 __global__ void __launch_bounds__(32 * kDirectWarps)
-    direct_conv_kernel(const T* __restrict__ x, const T* __restrict__ w_krsc, const T* __restrict__ bias,
+    direct_conv_kernel(const In* __restrict__ x, const T* __restrict__ w_krsc, const T* __restrict__ bias,
                        const T* __restrict__ residual, T* __restrict__ y, DirectConvShape s, int64_t pixels) {
   extern __shared__ float4 smem4[];
   float* sw = reinterpret_cast<float*>(smem4);  // [tap][c][8]: this block's 8 output channels
@@ -45,7 +51,9 @@ __global__ void __launch_bounds__(32 * kDirectWarps)
   dev::enter_grid();
   __syncthreads();
   // Each pixel's image, top-left input corner, and whether it exists.
-  const T* img[kDirectPix];
+  constexpr bool kPlanar = std::is_same_v<In, float>;
+  const int64_t plane = int64_t(s.h) * s.w;
+  const In* img[kDirectPix];
   int iy0[kDirectPix], ix0[kDirectPix];
   int64_t px[kDirectPix];
 #pragma unroll
@@ -55,7 +63,7 @@ __global__ void __launch_bounds__(32 * kDirectWarps)
     const int ox = int(q % s.out_w);
     const int64_t rest = q / s.out_w;
     const int oy = int(rest % s.out_h), b = int(rest / s.out_h);
-    img[p] = x + int64_t(b) * s.h * s.w * C;
+    img[p] = x + int64_t(b) * plane * C;
     iy0[p] = px[p] < pixels ? oy * s.stride_h - s.pad_t : -(1 << 29);  // a missing pixel reads nothing
     ix0[p] = ox * s.stride_w - s.pad_l;
   }
@@ -66,9 +74,12 @@ __global__ void __launch_bounds__(32 * kDirectWarps)
     for (int p = 0; p < kDirectPix; ++p) {
       const int iy = iy0[p] + i * s.dil_h, ix = ix0[p] + j * s.dil_w;
       const bool in = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w;
-      const T* q = img[p] + (in ? (int64_t(iy) * s.w + ix) * C : 0);
+      const int64_t at = in ? int64_t(iy) * s.w + ix : 0;
 #pragma unroll
-      for (int c = 0; c < C; ++c) v[p][c] = in ? dev::to_f32(q[c]) : 0.f;
+      for (int c = 0; c < C; ++c) {
+        if constexpr (kPlanar) v[p][c] = in ? dev::to_f32(dev::from_f32<T>(img[p][c * plane + at])) : 0.f;
+        else v[p][c] = in ? dev::to_f32(img[p][at * C + c]) : 0.f;
+      }
     }
     const float* wr = sw + (i * s.s + j) * C * 8;
 #pragma unroll
@@ -132,35 +143,52 @@ std::string direct_conv_unsupported(DType dt, const DirectConvShape& s) {
   return "";
 }
 
-void direct_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
-                      const DirectConvShape& s, Activation act, cudaStream_t stream) {
-  if (const std::string why = direct_conv_unsupported(dt, s); !why.empty()) fail_runtime("cuda direct_conv_nhwc: ", why);
+namespace {
+
+template <typename In>
+void launch_direct_conv(const char* what, const In* x, const void* w_krsc, const void* bias, const void* residual, void* y,
+                        DType dt, const DirectConvShape& s, Activation act, cudaStream_t stream) {
+  if (const std::string why = direct_conv_unsupported(dt, s); !why.empty()) fail_runtime("cuda ", what, ": ", why);
   if (!detail::aligned16(y) || (bias && !detail::aligned16(bias)) || (residual && !detail::aligned16(residual)))
-    fail_runtime("cuda direct_conv_nhwc: y, bias and residual must be 16-byte aligned");
+    fail_runtime("cuda ", what, ": y, bias and residual must be 16-byte aligned");
   const int64_t pixels = int64_t(s.n) * s.out_h * s.out_w;
-  if ((pixels + kDirectBlockPix - 1) / kDirectBlockPix > int64_t(0x7fffffff)) fail_runtime("cuda direct_conv_nhwc: ", pixels, " output pixels is too many");
+  if ((pixels + kDirectBlockPix - 1) / kDirectBlockPix > int64_t(0x7fffffff))
+    fail_runtime("cuda ", what, ": ", pixels, " output pixels is too many");
   const dim3 grid(unsigned((pixels + kDirectBlockPix - 1) / kDirectBlockPix), unsigned(s.k / 8));
-  detail::dispatch_float(dt, "direct_conv_nhwc", [&](auto t) {
+  detail::dispatch_float(dt, what, [&](auto t) {
     using T = decltype(t);
     if constexpr (sizeof(T) == 2) {
+      using X = std::conditional_t<std::is_same_v<In, float>, float, T>;
       detail::dispatch_act(act, [&](auto a) {
         constexpr Activation A = decltype(a)::value;
         const auto go = [&](auto kernel) {
-          detail::launch("direct_conv_nhwc", kernel, grid, 32 * kDirectWarps, filter_bytes(s), stream,
-                         static_cast<const T*>(x), static_cast<const T*>(w_krsc), static_cast<const T*>(bias),
-                         static_cast<const T*>(residual), static_cast<T*>(y), s, pixels);
+          detail::launch(what, kernel, grid, 32 * kDirectWarps, filter_bytes(s), stream, reinterpret_cast<const X*>(x),
+                         static_cast<const T*>(w_krsc), static_cast<const T*>(bias), static_cast<const T*>(residual),
+                         static_cast<T*>(y), s, pixels);
         };
         // RGB stems (3 channels, 3x3 or 7x7) unrolled; other shapes take the runtime-bounded loops.
         const int r = s.r == s.s ? s.r : 0;
-        if (s.c == 3 && r == 3) go(direct_conv_kernel<T, 3, 3, A>);
-        else if (s.c == 3 && r == 7) go(direct_conv_kernel<T, 3, 7, A>);
-        else if (s.c == 1) go(direct_conv_kernel<T, 1, 0, A>);
-        else if (s.c == 2) go(direct_conv_kernel<T, 2, 0, A>);
-        else if (s.c == 3) go(direct_conv_kernel<T, 3, 0, A>);
-        else go(direct_conv_kernel<T, 4, 0, A>);
+        if (s.c == 3 && r == 3) go(direct_conv_kernel<T, X, 3, 3, A>);
+        else if (s.c == 3 && r == 7) go(direct_conv_kernel<T, X, 3, 7, A>);
+        else if (s.c == 1) go(direct_conv_kernel<T, X, 1, 0, A>);
+        else if (s.c == 2) go(direct_conv_kernel<T, X, 2, 0, A>);
+        else if (s.c == 3) go(direct_conv_kernel<T, X, 3, 0, A>);
+        else go(direct_conv_kernel<T, X, 4, 0, A>);
       });
     }
   });
+}
+
+}  // namespace
+
+void direct_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
+                      const DirectConvShape& s, Activation act, cudaStream_t stream) {
+  launch_direct_conv("direct_conv_nhwc", static_cast<const char*>(x), w_krsc, bias, residual, y, dt, s, act, stream);
+}
+
+void direct_conv_nchw_f32(const float* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
+                          const DirectConvShape& s, Activation act, cudaStream_t stream) {
+  launch_direct_conv("direct_conv_nchw_f32", x, w_krsc, bias, residual, y, dt, s, act, stream);
 }
 
 }  // namespace kiln::cuda

@@ -174,6 +174,10 @@ inline constexpr const char* kDirectConvTactic = "kiln direct conv";
 std::string direct_conv_unsupported(DType dt, const DirectConvShape& s);
 void direct_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
                       const DirectConvShape& s, Activation act, cudaStream_t stream);
+// The same conv reading x as the engine's NCHW f32 input (each value rounded
+// to dt as it is loaded: the input's NHWC cast and the conv in one launch).
+void direct_conv_nchw_f32(const float* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
+                          const DirectConvShape& s, Activation act, cudaStream_t stream);
 
 // kiln's implicit-GEMM conv for dense convs (igemm_conv.cu), a candidate of
 // the conv selector: y = act(conv(x, w) + bias + residual), f16/bf16 NHWC,
