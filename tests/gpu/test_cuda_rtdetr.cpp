@@ -16,6 +16,7 @@
 
 #include "../../families/rt_detr_v2/tests/rtdetr_test_util.hpp"
 #include "backends/cuda/conv_sm90.hpp"
+#include "backends/cuda/kernels.hpp"
 #include "bundle/builder.hpp"
 #include "bundle/bundle.hpp"
 #include "core/npy.hpp"
@@ -240,19 +241,18 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   fs::remove_all(tmp);
 }
 
-// kiln's sm90 conv end to end (switch sm90_conv on): a tactic cache that names
-// one configuration for every conv signature the sm90 conv is timed for makes
-// the build take it there (the cache is the build's second source after the
-// bundle), the bundle records it, a load replays it without timing, two calls
-// give the same bits, and the detections pass the fp16 rule against
-// PyTorch fp32.
-TEST_P(CudaRtDetr, Sm90ConvRunsTheConvsTheCacheNames) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  if (cuda::conv_sm90_configs() == 0) GTEST_SKIP() << "built without CUTLASS's headers";
-  const fs::path dir = rt::kFixtures / GetParam();
+// Builds fixture `param` (opt level 3, switch `sw` on, a fresh tactic cache),
+// names `tactic` in the cache for every f16 conv signature carrying `mark`,
+// builds again and checks that bundle: its plan runs `tactic` (the plan's
+// steps are returned), a load replays it without timing, two calls give the
+// same bits, and the detections pass the fp16 rule against PyTorch
+// fp32. Returns false (nothing checked) when no signature carried `mark`.
+bool run_named_conv_tactic(const std::string& param, Switch sw, const std::string& mark, const std::string& tactic,
+                           nlohmann::json& steps) {
+  const fs::path dir = rt::kFixtures / param;
   const HostTensor x = read_npy(dir / "input.npy");
   const std::string batch = std::to_string(x.shape.at(0));
-  const fs::path tmp = testing::temp_dir(cat("rtdetr_sm90_conv_", GetParam()));
+  const fs::path tmp = testing::temp_dir(cat("rtdetr_named_conv_", param));
   const fs::path cache = tmp / "tactics.json";
   fs::remove(cache);
   auto build = [&](const fs::path& out) {
@@ -263,23 +263,53 @@ TEST_P(CudaRtDetr, Sm90ConvRunsTheConvsTheCacheNames) {
     o.opt_level = 3;
     o.batch = static_cast<int>(x.shape.at(0));
     o.tactic_cache = cache.string();
-    o.switches.set(Switch::Sm90Conv, true);
+    o.switches.set(sw, true);
     build_bundle(o, out);
     return out;
   };
   build(tmp / "timed.bundle");
   std::ifstream in(cache);
-  ASSERT_TRUE(in) << cache;
+  EXPECT_TRUE(in) << cache;
   nlohmann::json j = nlohmann::json::parse(in);
   in.close();
-  // Every configuration takes 32-channel chunks or 64; 128x32x32 takes any conv the sm90 conv was timed for.
-  const std::string named = "kiln sm90 conv 128x32x32";
   int sigs = 0;
   for (auto& [key, entries] : j.items())
     for (auto& [sig, v] : entries.items())
-      if (sig.rfind("conv f16 ", 0) == 0 && sig.find(" sm90_conv=1") != std::string::npos)
-        v = nlohmann::json::array({named, 1.0}), ++sigs;
-  if (sigs == 0) {
+      if (sig.rfind("conv f16 ", 0) == 0 && sig.find(mark) != std::string::npos)
+        v = nlohmann::json::array({tactic, 1.0}), ++sigs;
+  if (sigs == 0) return fs::remove_all(tmp), false;
+  std::ofstream(cache) << j.dump(1);
+  const fs::path b = build(tmp / "named.bundle");
+  const Bundle bundle = Bundle::open(b);
+  nlohmann::json rec;
+  for (const auto& s : bundle.section_names())
+    if (s.rfind("tactics.", 0) == 0) rec = nlohmann::json::parse(bundle.section_text(s));
+  steps = rec["batches"][batch]["plan"]["steps"];
+  int named = 0;
+  for (const auto& step : steps) named += step[1].get<std::string>() == tactic;
+  EXPECT_GT(named, 0) << param << ": " << tactic;
+  auto e = Engine::load(b.string());
+  EXPECT_EQ(e->impl().compiled->timed_layers(), 0);
+  auto ctx = e->create_context();
+  const std::vector<Tensor> first = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  const std::vector<Tensor> again = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  EXPECT_EQ(first.size(), 2u);
+  if (first.size() == 2u) {
+    for (size_t k = 0; k < first.size(); ++k) EXPECT_TRUE(first[k].data == again[k].data) << param << ": output " << k;
+    rt::expect_fp16_rule(cat("cuda fp16 ", tactic, " ", param), first[0].data, first[1].data, x.shape, dir,
+                         rt::kSeededFp16UnmatchedCuda);
+  }
+  fs::remove_all(tmp);
+  return true;
+}
+
+// The sm90 conv (switch sm90_conv) in an engine: every conv the cache names it for runs it (see run_named_conv_tactic).
+TEST_P(CudaRtDetr, Sm90ConvRunsTheConvsTheCacheNames) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  if (cuda::conv_sm90_configs() == 0) GTEST_SKIP() << "built without CUTLASS's headers";
+  // Every configuration takes 32-channel chunks or 64; 128x32x32 takes any conv the sm90 conv was timed for.
+  nlohmann::json steps;
+  if (!run_named_conv_tactic(GetParam(), Switch::Sm90Conv, " sm90_conv=1", "kiln sm90 conv 128x32x32", steps)) {
     // Off compute capability 9.0 no conv is offered to the sm90 conv.
     ASSERT_NE(cuda::conv_sm90_unsupported(0, DType::F16, {1, 8, 8, 64, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1}, false, Activation::Relu)
                   .find("compute capability"),
@@ -287,25 +317,17 @@ TEST_P(CudaRtDetr, Sm90ConvRunsTheConvsTheCacheNames) {
         << GetParam() << ": no conv signature was timed with the sm90 conv";
     GTEST_SKIP() << "not a compute capability 9.0 device";
   }
-  std::ofstream(cache) << j.dump(1);
-  const fs::path b = build(tmp / "named.bundle");
-  const Bundle bundle = Bundle::open(b);
-  nlohmann::json rec;
-  for (const auto& s : bundle.section_names())
-    if (s.rfind("tactics.", 0) == 0) rec = nlohmann::json::parse(bundle.section_text(s));
-  int sm90 = 0;
-  for (const auto& step : rec["batches"][batch]["plan"]["steps"]) sm90 += step[1].get<std::string>() == named;
-  EXPECT_GT(sm90, 0) << GetParam();
-  auto e = Engine::load(b.string());
-  EXPECT_EQ(e->impl().compiled->timed_layers(), 0);
-  auto ctx = e->create_context();
-  const std::vector<Tensor> first = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
-  const std::vector<Tensor> again = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
-  ASSERT_EQ(first.size(), 2u);
-  for (size_t k = 0; k < first.size(); ++k) EXPECT_TRUE(first[k].data == again[k].data) << GetParam() << ": output " << k;
-  rt::expect_fp16_rule(cat("cuda fp16 sm90 conv ", GetParam()), first[0].data, first[1].data, x.shape, dir,
-                       rt::kSeededFp16UnmatchedCuda);
-  fs::remove_all(tmp);
+}
+
+// The direct conv's NCHW form (switch direct_conv) in an engine: the RGB stem
+// conv reads pixel_values' f32 NCHW staging itself, the input's conversion
+// step is gone from the plan, and the engine still passes the fp16 rule.
+TEST_P(CudaRtDetr, DirectConvReadsTheEngineInput) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  nlohmann::json steps;
+  ASSERT_TRUE(run_named_conv_tactic(GetParam(), Switch::DirectConv, " direct_conv=2", cuda::kDirectConvNchwTactic, steps))
+      << GetParam() << ": no conv was offered the NCHW form (the stem conv reads the input's conversion alone)";
+  for (const auto& step : steps) EXPECT_NE(step[0].get<std::string>(), "pixel_values.to_nhwc") << GetParam();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaRtDetr, ::testing::ValuesIn(testing::fixture_cases(rt::kFixtures)),

@@ -150,6 +150,48 @@ void direct_conv_step(Lowering& L, const Node& n, const ConvDesc& d) {
                 });
 }
 
+// The step index of engine input k's NHWC conversion, or -1.
+int input_step(const Lowering& L, int k) {
+  const std::string name = L.g.values[L.g.inputs[size_t(k)]].name + ".to_nhwc";
+  for (size_t j = 0; j < L.p.steps.size(); ++j)
+    if (L.p.step_nodes[j] == -1 && L.p.step_names[j] == name) return static_cast<int>(j);
+  return -1;
+}
+
+// The engine input conv n can read as NCHW f32 itself (the direct conv's NCHW
+// form): n's input is engine input k's NHWC conversion (the folded cast) and
+// n is its only reader. -1 when not (also under channel views and window
+// convs, whose block timing runs steps without the engine's inputs).
+int nchw_engine_input(const Lowering& L, const Node& n) {
+  const Graph& g = L.g;
+  const int x = n.inputs[0], c = g.values[x].producer;
+  if (L.f.use_views || L.f.window_mode || c < 0 || !L.f.folded_cast[size_t(c)] || g.is_graph_output(x) ||
+      g.consumers(x).size() != 1)
+    return -1;
+  const int v = g.nodes[size_t(c)].inputs[0];
+  if (g.values[v].dtype != DType::F32 || g.values[v].shape != g.values[x].shape || !stored_nhwc(g.values[v])) return -1;
+  for (size_t k = 0; k < g.inputs.size(); ++k)
+    if (g.inputs[k] == v) return input_step(L, int(k)) >= 0 ? int(k) : -1;
+  return -1;
+}
+
+// Conv n as the direct conv's NCHW form on engine input k: its step reads the
+// input's f32 staging itself, and the input's conversion step is dropped.
+void direct_conv_nchw_step(Lowering& L, const Node& n, const ConvDesc& d, int k) {
+  const int j = input_step(L, k);
+  if (j < 0) fail_runtime("conv ", n.name, ": engine input ", k, " has no conversion step to fold");
+  CudaEngine::Program& p = L.p;
+  p.steps.erase(p.steps.begin() + j), p.step_names.erase(p.step_names.begin() + j);
+  p.step_nodes.erase(p.step_nodes.begin() + j), p.step_kernels.erase(p.step_kernels.begin() + j);
+  const void* w = L.weight(n.inputs[1]);
+  const void* b = d.has_bias ? L.weight(n.inputs[2]) : nullptr;
+  const int out = n.outputs[0], res = d.has_residual ? n.inputs[3] : -1;
+  const ValuePtr ptr = L.ptr;
+  L.step(kDirectConvNchwTactic, [=, s = direct_conv_shape(d), dt = d.dtype, act = d.act](const Exec& x) {
+    direct_conv_nchw_f32(x.staging_in[size_t(k)], w, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), dt, s, act, x.stream);
+  });
+}
+
 void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {
   own_conv_step(L, n, d, conv_sm90_config_name(cfg),
                 [cfg, s = dense_conv_shape(d), dt = d.dtype, act = d.act](const void* x, const void* w, const void* b,
@@ -167,12 +209,16 @@ void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {
 // Loading a conv recorded with kiln's direct conv: replayed exactly or an error naming the conv;
 // false when the record names another tactic.
 bool lower_recorded_direct_conv(Lowering& L, const Node& n, const ConvDesc& d, const std::string& recorded, bool view_conv) {
-  if (recorded_tactic_name(recorded) != kDirectConvTactic) return false;
+  const std::string name = recorded_tactic_name(recorded);
+  if (name != kDirectConvTactic && name != kDirectConvNchwTactic) return false;
   if (!L.m.opts.switches.get(Switch::DirectConv).value_or(false)) fail_recorded(n, recorded, "switch direct_conv is off");
   if (const std::string why = direct_conv_refusal(d, view_conv); !why.empty())
     fail_recorded(n, recorded, "kiln's direct conv does not take " + why);
-  L.record(n.name, kDirectConvTactic, -1.f);
-  direct_conv_step(L, n, d);
+  L.record(n.name, name, -1.f);
+  if (name == kDirectConvTactic) return direct_conv_step(L, n, d), true;
+  const int k = nchw_engine_input(L, n);
+  if (k < 0) fail_recorded(n, recorded, "its input is not an engine input only it reads");
+  direct_conv_nchw_step(L, n, d, k);
   return true;
 }
 
@@ -451,6 +497,19 @@ void lower_Conv2d(Lowering& L, size_t ni) {
     own.always_time = true;
     cands.push_back(std::move(own));
   }
+  // Its NCHW form where the conv reads an engine input's conversion alone: timed doing the conversion's work too.
+  const int nchw_input = direct ? nchw_engine_input(L, n) : -1;
+  Scratch x32(nchw_input >= 0 ? size_t(d.n) * d.c * d.h * d.w * sizeof(float) : 0);
+  if (nchw_input >= 0) {
+    const DirectConvShape ds = direct_conv_shape(d);
+    Candidate own{kDirectConvNchwTactic, [] { return true; }, [&, ds](cudaStream_t s, void*, size_t) {
+                    direct_conv_nchw_f32(static_cast<const float*>(x32.get(s)), w, b, d.has_residual ? rb.get(s) : nullptr,
+                                         yb.get(s), dt, ds, d.act, s);
+                    return true;
+                  }};
+    own.always_time = true;
+    cands.push_back(std::move(own));
+  }
   // kiln's sm90 conv (switch sm90_conv): every configuration that takes the conv (view convs excepted: their op
   // arrives built by the block timing). Chosen by name below.
   const std::vector<int> sm90 = L.f.view_convs.count(ni) ? std::vector<int>{} : sm90_conv_candidates(d, L.m.opts.switches);
@@ -473,7 +532,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   if (igs) sig.attr("igemm", 1);
   if (gemm_conv_on(L, d)) sig.attr("gemm_conv", 1);
   if (!sm90.empty()) sig.attr("sm90_conv", 1);
-  if (direct) sig.attr("direct_conv", 1);
+  if (direct) sig.attr("direct_conv", nchw_input >= 0 ? 2 : 1);
   if (d.knob_variants) sig.attr("knob_variants", d.knob_variants);
   const TacticChoice c = L.tactics.choose(n.name, sig, cands, heuristic);
   L.tactics.finish();  // scratch buffers die with this function
@@ -481,6 +540,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   if (gemm && parse_gemm_conv_tactic(cands[c.index].name)) return gemm_conv_step(L, n, gemm);
   if (const int cfg = conv_sm90_config_of(cands[c.index].name); cfg >= 0) return sm90_conv_step(L, n, d, cfg);
   if (cands[c.index].name == kDirectConvTactic) return direct_conv_step(L, n, d);
+  if (cands[c.index].name == kDirectConvNchwTactic) return direct_conv_nchw_step(L, n, d, nchw_input);
   const ValuePtr ptr = L.ptr;
   if (own_kernel && igemm) return igemm_step(L, n, *igs, tile);
   if (own_kernel) {

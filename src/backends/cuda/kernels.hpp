@@ -170,6 +170,8 @@ struct DirectConvShape {
 inline constexpr int kMaxDirectConvChannels = 4;
 inline constexpr size_t kMaxDirectConvFilterBytes = size_t(48) << 10;
 inline constexpr const char* kDirectConvTactic = "kiln direct conv";
+// The direct conv reading the engine's NCHW f32 input itself (its conversion step dropped).
+inline constexpr const char* kDirectConvNchwTactic = "kiln direct conv nchw";
 // Empty when direct_conv_nhwc runs this shape, else why not.
 std::string direct_conv_unsupported(DType dt, const DirectConvShape& s);
 void direct_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
