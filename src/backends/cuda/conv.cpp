@@ -192,11 +192,21 @@ void direct_conv_nchw_step(Lowering& L, const Node& n, const ConvDesc& d, int k)
   });
 }
 
+// Engines launch the sm90 conv without PDL. With PDL, an r18vd fixture engine
+// running every conv on it gave different bits from call to call (H100,
+// session 30: Fixtures/CudaRtDetr.Sm90ConvRunsTheConvsTheCacheNames), while each
+// launch alone matches the CPU reference with PDL on and off: the likely cause
+// is CUTLASS's kernel touching global memory before its grid-dependency wait or
+// triggering its dependents before it (a chain of PDL launches then overlaps
+// more than two kernels). Without the attribute the kernel's wait and trigger
+// are no-ops and it starts after its predecessor ends.
+constexpr bool kSm90ConvPdl = false;
+
 void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {
   own_conv_step(L, n, d, conv_sm90_config_name(cfg),
                 [cfg, s = dense_conv_shape(d), dt = d.dtype, act = d.act](const void* x, const void* w, const void* b,
                                                                           const void* r, void* y, cudaStream_t st) {
-                  conv_sm90_nhwc(cfg, x, w, b, r, y, dt, s, act, pdl_default(), st);
+                  conv_sm90_nhwc(cfg, x, w, b, r, y, dt, s, act, kSm90ConvPdl, st);
                 });
 }
 
@@ -517,7 +527,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   for (const int cfg : sm90) {
     Candidate own{conv_sm90_config_name(cfg), [] { return true; }, [&, cfg, cs](cudaStream_t s, void*, size_t) {
                     conv_sm90_nhwc(cfg, xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, cs, d.act,
-                                   pdl_default(), s);
+                                   kSm90ConvPdl, s);
                     return true;
                   }};
     own.always_time = true;
