@@ -16,7 +16,7 @@
 // previous step's tail.
 //
 // Tiles (M = output pixels, N = output channels, K = one tap's channel chunk):
-// 64x32x64, 64x64x64, 128x64x64, 64x128x64, 128x128x64, and 128x32x32 /
+// 64x32x64, 64x64x64, 128x64x64, 64x128x64, and 128x32x32 /
 // 128x64x32 for 32-channel inputs (the stem). Each is a candidate of the conv
 // selector, timed beside cuDNN's engine configs, recorded by name ("kiln sm90
 // conv 128x64x64"). Without CUTLASS's headers at build (KILN_HAVE_CUTLASS) or

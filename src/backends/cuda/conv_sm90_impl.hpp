@@ -40,7 +40,6 @@ extern const Config kConv64x32x64;
 extern const Config kConv64x64x64;
 extern const Config kConv128x64x64;
 extern const Config kConv64x128x64;
-extern const Config kConv128x128x64;
 extern const Config kConv128x32x32;
 extern const Config kConv128x64x32;
 #endif
