@@ -108,6 +108,8 @@ TEST(CudaDirectConv, RefusesWhatItCannotRun) {
   EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("in shared memory"), std::string::npos);
   s = ok, s.k = 8 * 65536;
   EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("524288 output channels (at most 524280)"), std::string::npos);
+  s = ok, s.x_stride = 16;
+  EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("pixel strides"), std::string::npos);
   s = ok, s.out_w = 0;
   EXPECT_NE(direct_conv_unsupported(DType::F16, s).find("empty"), std::string::npos);
   // The launcher refuses before anything runs.

@@ -117,18 +117,13 @@ std::vector<int> sm90_conv_candidates(const ConvDesc& d, const EngineSwitches& s
   return out;
 }
 
-// d as kiln's direct conv sees it.
-DirectConvShape direct_conv_shape(const ConvDesc& d) {
-  return {d.n, d.h, d.w, d.c, d.k, d.r, d.s, d.out_h(), d.out_w(), d.stride_h, d.stride_w, d.pad_t, d.pad_l, d.dil_h, d.dil_w};
-}
-
 // Why kiln's direct conv does not take d ("" when it does: a dense groups-1
 // f16/bf16 conv with at most 4 input channels, an RGB stem).
 std::string direct_conv_refusal(const ConvDesc& d, bool view_conv) {
   if (view_conv) return "a channel-view conv";
   if (d.groups != 1) return cat("groups ", d.groups);
   if (d.x_stride || d.y_stride) return "pixel strides (channel windows)";
-  return direct_conv_unsupported(d.dtype, direct_conv_shape(d));
+  return direct_conv_unsupported(d.dtype, dense_conv_shape(d));
 }
 
 // The program step of conv n as one of kiln's own conv kernels, named `name`:
@@ -144,7 +139,7 @@ void own_conv_step(Lowering& L, const Node& n, const ConvDesc& d, const std::str
 
 void direct_conv_step(Lowering& L, const Node& n, const ConvDesc& d) {
   own_conv_step(L, n, d, kDirectConvTactic,
-                [s = direct_conv_shape(d), dt = d.dtype, act = d.act](const void* x, const void* w, const void* b,
+                [s = dense_conv_shape(d), dt = d.dtype, act = d.act](const void* x, const void* w, const void* b,
                                                                       const void* r, void* y, cudaStream_t st) {
                   direct_conv_nhwc(x, w, b, r, y, dt, s, act, st);
                 });
@@ -187,7 +182,7 @@ void direct_conv_nchw_step(Lowering& L, const Node& n, const ConvDesc& d, int k)
   const void* b = d.has_bias ? L.weight(n.inputs[2]) : nullptr;
   const int out = n.outputs[0], res = d.has_residual ? n.inputs[3] : -1;
   const ValuePtr ptr = L.ptr;
-  L.step(kDirectConvNchwTactic, [=, s = direct_conv_shape(d), dt = d.dtype, act = d.act](const Exec& x) {
+  L.step(kDirectConvNchwTactic, [=, s = dense_conv_shape(d), dt = d.dtype, act = d.act](const Exec& x) {
     direct_conv_nchw_f32(x.staging_in[size_t(k)], w, b, res >= 0 ? ptr(x, res) : nullptr, ptr(x, out), dt, s, act, x.stream);
   });
 }
@@ -499,7 +494,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   }
   // kiln's direct conv (few input channels: an RGB stem), always timed.
   if (direct) {
-    const DirectConvShape ds = direct_conv_shape(d);
+    const DirectConvShape ds = dense_conv_shape(d);
     Candidate own{kDirectConvTactic, [] { return true; }, [&, ds](cudaStream_t s, void*, size_t) {
                     direct_conv_nhwc(xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, ds, d.act, s);
                     return true;
@@ -511,7 +506,7 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const int nchw_input = direct ? nchw_engine_input(L, n) : -1;
   Scratch x32(nchw_input >= 0 ? size_t(d.n) * d.c * d.h * d.w * sizeof(float) : 0);
   if (nchw_input >= 0) {
-    const DirectConvShape ds = direct_conv_shape(d);
+    const DirectConvShape ds = dense_conv_shape(d);
     Candidate own{kDirectConvNchwTactic, [] { return true; }, [&, ds](cudaStream_t s, void*, size_t) {
                     direct_conv_nchw_f32(static_cast<const float*>(x32.get(s)), w, b, d.has_residual ? rb.get(s) : nullptr,
                                          yb.get(s), dt, ds, d.act, s);

@@ -137,6 +137,7 @@ std::string direct_conv_unsupported(DType dt, const DirectConvShape& s) {
   if (s.k % 8) return cat(s.k, " output channels (a multiple of 8)");
   if (s.k / 8 > 65535) return cat(s.k, " output channels (at most ", 8 * 65535, ")");
   if (s.stride_h < 1 || s.stride_w < 1 || s.dil_h < 1 || s.dil_w < 1) return "stride or dilation below 1";
+  if (s.x_stride || s.y_stride) return "pixel strides (dense x and y only)";
   if (filter_bytes(s) > kMaxDirectConvFilterBytes)
     return cat("a filter share of ", filter_bytes(s), " bytes in f32 per 8 output channels (at most ", kMaxDirectConvFilterBytes,
                " in shared memory)");

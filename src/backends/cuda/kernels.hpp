@@ -159,14 +159,25 @@ void window_conv_nhwc(const void* x, const void* x_add, const void* w_krsc, cons
 // The launch shape window_conv_nhwc picks for s (for reports and tests).
 WindowLaunch window_conv_launch(const WindowConvShape& s);
 
+// kiln's implicit-GEMM conv for dense convs (igemm_conv.cu), a candidate of
+// the conv selector: y = act(conv(x, w) + bias + residual), f16/bf16 NHWC,
+// groups 1, any kernel size/stride/pad/dilation, c and k multiples of 8;
+// filter KRSC, bias [k] (or null), residual [n*out_h*out_w][k] dense (or
+// null), all in dt and 16-byte aligned. x_stride/y_stride: pixel strides in
+// elements (0: c / k; else multiples of 8).
+struct IgemmConvShape {
+  int n, h, w, c, k, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
+  int x_stride = 0, y_stride = 0;
+};
+
 // kiln's direct conv for convs with few input channels (direct_conv.cu: an RGB
 // stem), a candidate of the conv selector: y = act(conv(x, w) + bias +
 // residual), f16/bf16 NHWC, groups 1, c <= 4, k a multiple of 8, the f32
-// filter within 48 KiB; x dense [n, h, w, c], filter KRSC, bias [k] (or null),
-// residual and y dense [n * out_h * out_w][k]; y, bias and residual 16-byte aligned.
-struct DirectConvShape {
-  int n, h, w, c, k, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
-};
+// filter share of 8 outputs within 48 KiB; x dense [n, h, w, c], filter KRSC,
+// bias [k] (or null), residual and y dense [n * out_h * out_w][k]; y, bias and
+// residual 16-byte aligned. Its shape is the implicit-GEMM conv's, without
+// pixel strides (x_stride and y_stride 0).
+using DirectConvShape = IgemmConvShape;
 inline constexpr int kMaxDirectConvChannels = 4;
 inline constexpr size_t kMaxDirectConvFilterBytes = size_t(48) << 10;
 inline constexpr const char* kDirectConvTactic = "kiln direct conv";
@@ -181,16 +192,6 @@ void direct_conv_nhwc(const void* x, const void* w_krsc, const void* bias, const
 void direct_conv_nchw_f32(const float* x, const void* w_krsc, const void* bias, const void* residual, void* y, DType dt,
                           const DirectConvShape& s, Activation act, cudaStream_t stream);
 
-// kiln's implicit-GEMM conv for dense convs (igemm_conv.cu), a candidate of
-// the conv selector: y = act(conv(x, w) + bias + residual), f16/bf16 NHWC,
-// groups 1, any kernel size/stride/pad/dilation, c and k multiples of 8;
-// filter KRSC, bias [k] (or null), residual [n*out_h*out_w][k] dense (or
-// null), all in dt and 16-byte aligned. x_stride/y_stride: pixel strides in
-// elements (0: c / k; else multiples of 8).
-struct IgemmConvShape {
-  int n, h, w, c, k, r, s, out_h, out_w, stride_h, stride_w, pad_t, pad_l, dil_h, dil_w;
-  int x_stride = 0, y_stride = 0;
-};
 // A launch shape: a block's output tile bm x bn (64x32, 64x64, 128x64,
 // 64x128) and `splits` blocks of one cluster splitting K (1, 2, 4); or, with
 // th > 0, the halo form: patches of th x (bm / th) output pixels (8x16, 8x8)
