@@ -493,10 +493,10 @@ void lower_Conv2d(Lowering& L, size_t ni) {
     }
   }
   // kiln's direct conv (few input channels: an RGB stem), always timed.
+  const IgemmConvShape cs = dense_conv_shape(d);  // the direct and sm90 convs' view of d
   if (direct) {
-    const DirectConvShape ds = dense_conv_shape(d);
-    Candidate own{kDirectConvTactic, [] { return true; }, [&, ds](cudaStream_t s, void*, size_t) {
-                    direct_conv_nhwc(xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, ds, d.act, s);
+    Candidate own{kDirectConvTactic, [] { return true; }, [&, cs](cudaStream_t s, void*, size_t) {
+                    direct_conv_nhwc(xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, cs, d.act, s);
                     return true;
                   }};
     own.always_time = true;
@@ -506,10 +506,9 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   const int nchw_input = direct ? nchw_engine_input(L, n) : -1;
   Scratch x32(nchw_input >= 0 ? size_t(d.n) * d.c * d.h * d.w * sizeof(float) : 0);
   if (nchw_input >= 0) {
-    const DirectConvShape ds = dense_conv_shape(d);
-    Candidate own{kDirectConvNchwTactic, [] { return true; }, [&, ds](cudaStream_t s, void*, size_t) {
+    Candidate own{kDirectConvNchwTactic, [] { return true; }, [&, cs](cudaStream_t s, void*, size_t) {
                     direct_conv_nchw_f32(static_cast<const float*>(x32.get(s)), w, b, d.has_residual ? rb.get(s) : nullptr,
-                                         yb.get(s), dt, ds, d.act, s);
+                                         yb.get(s), dt, cs, d.act, s);
                     return true;
                   }};
     own.always_time = true;
@@ -518,7 +517,6 @@ void lower_Conv2d(Lowering& L, size_t ni) {
   // kiln's sm90 conv (switch sm90_conv): every configuration that takes the conv (view convs excepted: their op
   // arrives built by the block timing). Chosen by name below.
   const std::vector<int> sm90 = L.f.view_convs.count(ni) ? std::vector<int>{} : sm90_conv_candidates(d, L.m.opts.switches);
-  const IgemmConvShape cs = dense_conv_shape(d);
   for (const int cfg : sm90) {
     Candidate own{conv_sm90_config_name(cfg), [] { return true; }, [&, cfg, cs](cudaStream_t s, void*, size_t) {
                     conv_sm90_nhwc(cfg, xb.get(s), w, b, d.has_residual ? rb.get(s) : nullptr, yb.get(s), dt, cs, d.act,
