@@ -4,6 +4,8 @@
 // (elementwise_tol) unless a case states its own.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <iostream>
 
 #include "backends/cpu/kernels.hpp"
@@ -412,6 +414,61 @@ TEST(CudaKernels, SqueezeExcitationMlp) {
             expect_close(download(dx->ptr(), xv.size(), dt), want, 0.0, what + " scale in place hw=" + std::to_string(hw));
           }
         }
+}
+
+// top_k's cluster form (rows of 4096..196608) against its one-block kernel:
+// the same values and indices bit for bit, on spread values, mostly ties
+// (few distinct values, so the select runs through the index bits), NaN
+// and -0, smallest, strided rows (inner > 1), several rows, k = 2048 and
+// extents at both ends of the range and not a multiple of the cluster.
+// The op harness' top_k cases check both against the CPU reference.
+TEST(CudaKernels, TopKClusterFormMatchesOneBlock) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t outer, extent, inner;
+    int k;
+    bool largest;
+    float lo, hi;
+    bool specials;
+  };
+  const Case cases[] = {
+      {1, 8400, 1, 300, true, -9.f, 1.f, false},     // RT-DETR's query selection
+      {1, 8400, 1, 300, true, -2.51f, -2.49f, false},  // near-flat logits
+      {3, 8400, 1, 300, false, 1.f, 1.06f, false},   // mostly ties in 16 bits
+      {2, 4099, 3, 2048, true, -1.f, 1.f, true},     // inner stride, k at the limit, NaN and -0
+      {1, 4096, 1, 1, true, -1.f, 1.f, false},       // k = 1 takes top_1_kernel whatever the path
+      {1, 4096, 1, 7, false, -1.f, 1.f, true},
+      {1, 196608, 1, 300, true, -1.f, 1.f, false},   // the longest row of the cluster form
+  };
+  for (DType dt : kFloatTypes)
+    for (const Case& c : cases) {
+      const size_t count = size_t(c.outer * c.extent * c.inner);
+      std::vector<float> host = random_values(count, uint32_t(c.extent + c.k), c.lo, c.hi);
+      if (c.specials)
+        for (size_t i = 0; i < count; i += 97) host[i] = (i / 97) % 3 == 0 ? std::nanf("") : (i / 97) % 3 == 1 ? -0.f : 0.f;
+      const auto x = upload(host, dt);
+      const size_t outs = size_t(c.outer * c.k * c.inner);
+      std::vector<std::vector<uint8_t>> got_v, got_i;
+      for (TopKPath path : {TopKPath::Auto, TopKPath::OneBlock}) {
+        const auto v = alloc(outs, dt);
+        DevBuf idx(outs * 8);
+        top_k_rows(x->ptr(), v->ptr(), idx.as<int64_t>(), dt, c.outer, c.extent, c.inner, c.k, c.largest, nullptr, path);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        got_v.emplace_back(outs * dtype_size(dt));
+        got_i.emplace_back(outs * 8);
+        ASSERT_EQ(cudaMemcpy(got_v.back().data(), v->ptr(), got_v.back().size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(got_i.back().data(), idx.ptr(), got_i.back().size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      }
+      const std::string what = tag(dt, std::to_string(c.outer) + "x" + std::to_string(c.extent) + "x" +
+                                           std::to_string(c.inner) + " k " + std::to_string(c.k) +
+                                           (c.largest ? " largest" : " smallest"));
+      EXPECT_EQ(got_i[0], got_i[1]) << what;
+      EXPECT_EQ(got_v[0], got_v[1]) << what;
+      // And the indices are in range (the op harness checks the selection itself).
+      std::vector<int64_t> idx(outs);
+      std::memcpy(idx.data(), got_i[0].data(), outs * 8);
+      for (int64_t i : idx) EXPECT_TRUE(i >= 0 && i < c.extent) << what << ": index " << i;
+    }
 }
 
 }  // namespace

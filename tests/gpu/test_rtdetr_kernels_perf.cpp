@@ -147,17 +147,21 @@ TEST(CudaRtDetrKernelsPerf, TopK) {
   const int64_t anchors = 8400;
   const int k = 300;
   DevBuf values(size_t(k) * 4), indices(size_t(k) * 8), best(size_t(anchors) * 4), best_i(size_t(anchors) * 8);
-  std::printf("top_k per launch (us; plain launches with PDL, mean of 100)\n");
+  std::printf("top_k per launch (us; plain launches with PDL, mean of 100 | a replayed graph of dependent launches)\n");
   const std::vector<std::pair<const char*, std::vector<float>>> cases = {
       {"spread logits, uniform in [-9, 1]", random_values(size_t(anchors), 71, -9.f, 1.f)},
       {"near-flat logits -2.5 +- 0.01", random_values(size_t(anchors), 72, -2.51f, -2.49f)},
   };
   for (const auto& [name, host] : cases) {
     const auto x = upload(host, DType::F32);
-    const double us = mean_launch_us(st, [&] {
-      top_k_rows(x->ptr(), values.ptr(), indices.as<int64_t>(), DType::F32, 1, anchors, 1, k, true, st);
-    });
-    std::printf("  8400 -> 300, %-32s %8.2f\n", name, us);
+    for (const TopKPath path : {TopKPath::Auto, TopKPath::OneBlock}) {
+      const auto launch = [&] {
+        top_k_rows(x->ptr(), values.ptr(), indices.as<int64_t>(), DType::F32, 1, anchors, 1, k, true, st, path);
+      };
+      const double us = mean_launch_us(st, launch), graph = mean_graph_us(st, launch);
+      std::printf("  8400 -> 300, %-32s %-18s %8.2f | graph %8.2f\n", name,
+                  path == TopKPath::Auto ? "cluster of 8" : "one block", us, graph);
+    }
   }
   const auto classes = upload(random_values(size_t(anchors) * 80, 73, -9.f, 1.f), DType::F32);
   const double top1 = mean_launch_us(st, [&] {

@@ -50,15 +50,19 @@ void add_top_k_cases(std::vector<OpCase>& out) {
       // RT-DETR's query selection: 300 of 8400 anchors, and the same with mostly ties.
       {"rtdetr_8400_k300_b1", {1, 8400}, -1, 300, 1},
       {"ties_8400_k300_smallest_b3", {3, 8400}, 1, 300, 0, 1.f, 1.06f},
-      // CUDA: long rows with ties and a large k, strided rows, k past 1024, a row whose order values need
-      // more than 48 KiB of shared memory (20000), and rows past the shared-memory limit of 24576 (read
-      // from global memory in every pass).
+      // CUDA: long rows with ties and a large k, strided rows, k past 1024, rows whose order values need
+      // more than 48 KiB of shared memory in one block (20000, 30000).
       {"ties_16384_k1024_b1", {1, 16384}, -1, 1024, 1, 1.f, 1.06f},
       {"middle_2000_k100_smallest_b1", {1, 2000, 3}, 1, 100, 0},
       {"k1100_of_3000_b1", {1, 3000}, -1, 1100, 1},
       {"long_20000_k50_b1", {1, 20000}, -1, 50, 1},
       {"long_30000_k300_b1", {1, 30000}, -1, 300, 1},
       {"ties_long_30000_k300_smallest_b3", {3, 30000}, 1, 300, 0, 1.f, 1.06f},
+      // CUDA: with switch cluster_top_k on, rows of 4096..196608 take the cluster form; 4099 is not a
+      // multiple of its 8 blocks (the last holds fewer), with an inner stride and k at the limit. Past
+      // 196608 the one-block kernel reads global memory in every pass.
+      {"cluster_4099_k2048_middle_b1", {1, 4099, 3}, 1, 2048, 1},
+      {"long_200000_k300_b1", {1, 200000}, -1, 300, 1},
       // k = 1 (CUDA: one warp per row): RT-DETR's best class per anchor, long rows and inner strides with ties.
       {"rtdetr_class_max_8400x80_k1_b1", {1, 8400, 80}, -1, 1, 1},
       {"ties_k1_long_rows_b3", {3, 2, 1000}, -1, 1, 1, 1.f, 1.06f},

@@ -18,10 +18,13 @@ void lower_TopK(Lowering& L, size_t ni) {
   const RowMajorIo io(L, {n.inputs[0]}, {n.outputs[0], n.outputs[1]});
   L.reserve_workspace(io.scratch_bytes());
   const DType dt = L.g.values[n.outputs[0]].dtype;
+  // Switch cluster_top_k (auto: off until it has run on a GPU): long rows on a thread-block cluster
+  // (top_k.cu); the same bits either way.
+  const TopKPath path = L.m.opts.switches.get(Switch::ClusterTopK).value_or(false) ? TopKPath::Auto : TopKPath::OneBlock;
   L.step(io.kernel("top_k"), [=](const Exec& x) {
     io.load(x);
     top_k_rows(io.in(x, 0), io.out(x, 0), static_cast<int64_t*>(io.out(x, 1)), dt, a.outer, a.extent, a.inner,
-               as_int(a.k), a.largest, x.stream);
+               as_int(a.k), a.largest, x.stream, path);
     io.store(x);
   });
 }

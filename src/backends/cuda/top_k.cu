@@ -18,19 +18,39 @@
 // of 17 dependent loads per thread per pass. Longer rows read global memory
 // in each pass as before.
 // k = 1 has its own kernel (top_1_kernel below).
-// TODO(speed): several blocks per row for very long rows, a warp per short row.
+// Rows of kClusterMinExtent..kClusterMaxExtent elements (RT-DETR's 8400) take
+// the cluster form (top_k_cluster_kernel): the same keys, select and ranks,
+// with the row split over the kCluster blocks of one thread-block cluster.
+// Each block holds and histograms its share (1/8 of the loads and of the
+// same-bin shared atomics, which serialise when scores share their high
+// digits: the suspected cost of one block, not profiled),
+// the blocks' histograms are summed through distributed shared memory (every
+// block reads all and takes the same decision: one cluster barrier a pass),
+// the winners are gathered into every block, and each block ranks 1/8 of them
+// with 8 lanes per winner. Its output is the single-block kernel's, bit for bit.
+// TODO(speed): a warp per short row.
 // Tried and not kept (session 26, H100): warp-aggregated histogram and
 // collection adds (__match_any_sync on the digit, the lowest lane of each
 // group adding its popcount) with 1024 threads and every load of the row in
 // flight at once: 13.7 -> 31.3 us for RT-DETR's 8400 -> 300 in the graph.
+#include <cooperative_groups.h>
+
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
 namespace kiln::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreadsTopK = 512;
 constexpr int64_t kMaxSmemExtent = 24576;  // 96 KiB of order values
+
+// The cluster form: 8 blocks (the portable cluster size) of 256 threads.
+constexpr int kCluster = 8;
+constexpr int kThreadsCluster = 256;
+constexpr int64_t kClusterMinExtent = 4096;                         // below: one block is enough
+constexpr int64_t kClusterMaxExtent = kCluster * kMaxSmemExtent;   // each block's share in shared memory
 
 __device__ __forceinline__ uint32_t order_bits(float v, bool largest) {
   uint32_t u;
@@ -51,32 +71,85 @@ __device__ __forceinline__ unsigned long long order_key(float v, int64_t index, 
   return key_from(order_bits(v, largest), index);
 }
 
+// The radix select's state, in shared memory: the digits chosen so far
+// (prefix under mask), how many keys are still wanted below them, and whether
+// the select is complete.
+struct SelectState {
+  unsigned long long prefix, mask;
+  unsigned int remaining;
+  int done;
+};
+
+// One pass's decision, both kernels: thread j < 256 holds v, the count of
+// digit 255 - j among the keys matching the prefix (threads past 255 take no
+// part). The digit holding the remaining-th largest key is found by a block
+// scan of the counts from digit 255 down, so no thread walks the 256 bins
+// alone (that walk was most of the kernel's time: 54 us for RT-DETR's
+// 8400 -> 300 on the H200); the one thread it falls to records it at `shift`.
+// If every key of that digit is wanted, the keys >= the prefix (lower bits
+// zero) are exactly the k largest and the select is done. Reads st before its
+// first barrier and returns after its last, so every thread may read st then.
+__device__ __forceinline__ void choose_digit(unsigned int v, int shift, SelectState& st, unsigned int* warp_total) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned long long prefix = st.prefix, mask = st.mask;
+  const unsigned int want = st.remaining;
+  unsigned int incl = v;
+  if (threadIdx.x < 256) {
+    for (int d = 1; d < 32; d <<= 1) {
+      const unsigned int t = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += t;
+    }
+    if (lane == 31) warp_total[warp] = incl;
+  }
+  __syncthreads();
+  if (threadIdx.x < 256) {
+    for (int w = 0; w < warp; ++w) incl += warp_total[w];
+    const unsigned int above = incl - v;  // matching keys with a larger digit
+    if (above < want && want <= incl) {   // exactly one thread
+      const unsigned long long b = 255u - threadIdx.x;
+      st.remaining = want - above;
+      st.prefix = prefix | (b << shift);
+      st.mask = mask | (255ull << shift);
+      st.done = v == want - above;
+    }
+  }
+  __syncthreads();
+}
+
+// bits[i] = order_bits(row[(first + i) * inner]) for i < n, by the block's
+// threads with kBatch loads each in flight before any store.
+template <typename T>
+__device__ __forceinline__ void load_order_bits(const T* row, int64_t inner, int64_t first, int64_t n, bool largest,
+                                                uint32_t* bits) {
+  constexpr int kBatch = 8;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += int64_t(kBatch) * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      v[j] = i < n ? dev::to_f32(row[(first + i) * inner]) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + int64_t(j) * blockDim.x;
+      if (i < n) bits[i] = order_bits(v[j], largest);
+    }
+  }
+}
+
 template <typename T, bool kSmem>
 __global__ void top_k_kernel(const T* x, T* values, int64_t* indices, int64_t extent, int64_t inner, int k, bool largest) {
   dev::enter_grid();
   extern __shared__ uint32_t row_bits[];  // kSmem: the row's order values
   __shared__ unsigned int hist[256];
-  __shared__ unsigned long long prefix_s, mask_s;
-  __shared__ unsigned int remaining_s, picked_s;
+  __shared__ SelectState sel;
+  __shared__ unsigned int picked_s;
   __shared__ unsigned long long picked[kMaxCudaTopK];
   const int64_t row = blockIdx.x;
   const int64_t o = row / inner, r = row % inner;
   const T* xr = x + o * extent * inner + r;
   if constexpr (kSmem) {
-    constexpr int kBatch = 8;  // loads a thread has in flight before it stores any
-    for (int64_t i0 = threadIdx.x; i0 < extent; i0 += int64_t(kBatch) * blockDim.x) {
-      float v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int64_t i = i0 + int64_t(j) * blockDim.x;
-        v[j] = i < extent ? dev::to_f32(xr[i * inner]) : 0.f;
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int64_t i = i0 + int64_t(j) * blockDim.x;
-        if (i < extent) row_bits[i] = order_bits(v[j], largest);
-      }
-    }
+    load_order_bits(xr, inner, 0, extent, largest, row_bits);
     __syncthreads();
   }
   auto key_of = [&](int64_t i) {
@@ -84,55 +157,22 @@ __global__ void top_k_kernel(const T* x, T* values, int64_t* indices, int64_t ex
     else return order_key(dev::to_f32(xr[i * inner]), i, largest);
   };
   __shared__ unsigned int warp_total[kThreadsTopK / 32];
-  __shared__ int done_s;
-  if (threadIdx.x == 0) {
-    prefix_s = 0, mask_s = 0, remaining_s = unsigned(k), picked_s = 0, done_s = 0;
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (threadIdx.x == 0) sel = SelectState{0, 0, unsigned(k), 0}, picked_s = 0;
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();
-    const unsigned long long prefix = prefix_s, mask = mask_s;
-    const unsigned int want = remaining_s;
+    const unsigned long long prefix = sel.prefix, mask = sel.mask;
     for (int64_t i = threadIdx.x; i < extent; i += blockDim.x) {
       const unsigned long long key = key_of(i);
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
     }
     __syncthreads();
-    // The digit holding the want-th largest key among those matching the
-    // prefix: a block scan of the counts from digit 255 down (thread j takes
-    // digit 255 - j), so no thread walks the 256 bins alone (that walk was
-    // most of the kernel's time: 54 us for RT-DETR's 8400 -> 300 on the H200).
-    unsigned int v = 0, incl = 0;
-    if (threadIdx.x < 256) {
-      v = hist[255 - threadIdx.x];
-      incl = v;
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned int t = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += t;
-      }
-      if (lane == 31) warp_total[warp] = incl;
-    }
-    __syncthreads();
-    if (threadIdx.x < 256) {
-      for (int w = 0; w < warp; ++w) incl += warp_total[w];
-      const unsigned int above = incl - v;  // matching keys with a larger digit
-      if (above < want && want <= incl) {   // exactly one thread
-        const unsigned long long b = 255u - threadIdx.x;
-        remaining_s = want - above;
-        prefix_s = prefix | (b << shift);
-        mask_s = mask | (255ull << shift);
-        // Every key of this digit is wanted: the keys >= the prefix (lower
-        // bits zero) are exactly the k largest, and no more passes are needed.
-        done_s = v == want - above;
-      }
-    }
-    __syncthreads();
-    if (done_s) break;
+    choose_digit(threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0u, shift, sel, warp_total);
+    if (sel.done) break;
   }
   // The k-th largest key itself (keys are distinct), or after an early stop
   // its prefix with the lower bits zero: either way the k keys at or above it.
-  const unsigned long long kth = prefix_s;
+  const unsigned long long kth = sel.prefix;
   for (int64_t i = threadIdx.x; i < extent; i += blockDim.x) {
     const unsigned long long key = key_of(i);
     if (key >= kth) picked[atomicAdd(&picked_s, 1u)] = key;
@@ -146,6 +186,100 @@ __global__ void top_k_kernel(const T* x, T* values, int64_t* indices, int64_t ex
     const int64_t y = (o * k + rank) * inner + r;
     values[y] = xr[index * inner];
     indices[y] = index;
+  }
+}
+
+// The cluster form (header comment). Grid (rows, 1, kCluster), cluster
+// (1, 1, kCluster); block z holds elements [z * share, (z + 1) * share) of
+// the row as order values in dynamic shared memory.
+template <typename T>
+__global__ void __launch_bounds__(kThreadsCluster) top_k_cluster_kernel(const T* x, T* values, int64_t* indices, int64_t extent,
+                                                                        int64_t inner, int k, bool largest) {
+  dev::enter_grid();
+  extern __shared__ uint32_t share_bits[];
+  __shared__ unsigned int hist[2][256];  // by pass parity: a pass's counts are read by every block
+  __shared__ unsigned int warp_total[kThreadsCluster / 32];
+  __shared__ SelectState sel;
+  __shared__ unsigned int count_s;
+  __shared__ unsigned long long mine[kMaxCudaTopK];    // this block's winners
+  __shared__ unsigned long long winners[kMaxCudaTopK];  // every block's, gathered
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x;
+  const int64_t o = row / inner, r = row % inner;
+  const T* xr = x + o * extent * inner + r;
+  const int64_t share = (extent + kCluster - 1) / kCluster;
+  const int64_t i0 = int64_t(rank) * share;
+  const int64_t left = extent - i0;
+  const int n = left <= 0 ? 0 : int(left < share ? left : share);
+  load_order_bits(xr, inner, i0, n, largest, share_bits);
+  if (threadIdx.x == 0) sel = SelectState{0, 0, unsigned(k), 0}, count_s = 0;
+  const int lane = threadIdx.x % 32;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    const int parity = (shift >> 3) & 1;
+    // hist[parity] was last read by the other blocks two passes ago, before
+    // they arrived at the last pass's cluster barrier, which this block passed.
+    hist[parity][threadIdx.x] = 0;  // 256 threads, 256 bins
+    __syncthreads();
+    const unsigned long long prefix = sel.prefix, mask = sel.mask;
+    for (int i = threadIdx.x; i < n; i += kThreadsCluster) {
+      const unsigned long long key = key_from(share_bits[i], i0 + i);
+      if ((key & mask) == prefix) atomicAdd(&hist[parity][(key >> shift) & 255u], 1u);
+    }
+    cluster.sync();  // every block's counts for this pass are complete and visible
+    // Digit 255 - threadIdx.x summed over the blocks; every block takes the same decision.
+    unsigned int v = 0;
+    for (int m = 0; m < kCluster; ++m) v += cluster.map_shared_rank(&hist[parity][0], m)[255 - threadIdx.x];
+    choose_digit(v, shift, sel, warp_total);
+    if (sel.done) break;
+  }
+  // This block's keys at or above the k-th largest (see the single-block
+  // kernel), appended a warp at a time.
+  const unsigned long long kth = sel.prefix;
+  for (int b0 = 0; b0 < n; b0 += kThreadsCluster) {
+    const int i = b0 + threadIdx.x;
+    const unsigned long long key = i < n ? key_from(share_bits[i], i0 + i) : 0ull;
+    const bool take = i < n && key >= kth;
+    const unsigned int ballot = __ballot_sync(0xffffffffu, take);
+    unsigned int base = 0;
+    if (lane == 0 && ballot) base = atomicAdd(&count_s, unsigned(__popc(ballot)));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (take) mine[base + __popc(ballot & ((1u << lane) - 1u))] = key;
+  }
+  cluster.sync();  // every block's count is final
+  unsigned int offset = 0, total = 0;
+  for (int m = 0; m < kCluster; ++m) {
+    const unsigned int c = *cluster.map_shared_rank(&count_s, m);
+    offset += m < rank ? c : 0u;
+    total += c;
+  }
+  // total == k: the keys are distinct, so exactly k are at or above the k-th.
+  const unsigned int mine_n = count_s;
+  for (int m = 0; m < kCluster; ++m) {
+    unsigned long long* dst = cluster.map_shared_rank(winners, m) + offset;
+    for (unsigned int j = threadIdx.x; j < mine_n; j += kThreadsCluster) dst[j] = mine[j];
+  }
+  cluster.sync();  // every block holds all k winners; no remote access after this
+  // Block `rank` ranks winners rank * 32 + g (+ 256, ...): 8 lanes each, each
+  // counting the winners above it in every 8th slot.
+  const int g = threadIdx.x / 8, sub = threadIdx.x % 8;
+  for (int j0 = rank * (kThreadsCluster / 8); j0 < int(total); j0 += kCluster * (kThreadsCluster / 8)) {
+    const int j = j0 + g;
+    int above = 0;
+    unsigned long long key = 0;
+    if (j < int(total)) {
+      key = winners[j];
+      for (int t = sub; t < int(total); t += 8) above += winners[t] > key;
+    }
+    above += __shfl_xor_sync(0xffffffffu, above, 1);
+    above += __shfl_xor_sync(0xffffffffu, above, 2);
+    above += __shfl_xor_sync(0xffffffffu, above, 4);
+    if (j < int(total) && sub == 0) {
+      const int64_t index = int64_t(0xffffffffull - (key & 0xffffffffull));
+      const int64_t y = (o * k + above) * inner + r;
+      values[y] = xr[index * inner];
+      indices[y] = index;
+    }
   }
 }
 
@@ -184,7 +318,7 @@ __global__ void top_1_kernel(const T* x, T* values, int64_t* indices, int64_t ro
 }  // namespace
 
 void top_k_rows(const void* x, void* values, int64_t* indices, DType dt, int64_t outer, int64_t extent, int64_t inner,
-                int k, bool largest, cudaStream_t stream) {
+                int k, bool largest, cudaStream_t stream, TopKPath path) {
   const int64_t rows = outer * inner;
   if (rows <= 0 || k <= 0) return;
   if (k > kMaxCudaTopK || k > extent) fail_runtime("cuda top_k: k ", k, " of ", extent, " (at most ", kMaxCudaTopK, ")");
@@ -196,6 +330,14 @@ void top_k_rows(const void* x, void* values, int64_t* indices, DType dt, int64_t
       const unsigned blocks = unsigned((rows + kWarpsTop1 - 1) / kWarpsTop1);
       detail::launch("top_k", top_1_kernel<T>, dim3(blocks), 32 * kWarpsTop1, 0, stream, static_cast<const T*>(x),
                      static_cast<T*>(values), indices, rows, extent, inner, largest);
+      return;
+    }
+    if (path != TopKPath::OneBlock && extent >= kClusterMinExtent && extent <= kClusterMaxExtent) {
+      const size_t smem = size_t((extent + kCluster - 1) / kCluster) * sizeof(uint32_t);
+      KILN_CUDA_CHECK(cudaFuncSetAttribute(top_k_cluster_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      detail::launch_clustered("top_k", kCluster, top_k_cluster_kernel<T>, dim3(unsigned(rows), 1, kCluster), dim3(kThreadsCluster),
+                               smem, stream, static_cast<const T*>(x), static_cast<T*>(values), indices, extent, inner, k,
+                               largest);
       return;
     }
     if (extent <= kMaxSmemExtent) {
