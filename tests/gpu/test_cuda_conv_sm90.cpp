@@ -167,5 +167,54 @@ TEST(CudaSm90Conv, RefusesWhatItCannotRun) {
   EXPECT_EQ(conv_sm90_unsupported(c32, DType::F16, shape_of(stem), false, stem.act), "") << describe(stem, c32);
 }
 
+// Session 30 and 31: an engine whose convs all run the sm90 conv gave different
+// bits in two calls of one context (Fixtures/CudaRtDetr.Sm90ConvRunsTheConvsTheCacheNames),
+// with and without PDL. This narrows it to the kernel or to the engine: r18vd's
+// conv kinds at full size (640x640 input), each configuration that takes them,
+// three launches into output buffers filled with different garbage each time,
+// with and without PDL: every launch must give the first one's bits.
+TEST(CudaSm90Conv, RepeatedLaunchesGiveTheSameBits) {
+  KILN_REQUIRE_GPU();
+  if (conv_sm90_configs() == 0) GTEST_SKIP() << "built without CUTLASS's headers";
+  const DType dt = DType::F16;
+  const Case full[] = {
+      {1, 320, 320, 32, 32, 3, 1, 1, 1, false, true, 0, 0, Activation::Relu},  // the stem's second and third convs
+      {1, 320, 320, 32, 64, 3, 1, 1, 1, false, true, 0, 0, Activation::Relu},
+      {1, 160, 160, 64, 64, 3, 1, 1, 1, true, true, 0, 0, Activation::Relu},   // basic blocks with their residual
+      {1, 160, 160, 64, 128, 3, 2, 1, 1, false, true, 0, 0, Activation::Relu}, // stride-2 downsampling
+      {1, 20, 20, 512, 512, 3, 1, 1, 1, true, true, 0, 0, Activation::Relu},
+      {1, 40, 40, 128, 128, 3, 1, 1, 1, false, true, 0, 0, Activation::Silu},  // the encoder's RepVGG convs
+  };
+  if (conv_sm90_unsupported(0, dt, shape_of(full[2]), true, Activation::Relu).find("compute capability") != std::string::npos)
+    GTEST_SKIP() << "not a compute capability 9.0 device";
+  for (const Case& k : full) {
+    const IgemmConvShape s = shape_of(k);
+    const int64_t in_px = int64_t(k.n) * k.h * k.w, out_px = int64_t(k.n) * s.out_h * s.out_w;
+    const float wscale = 1.f / std::sqrt(float(k.c * k.r * k.r));
+    const auto dx = upload(round_all(random_values(size_t(in_px) * k.c, 51), dt), dt);
+    const auto dw = upload(round_all(random_values(size_t(k.k) * k.c * k.r * k.r, 52, -wscale, wscale), dt), dt);
+    const auto db = upload(round_all(random_values(size_t(k.k), 53, -0.5f, 0.5f), dt), dt);
+    const auto dr = upload(round_all(random_values(size_t(out_px) * k.k, 54, -1.f, 1.f), dt), dt);
+    const size_t bytes = size_t(out_px) * k.k * dtype_size(dt);
+    for (int cfg = 0; cfg < conv_sm90_configs(); ++cfg) {
+      if (!conv_sm90_unsupported(cfg, dt, s, k.residual, k.act).empty()) continue;
+      const std::string what = describe(k, cfg);
+      std::vector<uint8_t> first;
+      int launch = 0;
+      for (bool pdl : {false, true})
+        for (int rep = 0; rep < 3; ++rep, ++launch) {
+          const auto dy = upload(random_values(size_t(out_px) * k.k, 60 + uint32_t(launch), -1e3f, 1e3f), dt);
+          conv_sm90_nhwc(cfg, dx->ptr(), dw->ptr(), db->ptr(), k.residual ? dr->ptr() : nullptr, dy->ptr(), dt, s, k.act, pdl,
+                         nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          std::vector<uint8_t> got(bytes);
+          ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr(), bytes, cudaMemcpyDeviceToHost), cudaSuccess) << what;
+          if (first.empty()) first = std::move(got);
+          else EXPECT_TRUE(got == first) << what << ": launch " << launch << (pdl ? " (PDL)" : "") << " differs from the first";
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cuda::test

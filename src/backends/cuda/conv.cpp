@@ -122,8 +122,7 @@ std::vector<int> sm90_conv_candidates(const ConvDesc& d, const EngineSwitches& s
 std::string direct_conv_refusal(const ConvDesc& d, bool view_conv) {
   if (view_conv) return "a channel-view conv";
   if (d.groups != 1) return cat("groups ", d.groups);
-  if (d.x_stride || d.y_stride) return "pixel strides (channel windows)";
-  return direct_conv_unsupported(d.dtype, dense_conv_shape(d));
+  return direct_conv_unsupported(d.dtype, dense_conv_shape(d));  // refuses pixel strides itself
 }
 
 // The program step of conv n as one of kiln's own conv kernels, named `name`:
@@ -187,14 +186,12 @@ void direct_conv_nchw_step(Lowering& L, const Node& n, const ConvDesc& d, int k)
   });
 }
 
-// Engines launch the sm90 conv without PDL. With PDL, an r18vd fixture engine
-// running every conv on it gave different bits from call to call (H100,
-// session 30: Fixtures/CudaRtDetr.Sm90ConvRunsTheConvsTheCacheNames), while each
-// launch alone matches the CPU reference with PDL on and off: the likely cause
-// is CUTLASS's kernel touching global memory before its grid-dependency wait or
-// triggering its dependents before it (a chain of PDL launches then overlaps
-// more than two kernels). Without the attribute the kernel's wait and trigger
-// are no-ops and it starts after its predecessor ends.
+// Engines launch the sm90 conv without PDL (its wait and trigger are then
+// no-ops and it starts after its predecessor ends). Session 30 suspected PDL
+// when an r18vd fixture engine running every conv on it gave different bits
+// from call to call (Fixtures/CudaRtDetr.Sm90ConvRunsTheConvsTheCacheNames);
+// session 31's H200 run failed the same way without it, so PDL was not the
+// cause (unknown; docs/cuda-backend.md "sm90 conv"). Kept off: the safer launch.
 constexpr bool kSm90ConvPdl = false;
 
 void sm90_conv_step(Lowering& L, const Node& n, const ConvDesc& d, int cfg) {

@@ -39,6 +39,7 @@
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 
 #include "backends/cuda/conv_sm90_impl.hpp"
+#include "backends/cuda/device_common.cuh"
 #include "core/error.hpp"
 
 #if !defined(CUTLASS_ARCH_MMA_SM90_SUPPORTED) && defined(__CUDA_ARCH__)
@@ -52,32 +53,8 @@ namespace kiln::cuda::convsm90 {
 // Runtime argument of the node (Sm90Compute hands a ComputeFn's `Arguments` to
 // its call as the last parameter): the activation.
 struct EpiArgs {
-  int act = 0;  // 0 none, 1 relu, 2 relu6, 3 silu, 4 sigmoid (Activation's fast 16-bit forms)
+  Activation act = Activation::None;  // dev::act_rt's fast 16-bit forms; the dispatcher refuses the others
 };
-
-inline int act_code(Activation a) {
-  switch (a) {
-    case Activation::None: return 0;
-    case Activation::Relu: return 1;
-    case Activation::Relu6: return 2;
-    case Activation::Silu: return 3;
-    case Activation::Sigmoid: return 4;
-    default: return -1;  // the dispatcher refuses it first
-  }
-}
-
-// dev::act<A, true> (device_common.cuh) for each code: the MUFU forms kiln's
-// 16-bit kernels use, so the only difference from igemm_conv's epilogue is the
-// order of the f32 accumulation.
-__device__ __forceinline__ float activate(float v, int act) {
-  switch (act) {
-    case 1: return fmaxf(v, 0.f);
-    case 2: return fminf(fmaxf(v, 0.f), 6.f);
-    case 3: return __fdividef(v, 1.f + __expf(-v));
-    case 4: return __fdividef(1.f, 1.f + __expf(-v));
-    default: return v;
-  }
-}
 
 template <class T>
 struct ConvEpilogue {
@@ -92,13 +69,13 @@ struct ConvEpilogue<cutlass::Array<float, N>> {
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& bias, Arguments const& a) const {
     Frag out;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = activate(__fadd_rn(acc[i], bias[i]), a.act);
+    for (int i = 0; i < N; ++i) out[i] = dev::act_rt<true>(a.act, __fadd_rn(acc[i], bias[i]));
     return out;
   }
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& bias, Frag const& r, Arguments const& a) const {
     Frag out;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = activate(__fadd_rn(__fadd_rn(acc[i], bias[i]), r[i]), a.act);
+    for (int i = 0; i < N; ++i) out[i] = dev::act_rt<true>(a.act, __fadd_rn(__fadd_rn(acc[i], bias[i]), r[i]));
     return out;
   }
 };
@@ -175,7 +152,7 @@ struct Conv16 {
     cute::get<0, 1>(sc) = int64_t(s.out_w) * s.k;
     cute::get<0, 2>(sc) = int64_t(s.out_h) * s.out_w * s.k;
     using ThreadArgs = typename CollectiveEpilogue::FusionCallbacks::Arguments;
-    const EpiArgs ea{act_code(p.act)};
+    const EpiArgs ea{p.act};
     const T* bias = static_cast<const T*>(p.bias);
     ThreadArgs thread = [&] {
       // Each node's arguments: {first child, ..., last child, the node's own}.

@@ -65,6 +65,21 @@ __device__ __forceinline__ float act(float x) {
   else return x;
 }
 
+// act<A, kFast> with A chosen at run time, for epilogues whose activation is
+// a kernel argument (igemm_conv, conv_sm90): the same forms, so those kernels
+// differ from kiln's other 16-bit convs only in the order of their f32 sums.
+template <bool kFast>
+__device__ __forceinline__ float act_rt(Activation a, float x) {
+  switch (a) {
+    case Activation::Relu: return act<Activation::Relu, kFast>(x);
+    case Activation::Relu6: return act<Activation::Relu6, kFast>(x);
+    case Activation::Silu: return act<Activation::Silu, kFast>(x);
+    case Activation::Sigmoid: return act<Activation::Sigmoid, kFast>(x);
+    case Activation::Gelu: return act<Activation::Gelu, kFast>(x);
+    default: return x;
+  }
+}
+
 // transformers' inverse_sigmoid in f32: x clamped to [0, 1], log(max(x, eps) /
 // max(1 - x, eps)) (the inverse_sigmoid op, box_refine, mlp_chain's refine).
 __device__ __forceinline__ float inverse_sigmoid_f32(float x, float eps) {

@@ -48,17 +48,6 @@ using dev::cp_async_commit;
 using dev::cp_async_wait;
 using dev::ldmatrix_x4;
 
-__device__ __forceinline__ float act_of(Activation a, float v) {
-  switch (a) {
-    case Activation::Relu: return dev::act<Activation::Relu, true>(v);
-    case Activation::Relu6: return dev::act<Activation::Relu6, true>(v);
-    case Activation::Silu: return dev::act<Activation::Silu, true>(v);
-    case Activation::Sigmoid: return dev::act<Activation::Sigmoid, true>(v);
-    case Activation::Gelu: return dev::act<Activation::Gelu, true>(v);
-    default: return v;
-  }
-}
-
 // Adds 8 channels of an f32 accumulator tile row (a 16-byte-aligned f32 run in shared memory).
 __device__ __forceinline__ void add8(float (&v)[8], const float* p) {
   const float4 lo = reinterpret_cast<const float4*>(p)[0], hi = reinterpret_cast<const float4*>(p)[1];
@@ -122,7 +111,7 @@ __device__ __forceinline__ void finish8(float (&v)[8], int64_t m, int n, const T
     for (int u = 0; u < 8; ++u) v[u] += rr[u];
   }
 #pragma unroll
-  for (int u = 0; u < 8; ++u) v[u] = act_of(a.act, v[u]);
+  for (int u = 0; u < 8; ++u) v[u] = dev::act_rt<true>(a.act, v[u]);
   dev::store_vec<T, 8>(y + m * a.y_px + n, v);
 }
 
@@ -512,7 +501,8 @@ __global__ void __launch_bounds__(kThreads) igemm_halo_persist_kernel(const T* _
             const T* rp = res + m * s.k + n;
             v0 += dev::to_f32(rp[0]), v1 += dev::to_f32(rp[1]);
           }
-          *reinterpret_cast<uint32_t*>(y + m * a.y_px + n) = dev::pack2<T>(act_of(a.act, v0), act_of(a.act, v1));
+          *reinterpret_cast<uint32_t*>(y + m * a.y_px + n) = dev::pack2<T>(dev::act_rt<true>(a.act, v0),
+                                                                       dev::act_rt<true>(a.act, v1));
         }
       }
   }
