@@ -14,6 +14,7 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 
+#include "../../families/rt_detr_v2/tests/rtdetr_hub_golden.hpp"
 #include "../../families/rt_detr_v2/tests/rtdetr_test_util.hpp"
 #include "backends/cuda/conv_sm90.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -328,6 +329,31 @@ TEST_P(CudaRtDetr, DirectConvReadsTheEngineInput) {
   ASSERT_TRUE(run_named_conv_tactic(GetParam(), Switch::DirectConv, " direct_conv=2", cuda::kDirectConvNchwTactic, steps))
       << GetParam() << ": no conv was offered the NCHW form (the stem conv reads the input's conversion alone)";
   for (const auto& step : steps) EXPECT_NE(step[0].get<std::string>(), "pixel_values.to_nhwc") << GetParam();
+}
+
+// The real checkpoint against transformers' golden values
+// (families/rt_detr_v2/tests/rtdetr_hub_golden.hpp): fp32 by the test's own
+// tolerances, fp16 by the detection rule. Skips without a GPU, or
+// without the checkpoint in the local Hugging Face cache and the image.
+TEST(CudaRtDetrHubGolden, Fp32AndFp16MatchTransformersTest) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  namespace golden = testing::rtdetr_golden;
+  const golden::Inputs in = golden::find_inputs(fs::path(KILN_FIXTURES_DIR) / "images");
+  if (!in.missing.empty()) GTEST_SKIP() << in.missing;
+  const fs::path tmp = testing::temp_dir("rtdetr_hub_golden_cuda");
+  for (DType precision : {DType::F32, DType::F16}) {
+    BuildOptions o;
+    o.model = in.model_dir.string();
+    o.backend = "cuda";
+    o.precision = precision;
+    const fs::path bundle = tmp / cat(dtype_name(precision), ".bundle");
+    build_bundle(o, bundle);
+    const golden::Run r = golden::run(Engine::load(bundle.string()), in.image);
+    const std::string m = precision == DType::F32 ? golden::fp32_mismatch(r.logits, r.classes, r.boxes, r.detections)
+                                                  : golden::fp16_mismatch(r.detections);
+    EXPECT_TRUE(m.empty()) << "cuda " << dtype_name(precision) << ":\n" << m;
+  }
+  fs::remove_all(tmp);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaRtDetr, ::testing::ValuesIn(testing::fixture_cases(rt::kFixtures)),

@@ -6,10 +6,14 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -45,6 +49,28 @@ class TempDir {
 
  private:
   fs::path path_;
+};
+
+// Unsets environment variables for one test (by default those that locate
+// the Hugging Face cache) and restores them afterwards; set() changes one.
+class EnvGuard {
+ public:
+  EnvGuard(std::initializer_list<const char*> vars = {"HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME", "HOME"}) {
+    for (const char* k : vars) {
+      const char* v = std::getenv(k);
+      saved_.emplace_back(k, v ? std::optional<std::string>(v) : std::nullopt);
+      ::unsetenv(k);
+    }
+  }
+  ~EnvGuard() {
+    for (const auto& [k, v] : saved_) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+  void set(const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
 inline void write_file(const fs::path& p, const std::string& bytes) {

@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::string_literals;
+using testing::EnvGuard;
 using testing::TempDir;
 using testing::write_file;
 using testing::throws_input;
@@ -134,26 +135,6 @@ TEST(TimmConfig, InterpolationNames) {
 }
 
 // --- HF cache ---------------------------------------------------------------
-
-// Sets environment variables for one test and restores them afterwards.
-class EnvGuard {
- public:
-  EnvGuard() {
-    for (const char* k : kVars) {
-      const char* v = std::getenv(k);
-      saved_.emplace_back(k, v ? std::optional<std::string>(v) : std::nullopt);
-      ::unsetenv(k);
-    }
-  }
-  ~EnvGuard() {
-    for (const auto& [k, v] : saved_) v ? ::setenv(k.c_str(), v->c_str(), 1) : ::unsetenv(k.c_str());
-  }
-  void set(const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); }
-
- private:
-  static constexpr const char* kVars[] = {"HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME", "HOME"};
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
 
 const std::string kSha1 = "0123456789abcdef0123456789abcdef01234567";
 const std::string kSha2 = "89abcdef0123456789abcdef0123456789abcdef";
