@@ -7,6 +7,7 @@
 # kernel's own cost, not its share of the graph replay (kiln bench --trace gives that).
 # Clocks are left alone (--clock-control none, device/METHOD.md).
 #   tools/gpu/ncu_kernels.sh OUTDIR [MODEL] [BATCH] [REGEX] [LIMIT]
+# KILN_NCU_SECTIONS adds sections, e.g. "--section SourceCounters" (the SASS lines warps stall on most).
 # Writes OUTDIR/ncu_MODEL_bBATCH.txt (the details page) and a one-line-per-kernel summary
 # (OUTDIR/ncu_MODEL_bBATCH_summary.txt: duration, grid, block, registers, achieved occupancy,
 # SM and memory throughput).
@@ -27,7 +28,7 @@ base=$out/ncu_${model}_b$batch
 $ncu --clock-control none --kernel-name-base demangled -k "regex:$regex" -c "$limit" \
   --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
   --section SchedulerStats --section MemoryWorkloadAnalysis \
-  --metrics gpu__time_duration.sum -o $work/ncu_rep -f \
+  ${KILN_NCU_SECTIONS:-} --metrics gpu__time_duration.sum -o $work/ncu_rep -f \
   $kiln bench $bundle --batch $batch --iterations 10 --warmup 0 --no-task > "$base.log" 2>&1
 $ncu --import $work/ncu_rep.ncu-rep --page details > "$base.txt" 2>&1
 $ncu --import $work/ncu_rep.ncu-rep --page raw --csv --print-units base \

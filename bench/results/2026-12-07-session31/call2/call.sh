@@ -29,5 +29,5 @@ timeout 120 $B/kiln_gpu_tests --gtest_filter='Fixtures/CudaRtDetr.Fp16Detections
 # work (attention ~8 us for 300 x 300 x 8 heads, the linked mlp_chain ~14 us for 5 small layers, top_k, the
 # deformable core), each replayed alone: stall reasons (WarpStateStats) for the next speed work.
 [ -f $T ] && cp $T $work/r18vd.b1.ncu.bundle
-timeout 180 bash tools/gpu/ncu_kernels.sh $R r18vd 1 'attention_mma|mlp_chain|ms_deform|top_k' 12 > $R/ncu.log 2>&1; log ncu $?
+KILN_NCU_SECTIONS='--section SourceCounters' timeout 180 bash tools/gpu/ncu_kernels.sh $R r18vd 1 'attention_mma|mlp_chain|ms_deform|top_k' 12 > $R/ncu.log 2>&1; log ncu $?
 tar -C $work -czf $OUT/res.tgz res
