@@ -471,5 +471,73 @@ TEST(CudaKernels, TopKClusterFormMatchesOneBlock) {
     }
 }
 
+// attention's wide form (switch wide_attention): at key split 4, blocks of 2
+// or 4 query groups give the bits of blocks of 1, since each warp computes the
+// same rows, keys and merge either way; only the number of k/v copies
+// changes. Shapes: the decoder's 300 and AIFI's 400 tokens with q and k as
+// windows of one projection row, batch 2, query and key counts off the
+// tiles, a wide head (the merge's shared memory at 16 warps), dv unlike d.
+TEST(CudaKernels, AttentionWideFormsGiveTheSameBits) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t n;
+    int lq, lk, heads, d, dv;
+    bool windows;
+  };
+  const Case cases[] = {{1, 300, 300, 8, 32, 32, true}, {1, 400, 400, 8, 32, 32, true}, {2, 300, 300, 8, 32, 32, false},
+                        {1, 37, 70, 2, 64, 64, false},  {1, 70, 333, 1, 128, 128, false}, {1, 21, 50, 3, 32, 64, false}};
+  for (DType dt : {DType::F16, DType::BF16})
+    for (const Case& c : cases) {
+      AttentionShape s;
+      s.n = c.n, s.lq = c.lq, s.lk = c.lk, s.heads = c.heads, s.d = c.d, s.dv = c.dv;
+      s.scale = 1.f / std::sqrt(float(c.d));
+      const int64_t qk_w = int64_t(c.heads) * c.d, v_w = int64_t(c.heads) * c.dv;
+      if (c.windows) s.q_ld = s.k_ld = 2 * qk_w;  // [q | k] rows, as plan_row_windows reads them
+      const size_t q_rows = size_t(c.n) * c.lq, k_rows = size_t(c.n) * c.lk;
+      const auto q = upload(random_values(q_rows * (c.windows ? 2 * qk_w : qk_w), uint32_t(c.lq), -1.f, 1.f), dt);
+      const auto k = c.windows ? nullptr : upload(random_values(k_rows * qk_w, uint32_t(c.lk + 1), -1.f, 1.f), dt);
+      const auto v = upload(random_values(k_rows * v_w, uint32_t(c.lk + 2), -1.f, 1.f), dt);
+      const void* kp = c.windows ? static_cast<const char*>(q->ptr()) + qk_w * dtype_size(dt) : k->ptr();
+      const size_t bytes = q_rows * v_w * dtype_size(dt);
+      std::vector<std::vector<uint8_t>> got;
+      for (int groups : {1, 2, 4}) {
+        AttentionShape a = s;
+        a.split = 4, a.groups = groups;
+        const auto y = alloc(q_rows * v_w, dt);
+        ASSERT_EQ(cudaMemset(y->ptr(), 0xff, bytes), cudaSuccess);  // NaN everywhere until written
+        attention(q->ptr(), kp, v->ptr(), y->ptr(), dt, a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        got.emplace_back(bytes);
+        ASSERT_EQ(cudaMemcpy(got.back().data(), y->ptr(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      }
+      const std::string what = tag(dt, std::to_string(c.n) + "x" + std::to_string(c.lq) + "x" + std::to_string(c.lk) + " h" +
+                                           std::to_string(c.heads) + " d" + std::to_string(c.d) + "/" + std::to_string(c.dv));
+      EXPECT_EQ(got[1], got[0]) << what << ": 2 query groups";
+      EXPECT_EQ(got[2], got[0]) << what << ": 4 query groups";
+      // Every output written and finite (the op harness checks the values).
+      const size_t count = q_rows * v_w;
+      for (size_t i = 0; i < count; i += 7) {
+        uint16_t h;
+        std::memcpy(&h, got[0].data() + 2 * i, 2);
+        const bool nan_or_inf = dt == DType::F16 ? (h & 0x7c00u) == 0x7c00u : (h & 0x7f80u) == 0x7f80u;
+        ASSERT_FALSE(nan_or_inf) << what << ": element " << i;
+      }
+    }
+}
+
+// The wide form's rule and the block forms it is built for (no GPU needed).
+TEST(CudaKernels, AttentionWideGroupsRule) {
+  // RT-DETR r18vd at batch 1 on 132 SMs: 4 groups would leave 40 (56) blocks, under half the SMs; 2 give 80 (104).
+  EXPECT_EQ(attention_wide_groups(300, 8, 1, 132), 2);
+  EXPECT_EQ(attention_wide_groups(400, 8, 1, 132), 2);
+  EXPECT_EQ(attention_wide_groups(300, 8, 8, 132), 4);
+  EXPECT_EQ(attention_wide_groups(20, 1, 1, 132), 1);
+  EXPECT_EQ(attention_wide_groups(300, 8, 1, 80), 4);
+  for (int split : {1, 2, 4})
+    for (int groups : {1, 2, 4, 8})
+      EXPECT_EQ(attention_mma_form_ok(split, groups), split * groups == 4 || (split == 4 && groups <= 4))
+          << split << " x " << groups;
+}
+
 }  // namespace
 }  // namespace kiln::cuda::test

@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cublaslt_linear.hpp"
 #include "backends/cuda/kernels.hpp"
+#include "core/error.hpp"
 #include "cuda_test_util.hpp"
 
 namespace kiln::cuda::test {
@@ -175,7 +177,8 @@ TEST(CudaRtDetrKernelsPerf, TopK) {
 // attention's tensor-core kernel at r18vd's batch-1 shapes (AIFI: 400 tokens;
 // the decoder's self-attention: 300 queries; 8 heads of 32), per key split,
 // as plain launches and as a replayed graph of four dependent launches (how
-// the engine runs it); the default split is the one mma_split picks.
+// the engine runs it); the default split is the one mma_split picks; "4x2g"
+// and "4x4g" are split 4 with 2 and 4 query groups a block (wide_attention).
 TEST(CudaRtDetrKernelsPerf, AttentionSplits) {
   KILN_REQUIRE_GPU();
   cudaStream_t st;
@@ -193,17 +196,18 @@ TEST(CudaRtDetrKernelsPerf, AttentionSplits) {
     const auto qk = upload(random_values(rows * 512, 81, -1.f, 1.f), dt), v = upload(random_values(rows * 256, 82), dt);
     const auto y = alloc(rows * 256, dt), y2 = alloc(rows * 256, dt);
     std::printf("  %d x %d tokens:", int(s.n), s.lq);
-    for (int split : {0, 1, 2, 4}) {
+    // (split, query groups): auto, the 4-warp forms, and the wide forms (switch wide_attention).
+    for (const auto& [split, groups] : std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {2, 0}, {4, 0}, {4, 2}, {4, 4}}) {
       AttentionShape a = s;
-      a.split = split;
+      a.split = split, a.groups = groups;
       const auto one = [&] { attention(qk->ptr(), static_cast<char*>(qk->ptr()) + 512, v->ptr(), y->ptr(), dt, a, st); };
       const auto four = [&] {
         for (int r = 0; r < 4; ++r)  // y of one launch is the next one's v
           attention(qk->ptr(), static_cast<char*>(qk->ptr()) + 512, r % 2 ? y->ptr() : y2->ptr(), r % 2 ? y2->ptr() : y->ptr(), dt, a,
                     st);
       };
-      std::printf("   split %s %6.2f | %6.2f", split ? std::to_string(split).c_str() : "auto", mean_launch_us(st, one),
-                  mean_graph_us(st, four) / 4);
+      const std::string form = !split ? "auto" : groups ? cat(split, "x", groups, "g") : std::to_string(split);
+      std::printf("   split %s %6.2f | %6.2f", form.c_str(), mean_launch_us(st, one), mean_graph_us(st, four) / 4);
     }
     std::printf("\n");
   }

@@ -4,6 +4,7 @@
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
+#include "core/switches.hpp"
 #include "ir/attrs.hpp"
 
 namespace kiln::cuda {
@@ -16,6 +17,9 @@ void lower_Attention(Lowering& L, size_t ni) {
   AttentionShape s;
   s.n = d.n, s.lq = as_int(d.lq), s.lk = as_int(d.lk), s.heads = as_int(d.heads), s.d = as_int(d.d), s.dv = as_int(d.dv);
   s.scale = static_cast<float>(d.scale);
+  // Switch wide_attention (auto: off until measured on a GPU): at the small
+  // grids' key split 4, blocks of 2 or 4 query groups (attention.cu); the same bits.
+  s.wide = L.m.opts.switches.get(Switch::WideAttention).value_or(false);
   const int64_t big = int64_t{1} << 30;
   if (d.n > 65535 || d.heads > 65535 || d.lq > big || d.lk > big || d.d > big || d.dv > big || !attention_fits(s))
     fail_input(n.name, ": CUDA attention supports at most 65535 images and heads and keys of one query row in shared memory (",

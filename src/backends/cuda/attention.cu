@@ -144,7 +144,10 @@ size_t smem_bytes(const AttentionShape& s, bool shared_kv) {
 
 // ---- tensor-core kernel ----------------------------------------------------
 
-constexpr int kMmaWarps = 4;
+// Warps of a block: kSplit key shares x kGroups query groups of 16 rows
+// (kGroups 4 / kSplit by default, 4 warps; the wide form keeps kSplit 4 with
+// 2 or 4 groups, so one block's copy of a head's k and v serves 32 or 64
+// queries instead of 16).
 constexpr int kKeyTile = 64;  // keys per ring slot: 4 chunks of 16 (one mma K step of P v)
 constexpr int kPad = 8;       // elements of padding per shared row (16 bytes)
 
@@ -192,12 +195,13 @@ using dev::pack2;
 // loops stop at the runtime widths, so fragments stay in registers);
 // kSplit warps share a row group and take kWarpChunks 16-key chunks of each
 // tile apiece.
-template <typename T, int kChunks, int kSplit>
-__global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* __restrict__ q, const T* __restrict__ k,
+template <typename T, int kChunks, int kSplit, int kGroups>
+__global__ void __launch_bounds__(kSplit * kGroups * 32) attention_mma_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                                                        const T* __restrict__ v, T* __restrict__ y,
                                                                        AttentionShape s) {
   constexpr int kStages = mma_stages(kChunks);
-  constexpr int kRows = 16 * (kMmaWarps / kSplit);  // queries per block
+  constexpr int kThreads = kSplit * kGroups * 32;
+  constexpr int kRows = 16 * kGroups;  // queries per block
   constexpr int kWarpChunks = kKeyTile / 16 / kSplit;
   static_assert(kStages >= 2 && kWarpChunks >= 1, "ring and split");
   dev::enter_grid();
@@ -225,11 +229,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* 
       T* kd = ks + slot * kKeyTile * ldk;
       T* vd = vs + slot * kKeyTile * ldv;
       const int kq = d >> 3, vq = dv >> 3;  // 16-byte pieces per row
-      for (int i = threadIdx.x; i < rows * kq; i += kMmaWarps * 32) {
+      for (int i = threadIdx.x; i < rows * kq; i += kThreads) {
         const int r = i / kq, c = (i - r * kq) * 8, j = j0 + r;
         cp_async16(smem_u32(kd + r * ldk + c), kh + int64_t(j < lk ? j : 0) * s.k_ld + c, j < lk);
       }
-      for (int i = threadIdx.x; i < rows * vq; i += kMmaWarps * 32) {
+      for (int i = threadIdx.x; i < rows * vq; i += kThreads) {
         const int r = i / vq, c = (i - r * vq) * 8, j = j0 + r;
         cp_async16(smem_u32(vd + r * ldv + c), vh + int64_t(j < lk ? j : 0) * s.v_ld + c, j < lk);
       }
@@ -404,11 +408,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32) attention_mma_kernel(const T* 
 
 // Shared memory of the tensor-core kernel: the ring (no more slots than
 // tiles), or the split merge's hand-over if that is larger.
-size_t mma_smem_bytes(const AttentionShape& s, int chunks, int split) {
+size_t mma_smem_bytes(const AttentionShape& s, int chunks, int split, int groups) {
   const int64_t ntiles = (int64_t(s.lk) + kKeyTile - 1) / kKeyTile;
   const int64_t slots = ntiles < mma_stages(chunks) ? ntiles : mma_stages(chunks);
   const size_t ring = size_t(slots) * kKeyTile * size_t(s.d + kPad + s.dv + kPad) * 2;
-  const size_t merge = split > 1 ? size_t(kMmaWarps) * mma_merge_floats(chunks) * 32 * sizeof(float) : 0;
+  const size_t merge = split > 1 ? size_t(split) * groups * mma_merge_floats(chunks) * 32 * sizeof(float) : 0;
   return ring > merge ? ring : merge;
 }
 
@@ -423,29 +427,33 @@ int mma_chunks(const AttentionShape& s) {
 // each key tile 2 or 4 ways, multiplying the blocks.
 int mma_split(const AttentionShape& s) {
   for (int split : {1, 2}) {
-    const int64_t rows = 16 * (kMmaWarps / split);
+    const int64_t rows = 16 * (4 / split);
     if ((s.lq + rows - 1) / rows * s.heads * s.n >= detail::sm_count()) return split;
   }
   return 4;
 }
 
-template <typename T, int kChunks, int kSplit>
+template <typename T, int kChunks, int kSplit, int kGroups>
 void launch_mma(const void* q, const void* k, const void* v, void* y, const AttentionShape& s, cudaStream_t stream) {
-  auto kernel = attention_mma_kernel<T, kChunks, kSplit>;
-  const size_t smem = mma_smem_bytes(s, kChunks, kSplit);
+  auto kernel = attention_mma_kernel<T, kChunks, kSplit, kGroups>;
+  const size_t smem = mma_smem_bytes(s, kChunks, kSplit, kGroups);
   KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  constexpr int rows = 16 * (kMmaWarps / kSplit);
+  constexpr int rows = 16 * kGroups;
   const dim3 grid(unsigned((s.lq + rows - 1) / rows), unsigned(s.heads), unsigned(s.n));
-  detail::launch("attention", kernel, grid, kMmaWarps * 32, smem, stream, static_cast<const T*>(q), static_cast<const T*>(k),
-                 static_cast<const T*>(v), static_cast<T*>(y), s);
+  detail::launch("attention", kernel, grid, kSplit * kGroups * 32, smem, stream, static_cast<const T*>(q),
+                 static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(y), s);
 }
 
+// The block forms (key split, query groups) the kernel is built for; the
+// caller checked the pair (attention_mma_form_ok).
 template <typename T, int kChunks>
-void launch_mma_split(int split, const void* q, const void* k, const void* v, void* y, const AttentionShape& s,
-                      cudaStream_t stream) {
-  if (split == 1) launch_mma<T, kChunks, 1>(q, k, v, y, s, stream);
-  else if (split == 2) launch_mma<T, kChunks, 2>(q, k, v, y, s, stream);
-  else launch_mma<T, kChunks, 4>(q, k, v, y, s, stream);
+void launch_mma_form(int split, int groups, const void* q, const void* k, const void* v, void* y, const AttentionShape& s,
+                     cudaStream_t stream) {
+  if (split == 1) launch_mma<T, kChunks, 1, 4>(q, k, v, y, s, stream);
+  else if (split == 2) launch_mma<T, kChunks, 2, 2>(q, k, v, y, s, stream);
+  else if (groups == 1) launch_mma<T, kChunks, 4, 1>(q, k, v, y, s, stream);
+  else if (groups == 2) launch_mma<T, kChunks, 4, 2>(q, k, v, y, s, stream);
+  else launch_mma<T, kChunks, 4, 4>(q, k, v, y, s, stream);
 }
 
 }  // namespace
@@ -454,6 +462,16 @@ bool attention_uses_mma(const AttentionShape& s, DType dt) {
   return (dt == DType::F16 || dt == DType::BF16) && s.d % 16 == 0 && s.dv % 16 == 0 && s.d >= 16 && s.dv >= 16 &&
          s.d <= kMaxAttentionMmaWidth && s.dv <= kMaxAttentionMmaWidth && s.lq >= 1 && s.lk >= 1;
 }
+bool attention_mma_form_ok(int split, int groups) {
+  return (split == 1 && groups == 4) || (split == 2 && groups == 2) || (split == 4 && (groups == 1 || groups == 2 || groups == 4));
+}
+
+int attention_wide_groups(int64_t lq, int64_t heads, int64_t n, int sms) {
+  for (int groups : {4, 2})
+    if ((lq + 16 * groups - 1) / (16 * groups) * heads * n * 2 >= sms) return groups;
+  return 1;
+}
+
 bool attention_kv_in_shared(const AttentionShape& s) { return smem_bytes(s, true) <= kMaxAttentionSmem; }
 bool attention_fits(const AttentionShape& s) { return smem_bytes(s, false) <= kMaxAttentionSmem; }
 
@@ -476,11 +494,16 @@ void attention(const void* q, const void* k, const void* v_, void* y, DType dt, 
   if (attention_uses_mma(s, dt) && rows16 && aligned16(q) && aligned16(k) && aligned16(v_) && aligned16(y)) {
     if (s.split != 0 && s.split != 1 && s.split != 2 && s.split != 4) fail_runtime("cuda attention: key split ", s.split, " (1, 2 or 4)");
     const int chunks = mma_chunks(s), split = s.split ? s.split : mma_split(s);
+    const int groups = s.groups                 ? s.groups
+                       : split == 4 && s.wide ? attention_wide_groups(s.lq, s.heads, s.n, detail::sm_count())
+                                              : 4 / split;
+    if (!attention_mma_form_ok(split, groups))
+      fail_runtime("cuda attention: key split ", split, " with ", groups, " query groups a block (split 1: 4; 2: 2; 4: 1, 2 or 4)");
     auto go = [&](auto t) {
       using T = decltype(t);
-      if (chunks == 2) launch_mma_split<T, 2>(split, q, k, v_, y, s, stream);
-      else if (chunks == 4) launch_mma_split<T, 4>(split, q, k, v_, y, s, stream);
-      else launch_mma_split<T, 8>(split, q, k, v_, y, s, stream);
+      if (chunks == 2) launch_mma_form<T, 2>(split, groups, q, k, v_, y, s, stream);
+      else if (chunks == 4) launch_mma_form<T, 4>(split, groups, q, k, v_, y, s, stream);
+      else launch_mma_form<T, 8>(split, groups, q, k, v_, y, s, stream);
     };
     if (dt == DType::F16) go(__half{});
     else go(__nv_bfloat16{});

@@ -520,7 +520,19 @@ struct AttentionShape {
   // The tensor-core kernel's key split (1, 2 or 4 warps sharing a query
   // group); 0: by the grid (mma_split: the least that gives every SM a block).
   int split = 0;
+  // Its query groups of 16 rows a block (attention_mma_form_ok); 0: 4 / split
+  // (blocks of 4 warps), or with `wide` at split 4 attention_wide_groups.
+  int groups = 0;
+  // Switch wide_attention: at split 4 a block takes 2 or 4 query groups
+  // (8 or 16 warps), so each block's copy of a head's k and v serves 32 or
+  // 64 queries instead of 16. The same bits: every warp computes what it
+  // would in a block of 4.
+  bool wide = false;
 };
+bool attention_mma_form_ok(int split, int groups);
+// The wide form's query groups: the most (4, then 2) that still give half of
+// the `sms` SMs a block, else 1.
+int attention_wide_groups(int64_t lq, int64_t heads, int64_t n, int sms);
 inline constexpr size_t kMaxAttentionSmem = 200 * 1024;
 inline constexpr int kMaxAttentionMmaWidth = 128;
 bool attention_uses_mma(const AttentionShape& s, DType dt);

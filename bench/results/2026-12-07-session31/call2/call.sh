@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Superseded (session 32, no device time): ../../2026-12-07-session32/call1/call.sh runs all of this and more; run that instead.
 # Session 31, call 2 (~5 min). It did not run in session 31 (no machine; then no device time): run it first next
 # session, after `KILN_PACK_BUILD=build bash tools/gpu/pack.sh`, as `bash .gpu/call2.sh` with .gpu carried.
 # - top_k: the cluster form (switch cluster_top_k, off until this runs) against the one-block kernel, bit for bit,
@@ -8,7 +9,6 @@
 # - r18vd fp16 batch 1: --enable cluster_top_k (N) against --disable cluster_top_k (T), interleaved; N's in-graph
 #   trace (the top_k step's time); both engines' outputs on the full-size input, bit for bit; the RT-DETR fixture
 #   tests of the default path.
-# - Nsight Compute on the decoder's own kernels (added in session 32, which had no device time).
 . tools/gpu/call_common.sh
 timeout 60 $B/kiln_gpu_tests --gtest_filter='CudaKernels.TopKClusterFormMatchesOneBlock:CudaRtDetrKernelsPerf.TopK' > $R/top_k.log 2>&1; log top_k $?
 timeout 90 $B/kiln_ops_tests --gtest_filter='*top_k*' > $R/ops_top_k.log 2>&1; log ops_top_k $?
@@ -25,9 +25,4 @@ for i in 1 2 3; do $kiln bench "$@" --batch 1 --iterations 300 >> $R/ab_b1.txt 2
 for b in N T; do [ -f ${!b} ] && $kiln run ${!b} --input pixel_values=$work/full/r18vd/input.npy --output-dir $R/out_$b > $R/run_$b.log 2>&1; done
 cmp $R/out_N/logits.npy $R/out_T/logits.npy && cmp $R/out_N/pred_boxes.npy $R/out_T/pred_boxes.npy; log same_bits $?
 timeout 120 $B/kiln_gpu_tests --gtest_filter='Fixtures/CudaRtDetr.Fp16DetectionsMatchPyTorch/*:Fixtures/CudaRtDetr.Fp32MatchesPyTorch/*' > $R/rtdetr.log 2>&1; log rtdetr $?
-# Last (session 32): Nsight Compute counters of the decoder's own kernels that the trace shows slowest for their
-# work (attention ~8 us for 300 x 300 x 8 heads, the linked mlp_chain ~14 us for 5 small layers, top_k, the
-# deformable core), each replayed alone: stall reasons (WarpStateStats) for the next speed work.
-[ -f $T ] && cp $T $work/r18vd.b1.ncu.bundle
-KILN_NCU_SECTIONS='--section SourceCounters' timeout 180 bash tools/gpu/ncu_kernels.sh $R r18vd 1 'attention_mma|mlp_chain|ms_deform|top_k' 12 > $R/ncu.log 2>&1; log ncu $?
 tar -C $work -czf $OUT/res.tgz res
