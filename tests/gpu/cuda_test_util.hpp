@@ -150,12 +150,16 @@ inline std::unique_ptr<DevBuf> alloc(size_t count, DType dt, size_t offset_elems
   cudaMemset(d->ptr(), 0xff, count * dtype_size(dt));  // NaN poison: unwritten outputs fail the check
   return d;
 }
-// Synchronises the device so launch and kernel faults show up here.
-inline std::vector<float> download(const void* p, size_t count, DType dt) {
+// n bytes at device address p. Synchronises the device so launch and kernel
+// faults show up here.
+inline std::vector<uint8_t> download_bytes(const void* p, size_t n) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<uint8_t> b(count * dtype_size(dt));
-  EXPECT_EQ(cudaMemcpy(b.data(), p, b.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  return decode(b, dt);
+  std::vector<uint8_t> b(n);
+  EXPECT_EQ(cudaMemcpy(b.data(), p, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  return b;
+}
+inline std::vector<float> download(const void* p, size_t count, DType dt) {
+  return decode(download_bytes(p, count * dtype_size(dt)), dt);
 }
 
 inline std::vector<float> nchw_to_nhwc(const std::vector<float>& x, int n, int c, int h, int w) {

@@ -206,9 +206,7 @@ TEST(CudaSm90Conv, RepeatedLaunchesGiveTheSameBits) {
           const auto dy = upload(random_values(size_t(out_px) * k.k, 60 + uint32_t(launch), -1e3f, 1e3f), dt);
           conv_sm90_nhwc(cfg, dx->ptr(), dw->ptr(), db->ptr(), k.residual ? dr->ptr() : nullptr, dy->ptr(), dt, s, k.act, pdl,
                          nullptr);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-          std::vector<uint8_t> got(bytes);
-          ASSERT_EQ(cudaMemcpy(got.data(), dy->ptr(), bytes, cudaMemcpyDeviceToHost), cudaSuccess) << what;
+          std::vector<uint8_t> got = download_bytes(dy->ptr(), bytes);
           if (first.empty()) first = std::move(got);
           else EXPECT_TRUE(got == first) << what << ": launch " << launch << (pdl ? " (PDL)" : "") << " differs from the first";
         }

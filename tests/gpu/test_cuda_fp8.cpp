@@ -20,13 +20,6 @@
 namespace kiln::cuda::test {
 namespace {
 
-std::vector<uint8_t> download_bytes(const void* p, size_t n) {
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<uint8_t> b(n);
-  EXPECT_EQ(cudaMemcpy(b.data(), p, n, cudaMemcpyDeviceToHost), cudaSuccess);
-  return b;
-}
-
 std::unique_ptr<DevBuf> upload_bytes(const void* data, size_t n) {
   auto d = std::make_unique<DevBuf>(n);
   cudaMemcpy(d->ptr(), data, n, cudaMemcpyHostToDevice);

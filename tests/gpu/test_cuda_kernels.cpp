@@ -453,11 +453,8 @@ TEST(CudaKernels, TopKClusterFormMatchesOneBlock) {
         const auto v = alloc(outs, dt);
         DevBuf idx(outs * 8);
         top_k_rows(x->ptr(), v->ptr(), idx.as<int64_t>(), dt, c.outer, c.extent, c.inner, c.k, c.largest, nullptr, path);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        got_v.emplace_back(outs * dtype_size(dt));
-        got_i.emplace_back(outs * 8);
-        ASSERT_EQ(cudaMemcpy(got_v.back().data(), v->ptr(), got_v.back().size(), cudaMemcpyDeviceToHost), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(got_i.back().data(), idx.ptr(), got_i.back().size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        got_v.push_back(download_bytes(v->ptr(), outs * dtype_size(dt)));
+        got_i.push_back(download_bytes(idx.ptr(), outs * 8));
       }
       const std::string what = tag(dt, std::to_string(c.outer) + "x" + std::to_string(c.extent) + "x" +
                                            std::to_string(c.inner) + " k " + std::to_string(c.k) +
@@ -503,12 +500,9 @@ TEST(CudaKernels, AttentionWideFormsGiveTheSameBits) {
       for (int groups : {1, 2, 4}) {
         AttentionShape a = s;
         a.split = 4, a.groups = groups;
-        const auto y = alloc(q_rows * v_w, dt);
-        ASSERT_EQ(cudaMemset(y->ptr(), 0xff, bytes), cudaSuccess);  // NaN everywhere until written
+        const auto y = alloc(q_rows * v_w, dt);  // NaN everywhere until written
         attention(q->ptr(), kp, v->ptr(), y->ptr(), dt, a, nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        got.emplace_back(bytes);
-        ASSERT_EQ(cudaMemcpy(got.back().data(), y->ptr(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        got.push_back(download_bytes(y->ptr(), bytes));
       }
       const std::string what = tag(dt, std::to_string(c.n) + "x" + std::to_string(c.lq) + "x" + std::to_string(c.lk) + " h" +
                                            std::to_string(c.heads) + " d" + std::to_string(c.d) + "/" + std::to_string(c.dv));

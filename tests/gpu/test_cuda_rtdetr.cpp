@@ -342,13 +342,8 @@ TEST(CudaRtDetrHubGolden, Fp32AndFp16MatchTransformersTest) {
   if (!in.missing.empty()) GTEST_SKIP() << in.missing;
   const fs::path tmp = testing::temp_dir("rtdetr_hub_golden_cuda");
   for (DType precision : {DType::F32, DType::F16}) {
-    BuildOptions o;
-    o.model = in.model_dir.string();
-    o.backend = "cuda";
-    o.precision = precision;
-    const fs::path bundle = tmp / cat(dtype_name(precision), ".bundle");
-    build_bundle(o, bundle);
-    const golden::Run r = golden::run(Engine::load(bundle.string()), in.image);
+    const golden::Run r =
+        golden::run(golden::build_engine(in, "cuda", precision, tmp / cat(dtype_name(precision), ".bundle")), in.image);
     const std::string m = precision == DType::F32 ? golden::fp32_mismatch(r.logits, r.classes, r.boxes, r.detections)
                                                   : golden::fp16_mismatch(r.detections);
     EXPECT_TRUE(m.empty()) << "cuda " << dtype_name(precision) << ":\n" << m;

@@ -26,6 +26,7 @@
 #include <system_error>
 #include <vector>
 
+#include "bundle/builder.hpp"
 #include "checkpoint/hf_cache.hpp"
 #include "core/error.hpp"
 #include "kiln/kiln.hpp"
@@ -156,6 +157,17 @@ inline std::string fp16_mismatch(const Detections& d) {
     want.boxes.push_back({kCorners[i][0], kCorners[i][1], kCorners[i][2], kCorners[i][3], kScores[i], kLabels[i], ""});
   if (got.boxes.size() > 4) got.boxes.resize(4);
   return detection_mismatch(want, got);
+}
+
+// The checkpoint `in` found, built for `backend` at `precision` into `bundle` and loaded.
+inline std::shared_ptr<const Engine> build_engine(const Inputs& in, const std::string& backend, DType precision,
+                                                  const fs::path& bundle) {
+  BuildOptions o;
+  o.model = in.model_dir.string();
+  o.backend = backend;
+  o.precision = precision;
+  build_bundle(o, bundle);
+  return Engine::load(bundle.string());
 }
 
 // The golden image through `engine` (a detection bundle of kModel): the raw

@@ -12,7 +12,6 @@
 
 #include "../../../tests/unit/family_test_util.hpp"
 #include "../../../tests/unit/temp_dir.hpp"
-#include "bundle/builder.hpp"
 #include "kiln/kiln.hpp"
 #include "rtdetr_hub_golden.hpp"
 
@@ -160,12 +159,7 @@ TEST(RtDetrHubGolden, Fp32CpuEngineMatchesTransformersTest) {
   const golden::Inputs in = golden::find_inputs(fs::path(KILN_FIXTURES_DIR) / "images");
   if (!in.missing.empty()) GTEST_SKIP() << in.missing;
   const fs::path tmp = testing::temp_dir("rtdetr_hub_golden_cpu");
-  BuildOptions o;
-  o.model = in.model_dir.string();
-  o.backend = "cpu";
-  o.precision = DType::F32;
-  build_bundle(o, tmp / "m.bundle");
-  const golden::Run r = golden::run(Engine::load((tmp / "m.bundle").string()), in.image);
+  const golden::Run r = golden::run(golden::build_engine(in, "cpu", DType::F32, tmp / "m.bundle"), in.image);
   fs::remove_all(tmp);
   const std::string m = golden::fp32_mismatch(r.logits, r.classes, r.boxes, r.detections);
   EXPECT_TRUE(m.empty()) << "cpu fp32, out of transformers' tolerances:\n" << m;

@@ -71,6 +71,17 @@ __device__ __forceinline__ unsigned long long order_key(float v, int64_t index, 
   return key_from(order_bits(v, largest), index);
 }
 
+// The winner `key` at output position `rank` of row (o, r): its stored value
+// (xr: the row's first element) and its index, decoded from the key's low half.
+template <typename T>
+__device__ __forceinline__ void write_ranked(unsigned long long key, int rank, const T* xr, T* values, int64_t* indices,
+                                             int64_t o, int64_t r, int k, int64_t inner) {
+  const int64_t index = int64_t(0xffffffffull - (key & 0xffffffffull));
+  const int64_t y = (o * k + rank) * inner + r;
+  values[y] = xr[index * inner];
+  indices[y] = index;
+}
+
 // The radix select's state, in shared memory: the digits chosen so far
 // (prefix under mask), how many keys are still wanted below them, and whether
 // the select is complete.
@@ -182,10 +193,7 @@ __global__ void top_k_kernel(const T* x, T* values, int64_t* indices, int64_t ex
     const unsigned long long key = picked[s];
     int rank = 0;
     for (int t = 0; t < k; ++t) rank += picked[t] > key;
-    const int64_t index = int64_t(0xffffffffull - (key & 0xffffffffull));
-    const int64_t y = (o * k + rank) * inner + r;
-    values[y] = xr[index * inner];
-    indices[y] = index;
+    write_ranked(key, rank, xr, values, indices, o, r, k, inner);
   }
 }
 
@@ -274,12 +282,7 @@ __global__ void __launch_bounds__(kThreadsCluster) top_k_cluster_kernel(const T*
     above += __shfl_xor_sync(0xffffffffu, above, 1);
     above += __shfl_xor_sync(0xffffffffu, above, 2);
     above += __shfl_xor_sync(0xffffffffu, above, 4);
-    if (j < int(total) && sub == 0) {
-      const int64_t index = int64_t(0xffffffffull - (key & 0xffffffffull));
-      const int64_t y = (o * k + above) * inner + r;
-      values[y] = xr[index * inner];
-      indices[y] = index;
-    }
+    if (j < int(total) && sub == 0) write_ranked(key, above, xr, values, indices, o, r, k, inner);
   }
 }
 
