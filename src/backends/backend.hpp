@@ -81,6 +81,7 @@ struct DeviceTopK {
 struct KernelSpan {
   std::string step, kernel;
   double start_us = 0, us = 0;
+  std::string lane;  // "main" or "side" (the engine's second stream) where the trace knows; "" otherwise
 };
 struct CallTrace {
   std::vector<KernelSpan> spans;

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "backends/cuda/kernel_names.hpp"
 #include "backends/cuda/kernel_trace.hpp"
 #include "bundle/builder.hpp"
+#include "core/error.hpp"
 #include "core/npy.hpp"
 #include "kiln/kiln.hpp"
 #include "runtime/engine_impl.hpp"
@@ -69,6 +71,52 @@ TEST(KernelTrace, LastReplayAttributedToItsSteps) {
   EXPECT_TRUE(v.spans.empty());
 }
 
+// The engine's own call (kernel_trace.hpp attribute_call_trace), host-side:
+// records found through their graph node (directly or through the clone
+// instantiation made of it), the last replay's, in start order, with lanes.
+TEST(KernelTrace, CallTraceAttributesNodesToStepsAndLanes) {
+  cuda::GraphTrace g;
+  g.step_of_node = {{11, 0}, {12, 1}, {13, 1}, {14, 2}};  // captured node id -> step
+  g.original_of = {{21, 11}, {22, 12}, {23, 13}, {31, 21}};  // clones (31 is a clone of a clone)
+  const std::vector<std::string> steps = {"a", "side.b", "c"};
+  const std::vector<char> on_side = {0, 1, 0};
+  for (uint64_t r = 0; r < 2; ++r) {  // two replays 1000 ns apart, out of order on purpose
+    g.records.push_back({"kc", 1000 * r + 300, 1000 * r + 450, 14});
+    g.records.push_back({"ka", 1000 * r + 100, 1000 * r + 400, r ? 31u : 11u});  // the side launch overlaps it
+    g.records.push_back({"memset", 1000 * r + 120, 1000 * r + 130, 22});
+    g.records.push_back({"kb", 1000 * r + 140, 1000 * r + 260, 23});
+  }
+  g.records.push_back({"outside", 5000, 5100, 0});  // not a graph launch: ignored
+  const CallTrace t = cuda::attribute_call_trace(g, steps, on_side, 2);
+  ASSERT_EQ(t.spans.size(), 4u);
+  const std::vector<std::string> order = {"ka", "memset", "kb", "kc"};
+  const std::vector<std::string> step = {"a", "side.b", "side.b", "c"};
+  const std::vector<std::string> lane = {"main", "side", "side", "main"};
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(t.spans[k].kernel, order[k]) << k;
+    EXPECT_EQ(t.spans[k].step, step[k]) << k;
+    EXPECT_EQ(t.spans[k].lane, lane[k]) << k;
+  }
+  EXPECT_DOUBLE_EQ(t.spans[0].start_us, 0.0);  // from the last replay's first start (1100 ns)
+  EXPECT_DOUBLE_EQ(t.spans[3].start_us, 0.2);
+  EXPECT_DOUBLE_EQ(t.spans[0].us, 0.3);
+  // Without lanes (no side lane): every span on the main lane.
+  EXPECT_EQ(cuda::attribute_call_trace(g, steps, {}, 2).spans[1].lane, "main");
+  // What cannot be attributed is an error, never a guess: a record of a node
+  // the capture did not make, a node recorded fewer times than replayed, no nodes.
+  cuda::GraphTrace bad = g;
+  bad.records.push_back({"stray", 10, 20, 99});
+  EXPECT_THROW(cuda::attribute_call_trace(bad, steps, on_side, 2), Error);
+  bad = g;
+  bad.records.erase(bad.records.begin());  // the first replay's kc
+  EXPECT_THROW(cuda::attribute_call_trace(bad, steps, on_side, 2), Error);
+  EXPECT_THROW(cuda::attribute_call_trace(g, steps, on_side, 3), Error);
+  bad = g;
+  bad.original_of.erase(31);  // a clone not reported: its records lead nowhere
+  EXPECT_THROW(cuda::attribute_call_trace(bad, steps, on_side, 2), Error);
+  EXPECT_THROW(cuda::attribute_call_trace(cuda::GraphTrace{}, steps, on_side, 2), Error);
+}
+
 bool have_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -98,6 +146,53 @@ Profiled profile_fixture(const std::string& fixture) {
   p.layers = profile_layers(*ctx, in, 1);
   fs::remove(out);
   return p;
+}
+
+// kiln bench --trace on the GPU: the engine's own call with its side lane,
+// every launch of the call attributed to its step and lane (RT-DETR runs each
+// decoder layer's value projection on the side lane).
+TEST(KernelTrace, EngineCallTracedWithBothLanes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::string fixture = "rt_detr_v2/bottleneck_2l";
+  const fs::path out = fs::temp_directory_path() / ("kiln_trace_lanes_" + std::to_string(::getpid()) + ".bundle");
+  BuildOptions o;
+  o.model = (kFixtures / fixture).string();
+  o.backend = "cuda";
+  o.precision = DType::F16;
+  o.opt_level = 1;
+  const HostTensor x = read_npy(kFixtures / fixture / "input.npy");
+  o.batch = x.shape[0];
+  build_bundle(o, out);
+  auto e = Engine::load(out.string());
+  fs::remove(out);
+  auto ctx = e->create_context();
+  const std::vector<Tensor> in = {{"pixel_values", x.shape, x.to_f32()}};
+  const std::vector<Tensor> before = ctx->run(in);
+  const CallTrace t = trace_call(*ctx, in, 3);
+  if (t.unavailable.find("CUPTI") != std::string::npos && t.unavailable.find("not found") != std::string::npos)
+    GTEST_SKIP() << t.unavailable;
+  ASSERT_TRUE(t.unavailable.empty()) << t.unavailable;
+  EXPECT_TRUE(t.note.empty()) << t.note;  // "one stream, ..." where the lane trace failed
+  EXPECT_EQ(t.spans.size(), kernels_per_call(*ctx));
+  std::map<std::string, std::string> lane_of;
+  int side = 0, v_side = 0;
+  for (size_t k = 0; k < t.spans.size(); ++k) {
+    const KernelSpan& s = t.spans[k];
+    EXPECT_FALSE(s.step.empty()) << k << " " << s.kernel;
+    ASSERT_TRUE(s.lane == "main" || s.lane == "side") << k << " " << s.step << ": '" << s.lane << "'";
+    if (k) EXPECT_GE(s.start_us, t.spans[k - 1].start_us) << k;
+    EXPECT_GT(s.us, 0.0) << s.step;
+    const auto [it, fresh] = lane_of.insert({s.step, s.lane});
+    EXPECT_EQ(it->second, s.lane) << s.step << ": one step, one lane";
+    side += s.lane == "side";
+    v_side += s.lane == "side" && s.step.starts_with("model.decoder.layers.") && s.step.ends_with("self_attn.v_proj");
+  }
+  EXPECT_GT(side, 0);
+  EXPECT_GT(v_side, 0) << "no decoder value projection on the side lane";
+  // The trace's graph is its own: the engine's results do not change.
+  const std::vector<Tensor> after = ctx->run(in);
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].data, before[i].data) << after[i].name;
 }
 
 TEST(KernelNames, ProfileListsEveryNodeOfTheCapturedCall) {

@@ -52,6 +52,36 @@ TEST(TraceJson, FamilyGroupsSumInterleavedLaunches) {
   EXPECT_DOUBLE_EQ(j["groups"][0]["start_us"].get<double>(), 0.0);
 }
 
+// The engine's own call with its side lane: per lane the launches, busy time
+// and the time its launches add to the call; a side launch that ends under a
+// main one adds nothing (hidden), one that ends past it adds the difference.
+TEST(TraceJson, LanesSayWhatTheSideLaneHides) {
+  CallTrace t;
+  t.replays = 2;
+  t.spans = {{"a", "k", 0.0, 4.0, "main"},
+             {"s1", "k", 1.0, 2.0, "side"},  // ends at 3, under a: hidden
+             {"b", "k", 4.0, 2.0, "main"},   // to 6
+             {"s2", "k", 5.0, 3.0, "side"},  // to 8: adds 2
+             {"c", "k", 8.0, 1.0, "main"}};  // to 9
+  const auto j = cli::trace_json(t);
+  ASSERT_EQ(j["lanes"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["lanes"][0]["lane"], "main");
+  EXPECT_EQ(j["lanes"][0]["launches"], 3);
+  EXPECT_DOUBLE_EQ(j["lanes"][0]["busy_us"].get<double>(), 7.0);
+  EXPECT_DOUBLE_EQ(j["lanes"][0]["adds_us"].get<double>(), 7.0);
+  EXPECT_EQ(j["lanes"][1]["lane"], "side");
+  EXPECT_DOUBLE_EQ(j["lanes"][1]["busy_us"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(j["lanes"][1]["adds_us"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(j["lanes"][0]["adds_us"].get<double>() + j["lanes"][1]["adds_us"].get<double>(),
+                   j["span_us"].get<double>());
+  EXPECT_EQ(j["spans"][1]["lane"], "side");
+  // A trace without lanes (one stream) has neither.
+  t.spans = {{"a", "k", 0.0, 1.0}};
+  const auto one = cli::trace_json(t);
+  EXPECT_FALSE(one.contains("lanes"));
+  EXPECT_FALSE(one["spans"][0].contains("lane"));
+}
+
 TEST(TraceJson, UnavailableTraceSaysWhyAndNothingElse) {
   CallTrace t;
   t.replays = 3;

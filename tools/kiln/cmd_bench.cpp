@@ -87,6 +87,9 @@ void print_trace(const nlohmann::json& t) {
             << " us first start to last end, " << t["busy_us"].get<double>() << " us in launches, "
             << t["gaps_us"].get<double>() << " us of gaps\n";
   if (t.contains("note")) std::cout << "    " << t["note"].get<std::string>() << "\n";
+  for (const auto& l : t.value("lanes", nlohmann::json::array()))
+    std::cout << "    " << l["lane"].get<std::string>() << " lane: " << l["launches"].get<int>() << " launches, "
+              << l["busy_us"].get<double>() << " us busy, adds " << l["adds_us"].get<double>() << " us to the call\n";
   for (const auto& g : t["groups"])
     std::cout << "    " << std::left << std::setw(28) << g["group"].get<std::string>() << std::right << std::setw(9)
               << g["us"].get<double>() << " us (" << g["busy_us"].get<double>() << " busy, " << g["launches"].get<int>()
@@ -95,7 +98,8 @@ void print_trace(const nlohmann::json& t) {
   std::cout << "    longest launches:\n";
   for (size_t i = 0; i < top.size(); ++i)
     std::cout << "      " << std::setw(8) << top[i]["us"].get<double>() << " us  " << std::left << std::setw(40)
-              << top[i]["step"].get<std::string>() << std::right << " " << top[i]["kernel"].get<std::string>() << "\n";
+              << top[i]["step"].get<std::string>() << std::right << " " << top[i]["kernel"].get<std::string>()
+              << (top[i].value("lane", "") == "side" ? "  (side lane)" : "") << "\n";
   std::cout << std::setprecision(3);
 }
 

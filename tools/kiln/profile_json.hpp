@@ -136,7 +136,11 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
 // LayerGrouping::order_rows puts them), the time its launches add to the call, each counted from the latest end
 // before it (under PDL a kiln kernel starts before the one ahead of it ends
 // and waits: its span overlaps; docs/benchmarking.md), so the groups sum to
-// the span; with their busy time and launches.
+// the span; with their busy time and launches. Where the spans name their
+// lane (the engine's own graph with its side lane), each span keeps it and
+// `lanes` gives per lane the launches, busy time and the time its launches add
+// to the call the same way (a side launch that ends before the latest end
+// adds nothing: it was hidden).
 inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& grouping = {}) {
   nlohmann::json out = {{"replays", t.replays}};
   if (!t.unavailable.empty()) {
@@ -146,10 +150,13 @@ inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& groupi
   if (!t.note.empty()) out["note"] = t.note;
   nlohmann::json spans = nlohmann::json::array();
   GroupRows groups(grouping);
+  std::vector<std::pair<std::string, nlohmann::json>> lanes;  // in order of first launch
   double busy = 0, gaps = 0, end = 0;
   for (size_t k = 0; k < t.spans.size(); ++k) {
     const KernelSpan& s = t.spans[k];
-    spans.push_back({{"step", s.step}, {"kernel", readable_kernel_name(s.kernel)}, {"start_us", s.start_us}, {"us", s.us}});
+    nlohmann::json one = {{"step", s.step}, {"kernel", readable_kernel_name(s.kernel)}, {"start_us", s.start_us}, {"us", s.us}};
+    if (!s.lane.empty()) one["lane"] = s.lane;
+    spans.push_back(std::move(one));
     busy += s.us;
     if (k > 0 && s.start_us > end) gaps += s.start_us - end;
     const double adds = k == 0 ? s.start_us + s.us : std::max(0.0, s.start_us + s.us - end);
@@ -159,6 +166,18 @@ inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& groupi
     add_to(g, "us", adds);
     add_to(g, "busy_us", s.us);
     add_to(g, "launches", 1);
+    if (s.lane.empty()) continue;
+    auto it = std::find_if(lanes.begin(), lanes.end(), [&](const auto& l) { return l.first == s.lane; });
+    if (it == lanes.end())
+      it = lanes.insert(lanes.end(), {s.lane, {{"lane", s.lane}, {"launches", 0}, {"busy_us", 0.0}, {"adds_us", 0.0}}});
+    add_to(it->second, "launches", 1);
+    add_to(it->second, "busy_us", s.us);
+    add_to(it->second, "adds_us", adds);
+  }
+  if (!lanes.empty()) {
+    nlohmann::json lj = nlohmann::json::array();
+    for (auto& [name, l] : lanes) lj.push_back(std::move(l));
+    out["lanes"] = std::move(lj);
   }
   out["launches"] = t.spans.size();
   out["span_us"] = end;

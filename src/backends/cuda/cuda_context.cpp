@@ -433,13 +433,34 @@ CallTrace CudaContext::trace(int64_t batch, int replays) {
   Impl& m = d.m;
   KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
   CallTrace t;
-  try {  // a diagnostic: a failure is its reason, not the call's
-    const auto listed = kernels_by_step(m.stream.s, d.size(), d.runner());
-    auto records = trace_replays(m.stream.s, d.size(), d.runner(), replays);
-    t = attribute_trace(std::move(records), d.p.step_names, listed, replays);
+  // The engine's own call, both lanes, each launch attributed through its
+  // graph node (docs/benchmarking.md). Where that fails (no node ids, a
+  // profiler holding CUPTI's one subscriber), the steps one after another on
+  // one stream, matched by kernel name, with the reason in the note.
+  std::string lanes_failed;
+  try {
+    const std::optional<SideLane> lane = m.side_lane(d.st, d.x);
+    const SideLane* side = lane ? &*lane : nullptr;
+    const std::vector<char> on_side = side ? d.p.step_on_side : std::vector<char>{};
+    const GraphTrace g = trace_call_replays(
+        m.stream.s, [&](const std::function<void(size_t)>& after) { d.p.enqueue(d.x, side, &after); }, replays);
+    t = attribute_call_trace(g, d.p.step_names, on_side, replays);
   } catch (const Error& e) {
-    t.replays = replays;
-    t.unavailable = e.what();
+    lanes_failed = e.what();
+    cudaGetLastError();
+  }
+  if (!lanes_failed.empty()) {
+    try {  // a diagnostic: a failure is its reason, not the call's
+      KILN_CUDA_CHECK(cudaStreamSynchronize(m.stream.s));
+      const auto listed = kernels_by_step(m.stream.s, d.size(), d.runner());
+      auto records = trace_replays(m.stream.s, d.size(), d.runner(), replays);
+      t = attribute_trace(std::move(records), d.p.step_names, listed, replays);
+      t.note = cat("one stream, steps in order (", lanes_failed, ")", t.note.empty() ? "" : "; ", t.note);
+    } catch (const Error& e) {
+      t = CallTrace{};
+      t.replays = replays;
+      t.unavailable = e.what();
+    }
   }
   m.finish(m.stream.s);
   return t;

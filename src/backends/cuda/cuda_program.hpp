@@ -70,7 +70,8 @@ struct CudaEngine::Program {
   bool side_lane_planned = false;  // the plan records `side_lane` (bundles before it: no side lane)
   // Enqueues every step on x.stream, the side runs on lane's stream (without
   // a lane: every step in order on x.stream, which is always correct).
-  void enqueue(const Exec& x, const SideLane* lane) const;
+  // after_step (kiln bench --trace): called with k right after step k's launches.
+  void enqueue(const Exec& x, const SideLane* lane, const std::function<void(size_t)>* after_step = nullptr) const;
   // Per graph output: the value its f32 NCHW copy is converted from after the
   // graph: the output itself, or the 16-bit value an f32 cast widened when
   // that cast was folded into the conversion (plan_output_casts).

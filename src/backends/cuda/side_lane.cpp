@@ -228,9 +228,13 @@ void schedule_side_lane(CudaEngine::Program& p, const GraphFacts& f) {
   });
 }
 
-void CudaEngine::Program::enqueue(const Exec& x, const SideLane* lane) const {
+void CudaEngine::Program::enqueue(const Exec& x, const SideLane* lane, const std::function<void(size_t)>* after_step) const {
+  const auto run = [&](size_t k, const Exec& on) {
+    steps[k](on);
+    if (after_step) (*after_step)(k);
+  };
   if (!lane || side_runs.empty()) {
-    for (const auto& s : steps) s(x);
+    for (size_t k = 0; k < steps.size(); ++k) run(k, x);
     return;
   }
   if (lane->done.size() < side_runs.size()) fail_runtime("side lane: ", lane->done.size(), " events for ", side_runs.size(), " runs");
@@ -241,10 +245,10 @@ void CudaEngine::Program::enqueue(const Exec& x, const SideLane* lane) const {
     for (; next < side_runs.size() && side_runs[next].fork_step == k; ++next) {
       KILN_CUDA_CHECK(cudaEventRecord(lane->fork, x.stream));
       KILN_CUDA_CHECK(cudaStreamWaitEvent(lane->x.stream, lane->fork, 0));
-      for (size_t s : side_runs[next].steps) steps[s](lane->x);
+      for (size_t s : side_runs[next].steps) run(s, lane->x);
       KILN_CUDA_CHECK(cudaEventRecord(lane->done[next], lane->x.stream));
     }
-    if (k < steps.size() && !step_on_side[k]) steps[k](x);
+    if (k < steps.size() && !step_on_side[k]) run(k, x);
   }
 }
 
