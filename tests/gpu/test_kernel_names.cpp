@@ -122,12 +122,14 @@ bool have_gpu() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// One f16 CUDA engine of a fixture at its input's batch, run once and profiled.
-struct Profiled {
-  size_t kernels_per_call = 0;
-  std::vector<LayerTime> layers;
+// One f16 CUDA engine of a fixture at its input's batch (opt level 1), its
+// input, and the engine's outputs of one run.
+struct FixtureEngine {
+  std::shared_ptr<const Engine> engine;
+  std::unique_ptr<ExecutionContext> ctx;
+  std::vector<Tensor> in, out;
 };
-Profiled profile_fixture(const std::string& fixture) {
+FixtureEngine fixture_engine(const std::string& fixture) {
   const fs::path out = fs::temp_directory_path() / ("kiln_kernel_names_" + std::to_string(::getpid()) + ".bundle");
   BuildOptions o;
   o.model = (kFixtures / fixture).string();
@@ -137,14 +139,25 @@ Profiled profile_fixture(const std::string& fixture) {
   const HostTensor x = read_npy(kFixtures / fixture / "input.npy");
   o.batch = x.shape[0];
   build_bundle(o, out);
-  auto e = Engine::load(out.string());
-  auto ctx = e->create_context();
-  const std::vector<Tensor> in = {{"pixel_values", x.shape, x.to_f32()}};
-  ctx->run(in);
-  Profiled p;
-  p.kernels_per_call = kernels_per_call(*ctx);
-  p.layers = profile_layers(*ctx, in, 1);
+  FixtureEngine f;
+  f.engine = Engine::load(out.string());
   fs::remove(out);
+  f.ctx = f.engine->create_context();
+  f.in = {{"pixel_values", x.shape, x.to_f32()}};
+  f.out = f.ctx->run(f.in);
+  return f;
+}
+
+// One f16 CUDA engine of a fixture at its input's batch, run once and profiled.
+struct Profiled {
+  size_t kernels_per_call = 0;
+  std::vector<LayerTime> layers;
+};
+Profiled profile_fixture(const std::string& fixture) {
+  FixtureEngine f = fixture_engine(fixture);
+  Profiled p;
+  p.kernels_per_call = kernels_per_call(*f.ctx);
+  p.layers = profile_layers(*f.ctx, f.in, 1);
   return p;
 }
 
@@ -153,27 +166,13 @@ Profiled profile_fixture(const std::string& fixture) {
 // decoder layer's value projection on the side lane).
 TEST(KernelTrace, EngineCallTracedWithBothLanes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::string fixture = "rt_detr_v2/bottleneck_2l";
-  const fs::path out = fs::temp_directory_path() / ("kiln_trace_lanes_" + std::to_string(::getpid()) + ".bundle");
-  BuildOptions o;
-  o.model = (kFixtures / fixture).string();
-  o.backend = "cuda";
-  o.precision = DType::F16;
-  o.opt_level = 1;
-  const HostTensor x = read_npy(kFixtures / fixture / "input.npy");
-  o.batch = x.shape[0];
-  build_bundle(o, out);
-  auto e = Engine::load(out.string());
-  fs::remove(out);
-  auto ctx = e->create_context();
-  const std::vector<Tensor> in = {{"pixel_values", x.shape, x.to_f32()}};
-  const std::vector<Tensor> before = ctx->run(in);
-  const CallTrace t = trace_call(*ctx, in, 3);
+  FixtureEngine f = fixture_engine("rt_detr_v2/bottleneck_2l");
+  const CallTrace t = trace_call(*f.ctx, f.in, 3);
   if (t.unavailable.find("CUPTI") != std::string::npos && t.unavailable.find("not found") != std::string::npos)
     GTEST_SKIP() << t.unavailable;
   ASSERT_TRUE(t.unavailable.empty()) << t.unavailable;
   EXPECT_TRUE(t.note.empty()) << t.note;  // "one stream, ..." where the lane trace failed
-  EXPECT_EQ(t.spans.size(), kernels_per_call(*ctx));
+  EXPECT_EQ(t.spans.size(), kernels_per_call(*f.ctx));
   std::map<std::string, std::string> lane_of;
   int side = 0, v_side = 0;
   for (size_t k = 0; k < t.spans.size(); ++k) {
@@ -190,9 +189,9 @@ TEST(KernelTrace, EngineCallTracedWithBothLanes) {
   EXPECT_GT(side, 0);
   EXPECT_GT(v_side, 0) << "no decoder value projection on the side lane";
   // The trace's graph is its own: the engine's results do not change.
-  const std::vector<Tensor> after = ctx->run(in);
-  ASSERT_EQ(after.size(), before.size());
-  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].data, before[i].data) << after[i].name;
+  const std::vector<Tensor> after = f.ctx->run(f.in);
+  ASSERT_EQ(after.size(), f.out.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].data, f.out[i].data) << after[i].name;
 }
 
 TEST(KernelNames, ProfileListsEveryNodeOfTheCapturedCall) {

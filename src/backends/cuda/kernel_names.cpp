@@ -142,6 +142,19 @@ std::string short_kernel_name(const std::string& mangled) {
   return out.empty() ? mangled : out;
 }
 
+std::vector<cudaGraphNode_t> capturing_nodes(cudaStream_t stream, size_t step) {
+  cudaStreamCaptureStatus status{};
+  cudaGraph_t g = nullptr;
+  KILN_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &g, nullptr, nullptr, nullptr));
+  if (status != cudaStreamCaptureStatusActive || !g) fail_runtime("the diagnostic capture ended at step ", step);
+  size_t n = 0;
+  KILN_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) KILN_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  nodes.resize(n);
+  return nodes;
+}
+
 std::vector<std::vector<std::string>> kernels_by_step(cudaStream_t stream, size_t steps,
                                                       const std::function<void(size_t)>& run_step) {
   std::vector<size_t> added(steps, 0);
@@ -151,12 +164,7 @@ std::vector<std::vector<std::string>> kernels_by_step(cudaStream_t stream, size_
     size_t before = 0;
     for (size_t i = 0; i < steps; ++i) {
       run_step(i);
-      cudaStreamCaptureStatus status{};
-      cudaGraph_t g = nullptr;
-      KILN_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &g, nullptr, nullptr, nullptr));
-      if (status != cudaStreamCaptureStatusActive || !g) fail_runtime("kernel listing: the capture ended at step ", i);
-      size_t now = 0;
-      KILN_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &now));
+      const size_t now = capturing_nodes(stream, i).size();
       added[i] = now - before;
       before = now;
     }

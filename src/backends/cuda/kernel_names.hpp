@@ -19,6 +19,10 @@ namespace kiln::cuda {
 std::vector<std::vector<std::string>> kernels_by_step(cudaStream_t stream, size_t steps,
                                                       const std::function<void(size_t)>& run_step);
 
+// The nodes of the graph `stream` is capturing into (after step `step` of a
+// diagnostic capture: an ended capture fails naming it).
+std::vector<cudaGraphNode_t> capturing_nodes(cudaStream_t stream, size_t step);
+
 // "kiln::cuda::(anonymous namespace)::map_kernel<...>(...)" -> the function
 // name with its scope and without template arguments or parameters
 // ("kiln::cuda::map_kernel"); names that do not demangle stay as they are.

@@ -214,20 +214,11 @@ GraphTrace trace_call_replays(cudaStream_t stream,
   const Cupti& c = cupti();
   const auto capture = [&] {
     std::set<cudaGraphNode_t> seen;
-    std::vector<cudaGraphNode_t> nodes;
     enqueue_call([&](size_t step) {
-      cudaStreamCaptureStatus status{};
-      cudaGraph_t g = nullptr;
-      KILN_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &g, nullptr, nullptr, nullptr));
-      if (status != cudaStreamCaptureStatusActive || !g) fail_runtime("trace: the capture ended at step ", step);
-      size_t n = 0;
-      KILN_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
-      nodes.resize(n);
-      if (n) KILN_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
-      for (size_t i = 0; i < n; ++i) {
-        if (!seen.insert(nodes[i]).second || !traced_node(nodes[i])) continue;
+      for (cudaGraphNode_t node : capturing_nodes(stream, step)) {
+        if (!seen.insert(node).second || !traced_node(node)) continue;
         uint64_t id = 0;
-        check(c.node_id(reinterpret_cast<CUgraphNode>(nodes[i]), &id), "cuptiGetGraphNodeId");
+        check(c.node_id(reinterpret_cast<CUgraphNode>(node), &id), "cuptiGetGraphNodeId");
         out.step_of_node[id] = step;
       }
     });
@@ -258,7 +249,7 @@ CallTrace attribute_trace(std::vector<TraceRecord> records, const std::vector<st
   for (size_t k = 0; k < per_call; ++k) {
     const TraceRecord& r = first[static_cast<std::ptrdiff_t>(k)];
     t.spans.push_back({agree ? launches[k].first : "", r.name, static_cast<double>(r.start - t0) / 1e3,
-                       static_cast<double>(r.end - r.start) / 1e3});
+                       static_cast<double>(r.end - r.start) / 1e3, ""});
   }
   return t;
 }
