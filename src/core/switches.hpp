@@ -36,6 +36,7 @@ enum class Switch : int {
   DirectConv,  // CUDA: kiln's direct conv for convs of at most 4 input channels (RGB stems) timed beside cuDNN's engines (auto: off until measured on a GPU)
   ClusterTopK,  // CUDA: top_k rows of 4096..196608 elements on a cluster of 8 blocks instead of one (auto: off until it has run on a GPU; the same bits either way)
   WideAttention,  // CUDA: attention's key-split-4 form with 2 or 4 query groups a block, one k/v copy per 32 or 64 queries (auto: off until measured on a GPU; the same bits either way)
+  WarpDeform,  // CUDA: ms_deform_attn with one warp per query and 16-byte value loads (auto: off until measured on a GPU; the same bits either way)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

@@ -519,6 +519,71 @@ TEST(CudaKernels, AttentionWideFormsGiveTheSameBits) {
     }
 }
 
+// ms_deform_attn's warp form (switch warp_deform): the block form's bits, since
+// each channel's sum runs over the same corners in the same order. Shapes:
+// RT-DETR r18vd's decoder (3 levels 80/40/20, 300 queries, 8 heads of 32, 4
+// points a level, value a window of the merged value projection's 768-wide
+// rows), the discrete method, batch 2 with a query count off the warps, small
+// odd levels; shapes and pointers the warp form cannot take fall back to the
+// block form (still the same bits).
+TEST(CudaKernels, DeformWarpFormGivesTheSameBits) {
+  KILN_REQUIRE_GPU();
+  struct Case {
+    int64_t n, q;
+    std::vector<std::pair<int64_t, int64_t>> levels;
+    int heads, d, points;
+    int64_t value_ld;  // 0: packed
+    bool discrete;
+    size_t value_offset;  // elements: 2 makes the value pointer unaligned (block form)
+  };
+  const Case cases[] = {{1, 300, {{80, 80}, {40, 40}, {20, 20}}, 8, 32, 4, 768, false, 0},
+                        {1, 300, {{80, 80}, {40, 40}, {20, 20}}, 8, 32, 4, 768, true, 0},
+                        {2, 37, {{5, 7}, {3, 2}}, 3, 8, 3, 0, false, 0},
+                        {1, 9, {{6, 6}}, 2, 16, 5, 40, false, 0},
+                        {1, 9, {{6, 6}}, 2, 4, 2, 0, false, 0},   // d 4: block form for 16-bit types
+                        {1, 11, {{4, 9}, {2, 5}}, 2, 16, 2, 0, false, 2}};
+  for (DType dt : {DType::F16, DType::BF16, DType::F32})
+    for (const Case& c : cases) {
+      DeformAttnShape s;
+      s.n = c.n, s.q = c.q, s.heads = c.heads, s.d = c.d, s.levels = int(c.levels.size());
+      s.p = c.points * s.levels;
+      s.discrete = c.discrete;
+      s.value_ld = c.value_ld;
+      int64_t start = 0;
+      for (size_t l = 0; l < c.levels.size(); ++l) {
+        s.level_h[l] = c.levels[l].first, s.level_w[l] = c.levels[l].second, s.level_start[l] = start;
+        s.points[l] = c.points;
+        start += c.levels[l].first * c.levels[l].second;
+      }
+      s.s = start;
+      const int64_t ld = c.value_ld ? c.value_ld : int64_t(c.heads) * c.d, hd = int64_t(c.heads) * c.d;
+      const size_t nq = size_t(c.n * c.q);
+      const auto value = upload(random_values(size_t(c.n * s.s * ld) + c.value_offset, 11, -1.f, 1.f), dt);
+      const auto ref = upload(random_values(nq * 4, 12, 0.05f, 0.95f), dt);
+      const auto off = upload(random_values(nq * size_t(c.heads * s.p * 2), 13, -3.f, 3.f), dt);  // some corners outside
+      const auto logits = upload(random_values(nq * size_t(c.heads * s.p), 14, -4.f, 4.f), dt);
+      const void* vp = static_cast<const char*>(value->ptr()) + c.value_offset * dtype_size(dt);
+      const size_t bytes = nq * size_t(hd) * dtype_size(dt);
+      std::vector<std::vector<uint8_t>> got;
+      for (DeformPath path : {DeformPath::Block, DeformPath::Warp}) {
+        const auto y = alloc(nq * size_t(hd), dt);  // NaN everywhere until written
+        ms_deform_attn(vp, ref->ptr(), off->ptr(), logits->ptr(), y->ptr(), dt, s, nullptr, path);
+        got.push_back(download_bytes(y->ptr(), bytes));
+      }
+      const std::string what = tag(dt, std::to_string(c.n) + "x" + std::to_string(c.q) + " levels " +
+                                           std::to_string(c.levels.size()) + " h" + std::to_string(c.heads) + " d" +
+                                           std::to_string(c.d) + " p" + std::to_string(c.points) +
+                                           (c.discrete ? " discrete" : "") + (c.value_offset ? " unaligned" : ""));
+      EXPECT_EQ(got[1], got[0]) << what;
+      if (c.d == 32 && dt != DType::F32) EXPECT_TRUE(ms_deform_warp_ok(s, dt)) << what << ": r18vd's shape takes the warp form";
+      if (c.d == 4 && dt != DType::F32) EXPECT_FALSE(ms_deform_warp_ok(s, dt)) << what;
+      // Every output written (the block form writes every element; a NaN left
+      // by the poisoned buffer would show in both only if neither wrote it).
+      const std::vector<float> y = decode(got[0], dt);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(std::isfinite(y[i])) << what << ": element " << i;
+    }
+}
+
 // The wide form's rule and the block forms it is built for (no GPU needed).
 TEST(CudaKernels, AttentionWideGroupsRule) {
   // RT-DETR r18vd at batch 1 on 132 SMs: 4 groups would leave 40 (56) blocks, under half the SMs; 2 give 80 (104).

@@ -215,5 +215,46 @@ TEST(CudaRtDetrKernelsPerf, AttentionSplits) {
   cudaStreamDestroy(st);
 }
 
+// ms_deform_attn at r18vd's decoder shape (batch 1 and 8: 300 queries, 8
+// heads of 32, 3 levels 80/40/20 with 4 points each, value a window of the
+// merged 768-wide value projection), block form against the warp form
+// (switch warp_deform), plain launches and a replayed graph of four.
+TEST(CudaRtDetrKernelsPerf, Deform) {
+  KILN_REQUIRE_GPU();
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const DType dt = DType::F16;
+  std::printf("ms_deform_attn per launch (us; plain | graph of four launches / 4), f16\n");
+  for (const int64_t n : {1, 8}) {
+    DeformAttnShape s;
+    s.n = n, s.q = 300, s.heads = 8, s.d = 32, s.levels = 3, s.p = 12, s.value_ld = 768;
+    const int64_t side[3] = {80, 40, 20};
+    for (int l = 0; l < 3; ++l) {
+      s.level_h[l] = s.level_w[l] = side[l];
+      s.level_start[l] = l ? s.level_start[l - 1] + side[l - 1] * side[l - 1] : 0;
+      s.points[l] = 4;
+    }
+    s.s = 8400;
+    const size_t nq = size_t(n) * 300;
+    const auto value = upload(random_values(size_t(n) * 8400 * 768, 91, -1.f, 1.f), dt);
+    const auto ref = upload(random_values(nq * 4, 92, 0.05f, 0.95f), dt);
+    const auto off = upload(random_values(nq * 8 * 12 * 2, 93, -2.f, 2.f), dt);
+    const auto logits = upload(random_values(nq * 8 * 12, 94, -3.f, 3.f), dt);
+    const auto y = alloc(nq * 256, dt);
+    std::printf("  batch %d:", int(n));
+    for (const DeformPath path : {DeformPath::Block, DeformPath::Warp}) {
+      const auto one = [&] { ms_deform_attn(value->ptr(), ref->ptr(), off->ptr(), logits->ptr(), y->ptr(), dt, s, st, path); };
+      const auto four = [&] {
+        for (int r = 0; r < 4; ++r) one();
+      };
+      std::printf("   %s %6.2f | %6.2f", path == DeformPath::Warp ? "warp" : "block", mean_launch_us(st, one),
+                  mean_graph_us(st, four) / 4);
+    }
+    std::printf("\n");
+  }
+  CK(cudaStreamSynchronize(st));
+  cudaStreamDestroy(st);
+}
+
 }  // namespace
 }  // namespace kiln::cuda::test

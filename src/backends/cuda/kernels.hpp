@@ -490,8 +490,14 @@ struct DeformAttnShape {
   // as slices of one projection).
   int64_t value_ld = 0, off_ld = 0, logit_ld = 0;
 };
+// Block: one block per query, a thread per output channel. Warp (switch
+// warp_deform): one warp per query, 16-byte value loads, where
+// ms_deform_warp_ok and the value and y pointers are 16-byte aligned (else
+// the block form). The same bits either way.
+enum class DeformPath { Block, Warp };
+bool ms_deform_warp_ok(const DeformAttnShape& s, DType dt);
 void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
-                    const DeformAttnShape& s, cudaStream_t stream);
+                    const DeformAttnShape& s, cudaStream_t stream, DeformPath path = DeformPath::Block);
 
 // attention (attention.cu): q [n, lq, heads * d], k [n, lk, heads * d], v
 // [n, lk, heads * dv] -> y [n, lq, heads * dv], row-major in dt; per head

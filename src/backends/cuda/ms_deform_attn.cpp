@@ -101,10 +101,12 @@ void lower_MsDeformAttn(Lowering& L, size_t ni) {
   DeformAttnShape ks = s;
   for (size_t k : {0, 2, 3})
     if ((w[k] = window_read(L, n, k)).on) (k == 0 ? ks.value_ld : k == 2 ? ks.off_ld : ks.logit_ld) = w[k].ld;
+  // Switch warp_deform (auto: off until measured on a GPU): one warp per query (ms_deform_attn.cu); the same bits.
+  const DeformPath path = L.m.opts.switches.get(Switch::WarpDeform).value_or(false) ? DeformPath::Warp : DeformPath::Block;
   L.step(io.kernel(d.discrete ? "ms_deform_attn discrete" : "ms_deform_attn"), [=](const Exec& x) {
     io.load(x);
     auto in = [&](size_t k) { return w[k].on ? w[k].at(x) : io.in(x, k); };
-    ms_deform_attn(in(0), in(1), in(2), in(3), io.out(x, 0), dt, ks, x.stream);
+    ms_deform_attn(in(0), in(1), in(2), in(3), io.out(x, 0), dt, ks, x.stream, path);
     io.store(x);
   });
 }

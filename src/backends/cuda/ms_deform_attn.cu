@@ -10,6 +10,14 @@
 // The location arithmetic is f32 in the CPU kernel's order with explicitly
 // rounded operations (no FMA contraction), so the discrete method picks the
 // reference's pixel and the bilinear weights are the CPU kernel's.
+// The warp form (switch warp_deform, DeformPath::Warp) computes the same
+// corners and the same sums in the same order, so the same bits, with one
+// warp per query: step 1 by its 32 lanes, step 2 with each lane summing
+// 16 / sizeof(T) channels that it loads 16 bytes at a time. Why: the block
+// form's thread per channel makes 4 * P dependent two-byte loads (48 for
+// RT-DETR), latency-bound (~7 us a layer for 300 queries in session 31's
+// H200 trace); a 16-byte load per corner and lane needs an eighth of the
+// load instructions and the loads of a lane are independent.
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -34,6 +42,47 @@ __device__ __forceinline__ int level_of(const DeformAttnShape& s, int p) {
   return l;
 }
 
+// Step 1 for (head, point) pair i of query nq (n * q + query): its softmax
+// weight, sampling location and up to 4 corner rows of value with their
+// weights (w4, r4; a corner outside its map or a padded one: row -1).
+template <typename T>
+__device__ __forceinline__ void deform_corners(const DeformAttnShape& s, int64_t nq, int i, const T* __restrict__ ref,
+                                               const T* __restrict__ off, const T* __restrict__ logits, float* w4, int* r4) {
+  const float bx = to_f32(ref[nq * 4]), by = to_f32(ref[nq * 4 + 1]), bw = to_f32(ref[nq * 4 + 2]),
+              bh = to_f32(ref[nq * 4 + 3]);
+  const int h = i / s.p, p = i - h * s.p;
+  const T* lg = logits + nq * s.logit_ld + int64_t(h) * s.p;
+  float mx = -INFINITY;
+  for (int k = 0; k < s.p; ++k) mx = fmaxf(mx, to_f32(lg[k]));
+  float sum = 0.f;
+  for (int k = 0; k < s.p; ++k) sum += expf(to_f32(lg[k]) - mx);
+  const float a = __fmul_rn(expf(to_f32(lg[p]) - mx), __fdiv_rn(1.f, sum));
+  const int l = level_of(s, p);
+  const int64_t H = s.level_h[l], W = s.level_w[l], start = s.level_start[l];
+  const float scale = __fdiv_rn(1.f, float(s.points[l]));  // transformers' n_points_scale
+  const T* o = off + nq * s.off_ld + (int64_t(h) * s.p + p) * 2;
+  const float lx = __fadd_rn(bx, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[0]), scale), bw), s.offset_scale));
+  const float ly = __fadd_rn(by, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[1]), scale), bh), s.offset_scale));
+  for (int k = 0; k < 4; ++k) w4[k] = 0.f, r4[k] = -1;
+  if (s.discrete) {
+    w4[0] = a;
+    r4[0] = int(start + discrete_index(ly, H) * W + discrete_index(lx, W));
+    return;
+  }
+  const float px = __fsub_rn(__fmul_rn(lx, float(W)), 0.5f), py = __fsub_rn(__fmul_rn(ly, float(H)), 0.5f);
+  // Entirely outside (or not finite): every corner is padding.
+  if (!(px > -1.f && px < float(W) && py > -1.f && py < float(H))) return;
+  const float x0f = floorf(px), y0f = floorf(py);
+  const float fx = __fsub_rn(px, x0f), fy = __fsub_rn(py, y0f);
+  const int64_t x0 = int64_t(x0f), y0 = int64_t(y0f);
+  const bool x0_in = x0 >= 0, x1_in = x0 + 1 < W, y0_in = y0 >= 0, y1_in = y0 + 1 < H;
+  const float gx = __fsub_rn(1.f, fx), gy = __fsub_rn(1.f, fy);
+  if (y0_in && x0_in) w4[0] = __fmul_rn(__fmul_rn(a, gy), gx), r4[0] = int(start + y0 * W + x0);
+  if (y0_in && x1_in) w4[1] = __fmul_rn(__fmul_rn(a, gy), fx), r4[1] = int(start + y0 * W + x0 + 1);
+  if (y1_in && x0_in) w4[2] = __fmul_rn(__fmul_rn(a, fy), gx), r4[2] = int(start + (y0 + 1) * W + x0);
+  if (y1_in && x1_in) w4[3] = __fmul_rn(__fmul_rn(a, fy), fx), r4[3] = int(start + (y0 + 1) * W + x0 + 1);
+}
+
 template <typename T>
 __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __restrict__ ref, const T* __restrict__ off,
                                       const T* __restrict__ logits, T* __restrict__ y, DeformAttnShape s) {
@@ -44,43 +93,7 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
   int* row = reinterpret_cast<int*>(smem + 4 * pairs);  // [pairs][4] value rows (S index), -1: none
   const int64_t nq = blockIdx.x;                        // n * q + query
   const int64_t n = nq / s.q;
-  const float bx = to_f32(ref[nq * 4]), by = to_f32(ref[nq * 4 + 1]), bw = to_f32(ref[nq * 4 + 2]),
-              bh = to_f32(ref[nq * 4 + 3]);
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const int h = i / s.p, p = i - h * s.p;
-    const T* lg = logits + nq * s.logit_ld + int64_t(h) * s.p;
-    float mx = -INFINITY;
-    for (int k = 0; k < s.p; ++k) mx = fmaxf(mx, to_f32(lg[k]));
-    float sum = 0.f;
-    for (int k = 0; k < s.p; ++k) sum += expf(to_f32(lg[k]) - mx);
-    const float a = __fmul_rn(expf(to_f32(lg[p]) - mx), __fdiv_rn(1.f, sum));
-    const int l = level_of(s, p);
-    const int64_t H = s.level_h[l], W = s.level_w[l], start = s.level_start[l];
-    const float scale = __fdiv_rn(1.f, float(s.points[l]));  // transformers' n_points_scale
-    const T* o = off + nq * s.off_ld + (int64_t(h) * s.p + p) * 2;
-    const float lx = __fadd_rn(bx, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[0]), scale), bw), s.offset_scale));
-    const float ly = __fadd_rn(by, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[1]), scale), bh), s.offset_scale));
-    float* w4 = wgt + 4 * i;
-    int* r4 = row + 4 * i;
-    for (int k = 0; k < 4; ++k) w4[k] = 0.f, r4[k] = -1;
-    if (s.discrete) {
-      w4[0] = a;
-      r4[0] = int(start + discrete_index(ly, H) * W + discrete_index(lx, W));
-      continue;
-    }
-    const float px = __fsub_rn(__fmul_rn(lx, float(W)), 0.5f), py = __fsub_rn(__fmul_rn(ly, float(H)), 0.5f);
-    // Entirely outside (or not finite): every corner is padding.
-    if (!(px > -1.f && px < float(W) && py > -1.f && py < float(H))) continue;
-    const float x0f = floorf(px), y0f = floorf(py);
-    const float fx = __fsub_rn(px, x0f), fy = __fsub_rn(py, y0f);
-    const int64_t x0 = int64_t(x0f), y0 = int64_t(y0f);
-    const bool x0_in = x0 >= 0, x1_in = x0 + 1 < W, y0_in = y0 >= 0, y1_in = y0 + 1 < H;
-    const float gx = __fsub_rn(1.f, fx), gy = __fsub_rn(1.f, fy);
-    if (y0_in && x0_in) w4[0] = __fmul_rn(__fmul_rn(a, gy), gx), r4[0] = int(start + y0 * W + x0);
-    if (y0_in && x1_in) w4[1] = __fmul_rn(__fmul_rn(a, gy), fx), r4[1] = int(start + y0 * W + x0 + 1);
-    if (y1_in && x0_in) w4[2] = __fmul_rn(__fmul_rn(a, fy), gx), r4[2] = int(start + (y0 + 1) * W + x0);
-    if (y1_in && x1_in) w4[3] = __fmul_rn(__fmul_rn(a, fy), fx), r4[3] = int(start + (y0 + 1) * W + x0 + 1);
-  }
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) deform_corners(s, nq, i, ref, off, logits, wgt + 4 * i, row + 4 * i);
   __syncthreads();
   const int hd = s.heads * s.d;
   for (int c = threadIdx.x; c < hd; c += blockDim.x) {
@@ -95,10 +108,74 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
   }
 }
 
+// The warp form: warp w of the block takes query blockIdx.x * kDeformWarps + w.
+// Each lane sums kVec channels (16 bytes) at a time over the head's corners in
+// the block form's order (k = 0 .. 4P - 1, skipping rows -1), so every
+// channel's sum is the block form's. The corners' loads are issued 4 at a
+// time before their sums (a row -1 loads row 0 and is not added).
+constexpr int kDeformWarps = 4;
+template <typename T>
+__global__ void __launch_bounds__(kDeformWarps * 32) ms_deform_attn_warp_kernel(const T* __restrict__ value, const T* __restrict__ ref,
+                                                                            const T* __restrict__ off, const T* __restrict__ logits,
+                                                                            T* __restrict__ y, DeformAttnShape s) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kAhead = 4;
+  dev::enter_grid();
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int pairs = s.heads * s.p;
+  float* wgt = smem + warp * 8 * pairs;                       // this warp's [pairs][4] weights
+  int* row = reinterpret_cast<int*>(wgt + 4 * pairs);         // and rows
+  const int64_t nq = int64_t(blockIdx.x) * kDeformWarps + warp;  // n * q + query
+  if (nq >= s.n * s.q) return;
+  const int64_t n = nq / s.q;
+  for (int i = lane; i < pairs; i += 32) deform_corners(s, nq, i, ref, off, logits, wgt + 4 * i, row + 4 * i);
+  __syncwarp();
+  const int hd = s.heads * s.d, chunks = hd / kVec, corners = 4 * s.p;
+  const T* vn = value + n * s.s * s.value_ld;
+  for (int c = lane; c < chunks; c += 32) {
+    const int c0 = c * kVec, h = c0 / s.d;
+    const float* w = wgt + 4 * h * s.p;
+    const int* r = row + 4 * h * s.p;
+    float acc[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[e] = 0.f;
+    for (int k0 = 0; k0 < corners; k0 += kAhead) {
+      uint4 v[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        const int k = k0 + j, rk = k < corners ? r[k] : -1;
+        v[j] = *reinterpret_cast<const uint4*>(vn + int64_t(rk >= 0 ? rk : 0) * s.value_ld + c0);
+      }
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        const int k = k0 + j;
+        if (k >= corners || r[k] < 0) continue;
+        const float wk = w[k];
+        const T* ve = reinterpret_cast<const T*>(&v[j]);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[e] += wk * to_f32(ve[e]);
+      }
+    }
+    T out[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) out[e] = from_f32<T>(acc[e]);
+    *reinterpret_cast<uint4*>(y + nq * hd + c0) = *reinterpret_cast<const uint4*>(out);
+  }
+}
+
 }  // namespace
 
+bool ms_deform_warp_ok(const DeformAttnShape& s, DType dt) {
+  const int vec = dt == DType::F32 ? 4 : 8;  // elements in 16 bytes
+  const int64_t value_ld = s.value_ld ? s.value_ld : int64_t(s.heads) * s.d;
+  // Pairs: each warp's corners in shared memory, 4 warps under 48 KiB.
+  return (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) && s.d % vec == 0 && value_ld % vec == 0 &&
+         s.heads * s.p <= 256;
+}
+
 void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
-                    const DeformAttnShape& shape, cudaStream_t stream) {
+                    const DeformAttnShape& shape, cudaStream_t stream, DeformPath path) {
   DeformAttnShape s = shape;
   const int64_t blocks = s.n * s.q;
   if (blocks <= 0) return;
@@ -111,11 +188,22 @@ void ms_deform_attn(const void* value, const void* ref, const void* offsets, con
   const int pairs = s.heads * s.p, hd = s.heads * s.d;
   if (pairs > kMaxDeformPairs || s.levels < 1 || s.levels > kMaxDeformLevels)
     fail_runtime("cuda ms_deform_attn: ", pairs, " (head, point) pairs, ", s.levels, " levels");
-  const int want = hd > pairs ? hd : pairs;
-  const int threads = want >= 1024 ? 1024 : (want + 31) / 32 * 32;
-  const size_t smem = size_t(pairs) * 4 * (sizeof(float) + sizeof(int));
+  // The warp form where the shape and the pointers allow 16-byte value loads
+  // and output stores; the block form otherwise (the same bits).
+  const bool warp = path == DeformPath::Warp && ms_deform_warp_ok(s, dt) &&
+                    reinterpret_cast<uintptr_t>(value) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
   detail::dispatch_float(dt, "ms_deform_attn", [&](auto t) {
     using T = decltype(t);
+    if (warp) {
+      const size_t smem = size_t(kDeformWarps) * pairs * 4 * (sizeof(float) + sizeof(int));
+      detail::launch("ms_deform_attn", ms_deform_attn_warp_kernel<T>, int((blocks + kDeformWarps - 1) / kDeformWarps),
+                     kDeformWarps * 32, smem, stream, static_cast<const T*>(value), static_cast<const T*>(ref),
+                     static_cast<const T*>(offsets), static_cast<const T*>(logits), static_cast<T*>(y), s);
+      return;
+    }
+    const int want = hd > pairs ? hd : pairs;
+    const int threads = want >= 1024 ? 1024 : (want + 31) / 32 * 32;
+    const size_t smem = size_t(pairs) * 4 * (sizeof(float) + sizeof(int));
     detail::launch("ms_deform_attn", ms_deform_attn_kernel<T>, int(blocks), threads, smem, stream,
                    static_cast<const T*>(value), static_cast<const T*>(ref), static_cast<const T*>(offsets),
                    static_cast<const T*>(logits), static_cast<T*>(y), s);
