@@ -34,8 +34,8 @@ enum class Switch : int {
   ConcatMask,  // CUDA: a row-major concat's mul by a per-token constant (RT-DETR's memory mask) inside the concat's launch (auto: off until measured on a GPU; at load what the plan records)
   Sm90Conv,    // CUDA: kiln's sm90 conv (CUTLASS implicit GEMM, TMA + wgmma, PDL) timed beside cuDNN's engines for dense f16 convs (auto: off until measured on a GPU)
   DirectConv,  // CUDA: kiln's direct conv for convs of at most 4 input channels (RGB stems) timed beside cuDNN's engines (auto: off until measured on a GPU)
-  ClusterTopK,  // CUDA: top_k rows of 4096..196608 elements on a cluster of 8 blocks instead of one (auto: off until it has run on a GPU; the same bits either way)
-  WideAttention,  // CUDA: attention's key-split-4 form with 2 or 4 query groups a block, one k/v copy per 32 or 64 queries (auto: off until measured on a GPU; the same bits either way)
+  ClusterTopK,  // CUDA: top_k rows of 4096..196608 elements on a cluster of 8 blocks instead of one (auto: on since session 33; the same bits either way)
+  WideAttention,  // CUDA: attention's key-split-4 form with 2 or 4 query groups a block, one k/v copy per 32 or 64 queries (auto: on since session 33; the same bits either way)
   WarpDeform,  // CUDA: ms_deform_attn with one warp per query and 16-byte value loads (auto: off until measured on a GPU; the same bits either way)
   kCount
 };

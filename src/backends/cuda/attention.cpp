@@ -17,9 +17,10 @@ void lower_Attention(Lowering& L, size_t ni) {
   AttentionShape s;
   s.n = d.n, s.lq = as_int(d.lq), s.lk = as_int(d.lk), s.heads = as_int(d.heads), s.d = as_int(d.d), s.dv = as_int(d.dv);
   s.scale = static_cast<float>(d.scale);
-  // Switch wide_attention (auto: off until measured on a GPU): at the small
-  // grids' key split 4, blocks of 2 or 4 query groups (attention.cu); the same bits.
-  s.wide = L.m.opts.switches.get(Switch::WideAttention).value_or(false);
+  // Switch wide_attention (auto: on since session 33, same bits and faster on
+  // the H100): at the small grids' key split 4, blocks of 2 or 4 query groups
+  // (attention.cu).
+  s.wide = L.m.opts.switches.get(Switch::WideAttention).value_or(true);
   const int64_t big = int64_t{1} << 30;
   if (d.n > 65535 || d.heads > 65535 || d.lq > big || d.lk > big || d.d > big || d.dv > big || !attention_fits(s))
     fail_input(n.name, ": CUDA attention supports at most 65535 images and heads and keys of one query row in shared memory (",

@@ -443,8 +443,8 @@ std::string small_gemm_norm_unsupported(DType dt, int64_t m, int n, int k, Activ
 // smaller index first, NaN above every number; one block per row (radix select
 // on a 64-bit key of value and index, then a rank count of the k winners), or
 // for rows of 4096..196608 elements one cluster of 8 blocks per row (the same
-// result bit for bit). `path` OneBlock keeps one block (engines unless switch
-// cluster_top_k is on; tests, probes).
+// result bit for bit). `path` OneBlock keeps one block (engines built with
+// --disable cluster_top_k; tests, probes).
 inline constexpr int kMaxCudaTopK = 2048;
 enum class TopKPath { Auto, OneBlock };
 void top_k_rows(const void* x, void* values, int64_t* indices, DType dt, int64_t outer, int64_t extent, int64_t inner,

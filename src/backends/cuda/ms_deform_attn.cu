@@ -12,12 +12,15 @@
 // reference's pixel and the bilinear weights are the CPU kernel's.
 // The warp form (switch warp_deform, DeformPath::Warp) computes the same
 // corners and the same sums in the same order, so the same bits, with one
-// warp per query: step 1 by its 32 lanes, step 2 with each lane summing
-// 16 / sizeof(T) channels that it loads 16 bytes at a time. Why: the block
-// form's thread per channel makes 4 * P dependent two-byte loads (48 for
-// RT-DETR), latency-bound (~7 us a layer for 300 queries in session 31's
-// H200 trace); a 16-byte load per corner and lane needs an eighth of the
-// load instructions and the loads of a lane are independent.
+// warp per query: step 1 by its 32 lanes from the query's logits and offsets
+// staged in shared memory, step 2 with each lane summing 16 / sizeof(T)
+// channels that it loads 16 bytes at a time, 8 corners' loads in flight. Why:
+// the block form's thread per channel makes 4 * P two-byte loads (48 for
+// RT-DETR) one after another, latency-bound (~7 us a layer for 300 queries in
+// session 31's H200 trace). Session 33's first warp form (4 warps a block,
+// step 1 reading global memory per pair, 4 loads in flight) lost at batch 1
+// on the H100 (11.7 against 7.2 us: 75 blocks, each lane's step 1 three
+// rounds of 24 dependent logit loads) and won at batch 8 (18.2 against 32.9).
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -42,27 +45,26 @@ __device__ __forceinline__ int level_of(const DeformAttnShape& s, int p) {
   return l;
 }
 
-// Step 1 for (head, point) pair i of query nq (n * q + query): its softmax
-// weight, sampling location and up to 4 corner rows of value with their
-// weights (w4, r4; a corner outside its map or a padded one: row -1).
-template <typename T>
-__device__ __forceinline__ void deform_corners(const DeformAttnShape& s, int64_t nq, int i, const T* __restrict__ ref,
-                                               const T* __restrict__ off, const T* __restrict__ logits, float* w4, int* r4) {
-  const float bx = to_f32(ref[nq * 4]), by = to_f32(ref[nq * 4 + 1]), bw = to_f32(ref[nq * 4 + 2]),
-              bh = to_f32(ref[nq * 4 + 3]);
+// Step 1 for (head, point) pair i: its softmax weight, sampling location and
+// up to 4 corner rows of value with their weights (w4, r4; a corner outside
+// its map or a padded one: row -1). logit(k): the f32 logit of point k of the
+// pair's head; o: the pair's (x, y) offset in f32; b: the query's reference
+// box (cx, cy, w, h). The forms read these from global or shared memory; the
+// arithmetic is this one function, so their bits agree.
+template <typename L>
+__device__ __forceinline__ void corners_of(const DeformAttnShape& s, int i, const L& logit, float ox, float oy,
+                                           const float (&b)[4], float* w4, int* r4) {
   const int h = i / s.p, p = i - h * s.p;
-  const T* lg = logits + nq * s.logit_ld + int64_t(h) * s.p;
   float mx = -INFINITY;
-  for (int k = 0; k < s.p; ++k) mx = fmaxf(mx, to_f32(lg[k]));
+  for (int k = 0; k < s.p; ++k) mx = fmaxf(mx, logit(h, k));
   float sum = 0.f;
-  for (int k = 0; k < s.p; ++k) sum += expf(to_f32(lg[k]) - mx);
-  const float a = __fmul_rn(expf(to_f32(lg[p]) - mx), __fdiv_rn(1.f, sum));
+  for (int k = 0; k < s.p; ++k) sum += expf(logit(h, k) - mx);
+  const float a = __fmul_rn(expf(logit(h, p) - mx), __fdiv_rn(1.f, sum));
   const int l = level_of(s, p);
   const int64_t H = s.level_h[l], W = s.level_w[l], start = s.level_start[l];
   const float scale = __fdiv_rn(1.f, float(s.points[l]));  // transformers' n_points_scale
-  const T* o = off + nq * s.off_ld + (int64_t(h) * s.p + p) * 2;
-  const float lx = __fadd_rn(bx, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[0]), scale), bw), s.offset_scale));
-  const float ly = __fadd_rn(by, __fmul_rn(__fmul_rn(__fmul_rn(to_f32(o[1]), scale), bh), s.offset_scale));
+  const float lx = __fadd_rn(b[0], __fmul_rn(__fmul_rn(__fmul_rn(ox, scale), b[2]), s.offset_scale));
+  const float ly = __fadd_rn(b[1], __fmul_rn(__fmul_rn(__fmul_rn(oy, scale), b[3]), s.offset_scale));
   for (int k = 0; k < 4; ++k) w4[k] = 0.f, r4[k] = -1;
   if (s.discrete) {
     w4[0] = a;
@@ -83,6 +85,12 @@ __device__ __forceinline__ void deform_corners(const DeformAttnShape& s, int64_t
   if (y1_in && x1_in) w4[3] = __fmul_rn(__fmul_rn(a, fy), fx), r4[3] = int(start + (y0 + 1) * W + x0 + 1);
 }
 
+// The query's reference box in f32.
+template <typename T>
+__device__ __forceinline__ void box_of(const T* __restrict__ ref, int64_t nq, float (&b)[4]) {
+  for (int k = 0; k < 4; ++k) b[k] = to_f32(ref[nq * 4 + k]);
+}
+
 template <typename T>
 __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __restrict__ ref, const T* __restrict__ off,
                                       const T* __restrict__ logits, T* __restrict__ y, DeformAttnShape s) {
@@ -93,7 +101,14 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
   int* row = reinterpret_cast<int*>(smem + 4 * pairs);  // [pairs][4] value rows (S index), -1: none
   const int64_t nq = blockIdx.x;                        // n * q + query
   const int64_t n = nq / s.q;
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) deform_corners(s, nq, i, ref, off, logits, wgt + 4 * i, row + 4 * i);
+  float b[4];
+  box_of(ref, nq, b);
+  const T* lg = logits + nq * s.logit_ld;
+  const auto logit = [&](int h, int k) { return to_f32(lg[int64_t(h) * s.p + k]); };
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const T* o = off + nq * s.off_ld + int64_t(i) * 2;
+    corners_of(s, i, logit, to_f32(o[0]), to_f32(o[1]), b, wgt + 4 * i, row + 4 * i);
+  }
   __syncthreads();
   const int hd = s.heads * s.d;
   for (int c = threadIdx.x; c < hd; c += blockDim.x) {
@@ -109,27 +124,40 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
 }
 
 // The warp form: warp w of the block takes query blockIdx.x * kDeformWarps + w.
-// Each lane sums kVec channels (16 bytes) at a time over the head's corners in
-// the block form's order (k = 0 .. 4P - 1, skipping rows -1), so every
-// channel's sum is the block form's. The corners' loads are issued 4 at a
-// time before their sums (a row -1 loads row 0 and is not added).
-constexpr int kDeformWarps = 4;
+// Its lanes first copy the query's logits and offsets to shared memory (f32,
+// loads independent of each other) and compute each pair's corners from there
+// (corners_of, the block form's arithmetic). Then each lane sums kVec channels
+// (16 bytes) at a time over the head's corners in the block form's order
+// (k = 0 .. 4P - 1, skipping rows -1), so every channel's sum is the block
+// form's. The corners' loads are issued kAhead at a time before their sums
+// (a row -1 loads row 0 and is not added).
+constexpr int kDeformWarps = 2;
+// Shared memory per warp: weights and rows [pairs][4], logits [pairs], offsets [pairs][2].
+__host__ __device__ constexpr size_t deform_warp_floats(int pairs) { return size_t(pairs) * 11; }
 template <typename T>
 __global__ void __launch_bounds__(kDeformWarps * 32) ms_deform_attn_warp_kernel(const T* __restrict__ value, const T* __restrict__ ref,
                                                                             const T* __restrict__ off, const T* __restrict__ logits,
                                                                             T* __restrict__ y, DeformAttnShape s) {
   constexpr int kVec = 16 / sizeof(T);
-  constexpr int kAhead = 4;
+  constexpr int kAhead = 8;
   dev::enter_grid();
   extern __shared__ float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pairs = s.heads * s.p;
-  float* wgt = smem + warp * 8 * pairs;                       // this warp's [pairs][4] weights
-  int* row = reinterpret_cast<int*>(wgt + 4 * pairs);         // and rows
+  float* wgt = smem + warp * deform_warp_floats(pairs);  // this warp's [pairs][4] weights
+  int* row = reinterpret_cast<int*>(wgt + 4 * pairs);     // [pairs][4] rows
+  float* lg = wgt + 8 * pairs;                            // [pairs] logits
+  float* of = lg + pairs;                                 // [pairs][2] offsets
   const int64_t nq = int64_t(blockIdx.x) * kDeformWarps + warp;  // n * q + query
   if (nq >= s.n * s.q) return;
   const int64_t n = nq / s.q;
-  for (int i = lane; i < pairs; i += 32) deform_corners(s, nq, i, ref, off, logits, wgt + 4 * i, row + 4 * i);
+  for (int i = lane; i < pairs; i += 32) lg[i] = to_f32(logits[nq * s.logit_ld + i]);
+  for (int i = lane; i < 2 * pairs; i += 32) of[i] = to_f32(off[nq * s.off_ld + i]);
+  float b[4];
+  box_of(ref, nq, b);
+  __syncwarp();
+  const auto logit = [&](int h, int k) { return lg[h * s.p + k]; };
+  for (int i = lane; i < pairs; i += 32) corners_of(s, i, logit, of[2 * i], of[2 * i + 1], b, wgt + 4 * i, row + 4 * i);
   __syncwarp();
   const int hd = s.heads * s.d, chunks = hd / kVec, corners = 4 * s.p;
   const T* vn = value + n * s.s * s.value_ld;
@@ -169,7 +197,7 @@ __global__ void __launch_bounds__(kDeformWarps * 32) ms_deform_attn_warp_kernel(
 bool ms_deform_warp_ok(const DeformAttnShape& s, DType dt) {
   const int vec = dt == DType::F32 ? 4 : 8;  // elements in 16 bytes
   const int64_t value_ld = s.value_ld ? s.value_ld : int64_t(s.heads) * s.d;
-  // Pairs: each warp's corners in shared memory, 4 warps under 48 KiB.
+  // Pairs: each warp's corners, logits and offsets in shared memory (44 bytes a pair), the block under 48 KiB.
   return (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) && s.d % vec == 0 && value_ld % vec == 0 &&
          s.heads * s.p <= 256;
 }
@@ -195,7 +223,7 @@ void ms_deform_attn(const void* value, const void* ref, const void* offsets, con
   detail::dispatch_float(dt, "ms_deform_attn", [&](auto t) {
     using T = decltype(t);
     if (warp) {
-      const size_t smem = size_t(kDeformWarps) * pairs * 4 * (sizeof(float) + sizeof(int));
+      const size_t smem = kDeformWarps * deform_warp_floats(pairs) * sizeof(float);
       detail::launch("ms_deform_attn", ms_deform_attn_warp_kernel<T>, int((blocks + kDeformWarps - 1) / kDeformWarps),
                      kDeformWarps * 32, smem, stream, static_cast<const T*>(value), static_cast<const T*>(ref),
                      static_cast<const T*>(offsets), static_cast<const T*>(logits), static_cast<T*>(y), s);
