@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 33's device call 2 (~4 min; results as $OUT/res.tgz, tarred after every step). After call 1 (H100):
+# Session 33's device call 2 (~4 min, cut to what a timeout of 150 s reaches; results as $OUT/res.tgz, tarred after
+# every step, most useful first). After call 1 (H100):
 # cluster_top_k and wide_attention are on by default (same bits, faster in the probes and the in-graph trace);
 # ms_deform_attn's warp form is rewritten (step 1 from shared memory, 2 warps a block, 8 loads in flight).
 # - the bit tests of the three forms, the warp form's probe against the block form (batch 1 and 8);
