@@ -53,32 +53,42 @@ TEST(TraceJson, FamilyGroupsSumInterleavedLaunches) {
 }
 
 // The engine's own call with its side lane: per lane the launches, busy time
-// and the time its launches add to the call; a side launch that ends under a
-// main one adds nothing (hidden), one that ends past it adds the difference.
-TEST(TraceJson, LanesSayWhatTheSideLaneHides) {
+// and the time its launches run with no launch of the other lane running; the
+// side launches that run alone, most first (the main lane waited for them).
+TEST(TraceJson, LanesSayWhenTheMainLaneWaited) {
   CallTrace t;
   t.replays = 2;
   t.spans = {{"a", "k", 0.0, 4.0, "main"},
-             {"s1", "k", 1.0, 2.0, "side"},  // ends at 3, under a: hidden
-             {"b", "k", 4.0, 2.0, "main"},   // to 6
-             {"s2", "k", 5.0, 3.0, "side"},  // to 8: adds 2
-             {"c", "k", 8.0, 1.0, "main"}};  // to 9
+             {"s1", "k", 1.0, 2.0, "side"},  // [1, 3] under a: never alone
+             {"b", "k", 4.0, 2.0, "main"},   // [4, 6]
+             {"s2", "k", 5.0, 3.0, "side"},  // [5, 8]: alone on [6, 8]
+             {"s3", "k", 8.5, 1.0, "side"},  // [8.5, 9.5]: alone throughout
+             {"c", "k", 9.0, 2.0, "main"}};  // [9, 11]
   const auto j = cli::trace_json(t);
   ASSERT_EQ(j["lanes"].size(), 2u) << j.dump();
   EXPECT_EQ(j["lanes"][0]["lane"], "main");
   EXPECT_EQ(j["lanes"][0]["launches"], 3);
-  EXPECT_DOUBLE_EQ(j["lanes"][0]["busy_us"].get<double>(), 7.0);
-  EXPECT_DOUBLE_EQ(j["lanes"][0]["adds_us"].get<double>(), 7.0);
+  EXPECT_DOUBLE_EQ(j["lanes"][0]["busy_us"].get<double>(), 8.0);
+  EXPECT_DOUBLE_EQ(j["lanes"][0]["alone_us"].get<double>(), 2.0 + 1.0 + 1.5);  // a but [1, 3]; b but [5, 6]; c but [9, 9.5]
   EXPECT_EQ(j["lanes"][1]["lane"], "side");
-  EXPECT_DOUBLE_EQ(j["lanes"][1]["busy_us"].get<double>(), 5.0);
-  EXPECT_DOUBLE_EQ(j["lanes"][1]["adds_us"].get<double>(), 2.0);
-  EXPECT_DOUBLE_EQ(j["lanes"][0]["adds_us"].get<double>() + j["lanes"][1]["adds_us"].get<double>(),
-                   j["span_us"].get<double>());
+  EXPECT_DOUBLE_EQ(j["lanes"][1]["busy_us"].get<double>(), 6.0);
+  EXPECT_DOUBLE_EQ(j["lanes"][1]["alone_us"].get<double>(), 2.5);
+  ASSERT_EQ(j["side_alone"].size(), 2u) << "s1 is hidden under a";
+  EXPECT_EQ(j["side_alone"][0]["step"], "s2");
+  EXPECT_DOUBLE_EQ(j["side_alone"][0]["alone_us"].get<double>(), 2.0);
+  EXPECT_EQ(j["side_alone"][1]["step"], "s3");
+  EXPECT_DOUBLE_EQ(j["side_alone"][1]["alone_us"].get<double>(), 0.5);
   EXPECT_EQ(j["spans"][1]["lane"], "side");
+  // Overlapping launches of one lane (PDL) do not count as the other lane's.
+  t.spans = {{"a", "k", 0.0, 4.0, "main"}, {"b", "k", 3.0, 2.0, "main"}, {"s", "k", 4.5, 1.0, "side"}};
+  const auto pdl = cli::trace_json(t);
+  EXPECT_DOUBLE_EQ(pdl["lanes"][1]["alone_us"].get<double>(), 0.5);  // [5, 5.5]
+  EXPECT_DOUBLE_EQ(pdl["lanes"][0]["alone_us"].get<double>(), 4.0 + 1.5);
   // A trace without lanes (one stream) has neither.
   t.spans = {{"a", "k", 0.0, 1.0}};
   const auto one = cli::trace_json(t);
   EXPECT_FALSE(one.contains("lanes"));
+  EXPECT_FALSE(one.contains("side_alone"));
   EXPECT_FALSE(one["spans"][0].contains("lane"));
 }
 

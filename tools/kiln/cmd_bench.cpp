@@ -89,7 +89,13 @@ void print_trace(const nlohmann::json& t) {
   if (t.contains("note")) std::cout << "    " << t["note"].get<std::string>() << "\n";
   for (const auto& l : t.value("lanes", nlohmann::json::array()))
     std::cout << "    " << l["lane"].get<std::string>() << " lane: " << l["launches"].get<int>() << " launches, "
-              << l["busy_us"].get<double>() << " us busy, adds " << l["adds_us"].get<double>() << " us to the call\n";
+              << l["busy_us"].get<double>() << " us busy, " << l["alone_us"].get<double>()
+              << " us with no launch of the other lane running\n";
+  if (!t.value("side_alone", nlohmann::json::array()).empty()) {
+    std::cout << "    side-lane launches running alone (the main lane waited):\n";
+    for (const auto& a : t["side_alone"])
+      std::cout << "      " << std::setw(8) << a["alone_us"].get<double>() << " us  " << a["step"].get<std::string>() << "\n";
+  }
   for (const auto& g : t["groups"])
     std::cout << "    " << std::left << std::setw(28) << g["group"].get<std::string>() << std::right << std::setw(9)
               << g["us"].get<double>() << " us (" << g["busy_us"].get<double>() << " busy, " << g["launches"].get<int>()

@@ -138,9 +138,32 @@ inline nlohmann::json profile_json(ExecutionContext& ctx, const std::vector<Tens
 // and waits: its span overlaps; docs/benchmarking.md), so the groups sum to
 // the span; with their busy time and launches. Where the spans name their
 // lane (the engine's own graph with its side lane), each span keeps it and
-// `lanes` gives per lane the launches, busy time and the time its launches add
-// to the call the same way (a side launch that ends before the latest end
-// adds nothing: it was hidden).
+// `lanes` gives per lane the launches, busy time and `alone_us`: the time its
+// launches run while no launch of another lane runs. A side launch that runs
+// alone is time the main lane spent waiting (for the join, or for SMs the
+// side launch held): `side_alone` lists those launches, most first (up to 8).
+// (Per-launch shares of the span, as the groups count them, credit the
+// earlier-starting of two overlapping launches, so they cannot say which
+// lane a call waited for.)
+// The part of span k's interval during which no span of another lane runs.
+inline double time_alone(const std::vector<KernelSpan>& spans, size_t k) {
+  const KernelSpan& s = spans[k];
+  std::vector<std::pair<double, double>> others;  // other lanes' intervals overlapping s, clipped to it
+  for (const KernelSpan& o : spans)
+    if (!o.lane.empty() && o.lane != s.lane) {
+      const double lo = std::max(o.start_us, s.start_us), hi = std::min(o.start_us + o.us, s.start_us + s.us);
+      if (hi > lo) others.push_back({lo, hi});
+    }
+  std::sort(others.begin(), others.end());
+  double covered = 0, at = s.start_us;
+  for (const auto& [lo, hi] : others) {
+    if (hi <= at) continue;
+    covered += hi - std::max(lo, at);
+    at = hi;
+  }
+  return s.us - covered;
+}
+
 inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& grouping = {}) {
   nlohmann::json out = {{"replays", t.replays}};
   if (!t.unavailable.empty()) {
@@ -151,6 +174,7 @@ inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& groupi
   nlohmann::json spans = nlohmann::json::array();
   GroupRows groups(grouping);
   std::vector<std::pair<std::string, nlohmann::json>> lanes;  // in order of first launch
+  std::vector<std::pair<double, std::string>> side_alone;      // (time alone, step) of side launches
   double busy = 0, gaps = 0, end = 0;
   for (size_t k = 0; k < t.spans.size(); ++k) {
     const KernelSpan& s = t.spans[k];
@@ -169,15 +193,22 @@ inline nlohmann::json trace_json(const CallTrace& t, const LayerGrouping& groupi
     if (s.lane.empty()) continue;
     auto it = std::find_if(lanes.begin(), lanes.end(), [&](const auto& l) { return l.first == s.lane; });
     if (it == lanes.end())
-      it = lanes.insert(lanes.end(), {s.lane, {{"lane", s.lane}, {"launches", 0}, {"busy_us", 0.0}, {"adds_us", 0.0}}});
+      it = lanes.insert(lanes.end(), {s.lane, {{"lane", s.lane}, {"launches", 0}, {"busy_us", 0.0}, {"alone_us", 0.0}}});
     add_to(it->second, "launches", 1);
     add_to(it->second, "busy_us", s.us);
-    add_to(it->second, "adds_us", adds);
+    const double alone = time_alone(t.spans, k);
+    add_to(it->second, "alone_us", alone);
+    if (s.lane == "side" && alone > 0) side_alone.push_back({alone, s.step});
   }
   if (!lanes.empty()) {
     nlohmann::json lj = nlohmann::json::array();
     for (auto& [name, l] : lanes) lj.push_back(std::move(l));
     out["lanes"] = std::move(lj);
+    std::stable_sort(side_alone.begin(), side_alone.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    nlohmann::json sa = nlohmann::json::array();
+    for (size_t k = 0; k < side_alone.size() && k < 8; ++k)
+      sa.push_back({{"step", side_alone[k].second}, {"alone_us", side_alone[k].first}});
+    out["side_alone"] = std::move(sa);
   }
   out["launches"] = t.spans.size();
   out["span_us"] = end;
