@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 // The facts plan_fusions gives an RT-DETR graph (no views, no window convs,
 // no squeeze-excitation), side lane last.
-GraphFacts rtdetr_facts(const Graph& g, bool side_lane) {
+GraphFacts rtdetr_facts(const Graph& g, bool side_lane, bool late_fork = false) {
   GraphFacts f;
   f.start(g);
   plan_deform_inputs(g, f);
@@ -37,7 +37,7 @@ GraphFacts rtdetr_facts(const Graph& g, bool side_lane) {
   plan_row_windows(g, f);
   plan_output_casts(g, f);
   plan_mlp_chains(g, f, 132, true, false, LinearNormRule{});  // fuse_mlp auto, linear_norm on (as concat_mask above)
-  if (side_lane) plan_side_lane(g, f);
+  if (side_lane) plan_side_lane(g, f, late_fork);
   return f;
 }
 
@@ -137,6 +137,37 @@ void expect_no_shared_bytes_while_running(const std::string& name, const Graph& 
 
 TEST(SideLanePlan, NoValueSharesBytesWithASideRunWhileItMayRun) {
   for_each_rtdetr([](const std::string& name, Graph& g) { expect_no_shared_bytes_while_running(name, g, rtdetr_facts(g, true)); });
+}
+
+// Switch late_side_fork: the merged decoder value projection forks right
+// before the query selection's top_k instead of after the encoder's memory;
+// every other run is planned as without the switch, and the arena still
+// gives no value the bytes of a run that may be running.
+TEST(SideLanePlan, LateForkPutsTheValueProjectionBesideTopK) {
+  for_each_rtdetr([](const std::string& name, Graph& g) {
+    const GraphFacts early = rtdetr_facts(g, true), late = rtdetr_facts(g, true, true);
+    ASSERT_EQ(early.side_runs.size(), late.side_runs.size()) << name;
+    int top_k = -1;  // the query selection's (the per-anchor class max before it is a top_k of k 1 over 80 classes)
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].name == "model.topk") top_k = static_cast<int>(i);
+    ASSERT_GE(top_k, 0) << name;
+    ASSERT_EQ(g.nodes[static_cast<size_t>(top_k)].op, Op::TopK) << name;
+    int moved = 0;
+    for (size_t r = 0; r < late.side_runs.size(); ++r) {
+      const SideRun &a = early.side_runs[r], &b = late.side_runs[r];
+      ASSERT_EQ(a.nodes, b.nodes) << name;
+      EXPECT_EQ(a.join, b.join) << name;
+      const bool value_proj = g.nodes[b.nodes.front()].name.find("encoder_attn.value_proj") != std::string::npos;
+      if (value_proj && a.fork < top_k && top_k < a.join) {
+        EXPECT_EQ(b.fork, top_k - 1) << name << ": " << g.nodes[b.nodes.front()].name;
+        ++moved;
+      } else {
+        EXPECT_EQ(a.fork, b.fork) << name << ": " << g.nodes[b.nodes.front()].name;
+      }
+    }
+    EXPECT_EQ(moved, 1) << name;
+    expect_no_shared_bytes_while_running(name + " late fork", g, late);
+  });
 }
 
 // The timm ResNets (side lane on by default there too): a block's downsample

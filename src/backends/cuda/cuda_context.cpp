@@ -8,6 +8,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/cuda/cuda_program.hpp"
+#include "backends/cuda/graph_memsets.hpp"
 #include "backends/cuda/kernel_names.hpp"
 #include "backends/cuda/kernel_trace.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -77,6 +78,8 @@ struct CudaContext::Impl {
   bool pdl_at(int64_t batch) const {
     return engine->impl().opts.switches.get(Switch::Pdl).value_or(batch <= kPdlMaxBatch);
   }
+  // Switch memset_kernels (graph_memsets.hpp; auto: off until measured on a GPU).
+  bool memset_kernels() const { return engine->impl().opts.switches.get(Switch::MemsetKernels).value_or(false); }
 
   // Orders what is enqueued next on `s` after the context's previous call.
   void follow(cudaStream_t s) {
@@ -246,6 +249,7 @@ struct CudaContext::Impl {
       throw;
     }
     KILN_CUDA_CHECK(cudaStreamEndCapture(stream.s, &st.graph));
+    if (memset_kernels()) memsets_to_kernels(st.graph);
     KILN_CUDA_CHECK(cudaGraphInstantiate(&st.exec, st.graph, 0));
     KILN_CUDA_CHECK(cudaGraphGetNodes(st.graph, nullptr, &st.nodes));
   }
@@ -443,7 +447,8 @@ CallTrace CudaContext::trace(int64_t batch, int replays) {
     const SideLane* side = lane ? &*lane : nullptr;
     const std::vector<char> on_side = side ? d.p.step_on_side : std::vector<char>{};
     const GraphTrace g = trace_call_replays(
-        m.stream.s, [&](const std::function<void(size_t)>& after) { d.p.enqueue(d.x, side, &after); }, replays);
+        m.stream.s, [&](const std::function<void(size_t)>& after) { d.p.enqueue(d.x, side, &after); }, replays,
+        m.memset_kernels());
     t = attribute_call_trace(g, d.p.step_names, on_side, replays);
   } catch (const Error& e) {
     lanes_failed = e.what();

@@ -152,6 +152,13 @@ void plan_views_and_windows(const CudaEngine::Impl& m, const Graph& g, const nlo
 // side lane: bundles whose plan predates it (no `side_lane` key) run without it, as built.
 bool side_lane_recorded(const nlohmann::json* plan) { return !plan || (plan->is_object() && plan->contains("side_lane")); }
 
+// Whether the plan's side runs fork late (switch late_side_fork; plan key
+// `late_side_fork`, absent before session 34: false).
+bool recorded_late_side_fork(const nlohmann::json& plan) {
+  const auto it = plan.is_object() ? plan.find("late_side_fork") : plan.end();
+  return it != plan.end() && it->is_boolean() && it->get<bool>();
+}
+
 // The node names a plan lists under `key` (none when it has no such key: a
 // plan from before that fusion); anything but a list of names fails naming `where`.
 std::set<std::string> recorded_names(const nlohmann::json& plan, const char* key, const std::string& where) {
@@ -256,7 +263,10 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   for (size_t pn : f.wp.side_pools) f.fused_away[pn] = 1;  // run inside a conv's launch
   f.split_always = sw.get(Switch::FuseSplit).value_or(false);  // marked runs (switch fuse_split off: none marked)
   // Independent branches on a second stream (side_lane.cpp).
-  if (sw.get(Switch::SideLane).value_or(true) && side_lane_recorded(plan)) plan_side_lane(g, f);
+  // Switch late_side_fork (auto: off until measured on a GPU); at load what
+  // the plan records (false for a plan from before it).
+  f.late_side_fork = plan ? recorded_late_side_fork(*plan) : sw.get(Switch::LateSideFork).value_or(false);
+  if (sw.get(Switch::SideLane).value_or(true) && side_lane_recorded(plan)) plan_side_lane(g, f, f.late_side_fork);
 }
 
 // Channel views without window convs: every conv touching a view must be a
@@ -314,6 +324,7 @@ void plan_program_memory(CudaEngine::Program& p, const Graph& g, const GraphFact
   p.channel_views = f.use_views;
   p.linear_norms.clear();
   for (size_t ln : f.linear_norms) p.linear_norms.push_back(g.nodes[ln].name);
+  p.late_side_fork = f.late_side_fork && !f.side_runs.empty();
   p.concat_masks.clear();
   for (const auto& [cat, mul] : f.concat_masks) p.concat_masks.push_back(g.nodes[mul].name);
   for (size_t i = 0; i < f.blocks.size(); ++i)
@@ -359,6 +370,7 @@ nlohmann::json CudaEngine::Program::plan_json() const {
     nlohmann::json runs = nlohmann::json::array();
     for (const SideLaneRun& r : side_runs) runs.push_back({{"steps", r.steps}, {"fork", r.fork_step}, {"join", r.join_step}});
     j["side_lane"] = runs;
+    if (late_side_fork) j["late_side_fork"] = true;
   }
   return j;
 }

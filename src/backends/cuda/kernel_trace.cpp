@@ -10,6 +10,7 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/graph_memsets.hpp"
 #include "backends/cuda/kernel_names.hpp"
 #include "core/error.hpp"
 
@@ -127,7 +128,7 @@ void CUPTIAPI on_resource(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
 // callbacks are registered once per process (a second bundle of one kiln bench
 // traces through the same ones).
 void run_traced(cudaStream_t stream, const std::function<void()>& capture, int replays, std::vector<TraceRecord>& records,
-                std::map<uint64_t, uint64_t>* clones) {
+                std::map<uint64_t, uint64_t>* clones, const std::function<void(cudaGraph_t)>* edit = nullptr) {
   const Cupti& c = cupti();
   if (!c.lib) fail_runtime("trace: CUPTI (libcupti.so, CUDA's extras) not found on the library path");
   if (!c.enable || !c.disable || !c.register_callbacks || !c.flush_all || !c.next_record)
@@ -172,6 +173,14 @@ void run_traced(cudaStream_t stream, const std::function<void()>& capture, int r
       throw;
     }
     KILN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    if (edit) {
+      try {
+        (*edit)(graph);
+      } catch (...) {
+        cudaGraphDestroy(graph);
+        throw;
+      }
+    }
     const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     KILN_CUDA_CHECK(inst);
@@ -209,21 +218,37 @@ std::vector<TraceRecord> trace_replays(cudaStream_t stream, size_t steps, const 
 
 GraphTrace trace_call_replays(cudaStream_t stream,
                               const std::function<void(const std::function<void(size_t)>&)>& enqueue_call,
-                              int replays) {
+                              int replays, bool memset_kernels) {
   GraphTrace out;
   const Cupti& c = cupti();
+  std::map<cudaGraphNode_t, uint64_t> id_of;  // the captured traced nodes' ids
+  const auto node_id = [&](cudaGraphNode_t node) {
+    uint64_t id = 0;
+    check(c.node_id(reinterpret_cast<CUgraphNode>(node), &id), "cuptiGetGraphNodeId");
+    return id;
+  };
   const auto capture = [&] {
-    std::set<cudaGraphNode_t> seen;
     enqueue_call([&](size_t step) {
       for (cudaGraphNode_t node : capturing_nodes(stream, step)) {
-        if (!seen.insert(node).second || !traced_node(node)) continue;
-        uint64_t id = 0;
-        check(c.node_id(reinterpret_cast<CUgraphNode>(node), &id), "cuptiGetGraphNodeId");
+        if (id_of.count(node) || !traced_node(node)) continue;
+        const uint64_t id = node_id(node);
+        id_of[node] = id;
         out.step_of_node[id] = step;
       }
     });
   };
-  run_traced(stream, capture, replays, out.records, &out.original_of);
+  // Each fill kernel takes its memset's step (the memset's handle is looked up
+  // among the captured ones before any fill could reuse its address).
+  const std::function<void(cudaGraph_t)> edit = [&](cudaGraph_t graph) {
+    for (const auto& [memset, fill] : memsets_to_kernels(graph)) {
+      const auto it = id_of.find(memset);
+      if (it == id_of.end()) fail_runtime("trace: a memset node no step captured");
+      const size_t step = out.step_of_node.at(it->second);
+      out.step_of_node.erase(it->second);
+      out.step_of_node[node_id(fill)] = step;
+    }
+  };
+  run_traced(stream, capture, replays, out.records, &out.original_of, memset_kernels ? &edit : nullptr);
   return out;
 }
 

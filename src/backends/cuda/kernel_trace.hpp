@@ -57,10 +57,13 @@ struct GraphTrace {
 // lane), calling after_step(k) right after step k's launches, whichever
 // stream they went to; the nodes the capture gained since the last
 // after_step are step k's. Then replays it `replays` times with CUPTI's
-// kernel, memset and memcpy activity on. Error(Runtime) naming what failed.
+// kernel, memset and memcpy activity on. With `memset_kernels` the captured
+// graph's memset nodes become fill kernels first, as the engine's own capture
+// does under that switch (graph_memsets.hpp); each keeps its memset's step.
+// Error(Runtime) naming what failed.
 GraphTrace trace_call_replays(cudaStream_t stream,
                               const std::function<void(const std::function<void(size_t)>&)>& enqueue_call,
-                              int replays);
+                              int replays, bool memset_kernels = false);
 
 // Host-side: the last replay's spans of a GraphTrace, each attributed through
 // its node to its step, in start order, with the step's lane (`on_side`: per

@@ -118,6 +118,7 @@ struct GraphFacts {
   std::map<size_t, size_t> concat_masks;  // row-major concat -> the mul by a per-token constant its launch writes too (plan_concat_masks)
   std::set<size_t> linear_norms;  // layer norms whose one-linear chain runs as small_gemm_norm (plan_mlp_chains)
   std::vector<SideRun> side_runs;  // plan_side_lane, in node order of their first nodes
+  bool late_side_fork = false;     // plan_side_lane's late_fork (switch late_side_fork or the plan's record)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -487,8 +488,11 @@ void plan_output_casts(const Graph& g, GraphFacts& f);
 // Launch positions come from the fusion plans above (a fused node runs at the
 // launch that computes it, early or late); a run next to a fused node whose
 // launch is not known is not taken. Call last in plan_fusions; not for dense
-// graphs, window convs, channel views or squeeze-excitation plans.
-void plan_side_lane(const Graph& g, GraphFacts& f);
+// graphs, window convs, channel views or squeeze-excitation plans. With
+// `late_fork` (switch late_side_fork), a run whose window holds a main-lane
+// top_k of at most 8 rows before the run's first node forks right before the
+// top_k instead.
+void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork = false);
 // Per node: the index of the node whose launch computes it (itself when it
 // has a launch of its own), kPassThrough for byte aliases (no launch: their
 // readers read the source), kUnknownLaunch for fused nodes no plan accounts for.

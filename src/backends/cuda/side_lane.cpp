@@ -15,9 +15,16 @@
 #include "backends/cuda/cuda_program.hpp"
 #include "backends/cuda/lower.hpp"
 #include "core/error.hpp"
+#include "ir/attrs.hpp"
 #include "ir/quant_form.hpp"
 
 namespace kiln::cuda {
+
+namespace {
+// late_side_fork's top_k: at most 8 rows (top_k_rows gives a row one block,
+// or one cluster of 8 from 4096 elements: a few SMs busy, the rest idle).
+constexpr int64_t kLateForkTopKRows = 8;
+}  // namespace
 
 std::vector<int> launch_nodes(const Graph& g, const GraphFacts& f) {
   const int end = static_cast<int>(g.nodes.size());
@@ -59,7 +66,7 @@ std::vector<int> launch_nodes(const Graph& g, const GraphFacts& f) {
   return at;
 }
 
-void plan_side_lane(const Graph& g, GraphFacts& f) {
+void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork) {
   f.side_runs.clear();
   if (f.dense || f.window_mode || f.use_views || !f.se.fused_away.empty() || !f.se.mlp_at.empty() ||
       !f.se.scale_at.empty())
@@ -164,6 +171,27 @@ void plan_side_lane(const Graph& g, GraphFacts& f) {
     taken.push_back(r);
   }
   std::sort(taken.begin(), taken.end());  // node order
+  // Switch late_side_fork: a run whose window holds a main-lane top_k of a
+  // few rows (RT-DETR's query selection, 8400 -> 300: at batch 1 one
+  // thread-block cluster for ~10 us with the rest of the GPU idle) forks
+  // right before it instead of where its input is written. RT-DETR's merged
+  // decoder value projection (8400 x 768, 264 CTAs at batch 1), forked where
+  // the encoder's memory is written, held the SMs while model.enc_output.0
+  // waited 6.7 us (H100, session 33's two-lane trace).
+  const auto few_long_rows = [&](int k) {
+    if (g.nodes[k].op != Op::TopK) return false;
+    const TopKAttrs a = top_k_attrs(g, g.nodes[k]);
+    return a.outer * a.inner <= kLateForkTopKRows;
+  };
+  if (late_fork)
+    for (size_t r : taken) {
+      SideRun& run = runs[r];
+      for (int k = run.fork + 1; k < run.join && k < static_cast<int>(run.nodes.front()); ++k)
+        if (at[k] == k && !side[k] && few_long_rows(k)) {
+          run.fork = k - 1;  // the fork step is the first main-lane step with a node after it: the top_k's
+          break;
+        }
+    }
   for (size_t r : taken) {
     const SideRun& run = runs[r];
     for (size_t n : run.nodes) {
