@@ -41,5 +41,5 @@ timeout 60 $kiln build $work/full/r18vd -o $(b8 D) --backend cuda --precision fp
 timeout 60 $kiln build $work/full/r18vd -o $(b8 A) --backend cuda --precision fp16 --batch 8 --enable memset_kernels,late_side_fork > $R/build_A8.log 2>&1; log build_A8 $?
 set --; for n in T D A; do [ -f $(b8 $n) ] && set -- "$@" $(b8 $n); done
 for i in 1 2; do $kiln bench "$@" --batch 8 --iterations 200 >> $R/ab_b8.txt 2>&1; log ab8_$i $?; done
-timeout 200 $B/kiln_gpu_tests --gtest_filter='Fixtures/CudaRtDetr.Fp16DetectionsMatchPyTorch/*:Fixtures/CudaRtDetr.Fp32MatchesPyTorch/*' > $R/rtdetr.log 2>&1; log rtdetr $?
+timeout 150 $B/kiln_gpu_tests --gtest_filter='Fixtures/CudaRtDetr.Fp16DetectionsMatchPyTorch/*:Fixtures/CudaRtDetr.Fp32MatchesPyTorch/*' > $R/rtdetr.log 2>&1; log rtdetr $?
 tar -C $work -czf $OUT/res.tgz res
