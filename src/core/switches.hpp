@@ -36,9 +36,9 @@ enum class Switch : int {
   DirectConv,  // CUDA: kiln's direct conv for convs of at most 4 input channels (RGB stems) timed beside cuDNN's engines (auto: off until measured on a GPU)
   ClusterTopK,  // CUDA: top_k rows of 4096..196608 elements on a cluster of 8 blocks instead of one (auto: on since session 33; the same bits either way)
   WideAttention,  // CUDA: attention's key-split-4 form with 2 or 4 query groups a block, one k/v copy per 32 or 64 queries (auto: on since session 33; the same bits either way)
-  WarpDeform,  // CUDA: ms_deform_attn with one warp per query and 16-byte value loads (auto: off until measured on a GPU; the same bits either way)
+  WarpDeform,  // CUDA: ms_deform_attn with one warp per query and 16-byte value loads (auto: from 2400 queries a launch, where it won on the H100; the same bits either way)
   MemsetKernels,  // CUDA: the captured call's memset nodes (cuDNN's) replaced by kiln fill kernels (auto: off until measured on a GPU; the same bytes either way)
-  LateSideFork,   // CUDA: a side run whose window holds a top_k of <= 8 rows forks right before it, beside the few-block step (auto: off until measured on a GPU)
+  LateSideFork,   // CUDA: a side run whose window holds a top_k of <= 8 rows forks right before it, beside the few-block step (auto: on since session 34; at load what the plan records)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

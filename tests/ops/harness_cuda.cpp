@@ -44,9 +44,10 @@ std::vector<ref::Buffer> run_cuda_backend(const Graph& g, const std::vector<ref:
   o.switches.set(Switch::ConcatMask, true);  // a concat's per-token mask mul inside its launch (auto: off until measured)
   o.switches.set(Switch::Sm90Conv, true);    // kiln's sm90 conv (CUTLASS TMA + wgmma) timed beside cuDNN's engines (auto: off)
   o.switches.set(Switch::DirectConv, true);  // kiln's direct conv for <= 4 input channels timed beside them (auto: off)
-  o.switches.set(Switch::ClusterTopK, true);  // top_k rows of 4096..196608 on a cluster of 8 blocks (auto: off until run on a GPU)
-  o.switches.set(Switch::WideAttention, true);  // attention's split-4 form with 2 or 4 query groups a block (auto: off until measured)
-  o.switches.set(Switch::WarpDeform, true);  // ms_deform_attn's warp form (auto: off until measured)
+  o.switches.set(Switch::ClusterTopK, true);  // top_k rows of 4096..196608 on a cluster of 8 blocks (auto: on)
+  o.switches.set(Switch::WideAttention, true);  // attention's split-4 form with 2 or 4 query groups a block (auto: on)
+  o.switches.set(Switch::WarpDeform, true);  // ms_deform_attn's warp form (auto: from 2400 queries a launch)
+  o.switches.set(Switch::MemsetKernels, true);  // captured memset nodes (cuDNN's) as fill kernels (auto: off)
   o.fp8_fusion = fp8_fusion == 2  ? cuda::Fp8Fusion::Cutlass
                  : fp8_fusion > 0 ? cuda::Fp8Fusion::Fused
                  : fp8_fusion < 0 ? cuda::Fp8Fusion::Unfused

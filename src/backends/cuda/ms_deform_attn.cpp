@@ -101,8 +101,12 @@ void lower_MsDeformAttn(Lowering& L, size_t ni) {
   DeformAttnShape ks = s;
   for (size_t k : {0, 2, 3})
     if ((w[k] = window_read(L, n, k)).on) (k == 0 ? ks.value_ld : k == 2 ? ks.off_ld : ks.logit_ld) = w[k].ld;
-  // Switch warp_deform (auto: off until measured on a GPU): one warp per query (ms_deform_attn.cu); the same bits.
-  const DeformPath path = L.m.opts.switches.get(Switch::WarpDeform).value_or(false) ? DeformPath::Warp : DeformPath::Block;
+  // Switch warp_deform: one warp per query (ms_deform_attn.cu); the same bits.
+  // Auto (session 34, H100): from kWarpDeformMinQueries queries a launch, where
+  // it won (RT-DETR r18vd batch 8, 2400 queries: 22.7 against 34.0 us, the
+  // engine 2.051 -> 2.006 ms); below, the block form (batch 1: 7.4 against 11.3 us).
+  const bool warp_auto = s.n * s.q >= kWarpDeformMinQueries;
+  const DeformPath path = L.m.opts.switches.get(Switch::WarpDeform).value_or(warp_auto) ? DeformPath::Warp : DeformPath::Block;
   L.step(io.kernel(d.discrete ? "ms_deform_attn discrete" : "ms_deform_attn"), [=](const Exec& x) {
     io.load(x);
     auto in = [&](size_t k) { return w[k].on ? w[k].at(x) : io.in(x, k); };
