@@ -32,15 +32,6 @@ __global__ void fill_kernel(char* dst, size_t pitch, uint32_t value, unsigned el
   }
 }
 
-std::vector<cudaGraphNode_t> nodes_of(cudaGraph_t graph) {
-  size_t n = 0;
-  KILN_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
-  std::vector<cudaGraphNode_t> nodes(n);
-  if (n) KILN_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
-  nodes.resize(n);
-  return nodes;
-}
-
 // A node's dependencies (incoming) or dependents (outgoing), with each edge's data.
 void edges_of(cudaGraphNode_t node, bool incoming, std::vector<cudaGraphNode_t>& peers,
               std::vector<cudaGraphEdgeData>& data) {
@@ -56,9 +47,18 @@ void edges_of(cudaGraphNode_t node, bool incoming, std::vector<cudaGraphNode_t>&
 
 }  // namespace
 
+std::vector<cudaGraphNode_t> graph_nodes(cudaGraph_t graph) {
+  size_t n = 0;
+  KILN_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) KILN_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  nodes.resize(n);
+  return nodes;
+}
+
 std::vector<std::pair<cudaGraphNode_t, cudaGraphNode_t>> memsets_to_kernels(cudaGraph_t graph) {
   std::vector<std::pair<cudaGraphNode_t, cudaGraphNode_t>> out;
-  for (cudaGraphNode_t node : nodes_of(graph)) {
+  for (cudaGraphNode_t node : graph_nodes(graph)) {
     cudaGraphNodeType type{};
     KILN_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
     if (type != cudaGraphNodeTypeMemset) continue;

@@ -15,6 +15,9 @@
 
 namespace kiln::cuda {
 
+// The nodes of `graph` (a capture's graph too), in the order CUDA lists them.
+std::vector<cudaGraphNode_t> graph_nodes(cudaGraph_t graph);
+
 // Replaces every memset node of `graph` (not instantiated) by a kernel node
 // that writes the same bytes, keeping its dependencies and dependents.
 // Returns (memset node, kernel node) pairs, in the order the graph lists them

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/graph_memsets.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cuda {
@@ -147,12 +148,7 @@ std::vector<cudaGraphNode_t> capturing_nodes(cudaStream_t stream, size_t step) {
   cudaGraph_t g = nullptr;
   KILN_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, nullptr, &g, nullptr, nullptr, nullptr));
   if (status != cudaStreamCaptureStatusActive || !g) fail_runtime("the diagnostic capture ended at step ", step);
-  size_t n = 0;
-  KILN_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
-  std::vector<cudaGraphNode_t> nodes(n);
-  if (n) KILN_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
-  nodes.resize(n);
-  return nodes;
+  return graph_nodes(g);
 }
 
 std::vector<std::vector<std::string>> kernels_by_step(cudaStream_t stream, size_t steps,

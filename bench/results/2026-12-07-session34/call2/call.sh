@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 34's device call 2 (~5 min; results as $OUT/res.tgz, tarred after every step). After call 1 (H100):
+# Session 34's device call 2 (~6.5 min; results as $OUT/res.tgz, tarred after every step). After call 1 (H100):
 # late_side_fork is on by default (r18vd batch 1 0.633 -> 0.628 ms), warp_deform's auto takes the warp form from
 # 2400 queries a launch (batch 8: 2.051 -> 2.006 ms; batch 1 loses) and the warp form is session 33's first one
 # again (faster at batch 8 than the rewrite), memset_kernels stays off (alone 0.631 against 0.633, but nothing on
@@ -9,8 +9,7 @@
 # - r18vd fp16 batch 1, five interleaved rounds: T (the new default), M (+ memset_kernels), E (--disable
 #   late_side_fork); outputs bit for bit; T's two-lane trace and per-group profile;
 # - batch 8, three rounds: T8 (default: late fork, warp form), M8 (+ memset_kernels), P8 (--disable
-#   late_side_fork,warp_deform: session 33's default); T8's profile;
-# - batch 4, two rounds: T4 (default: the block form, 1200 queries) and W4 (--enable warp_deform).
+#   late_side_fork,warp_deform: session 33's default); T8's profile.
 . tools/gpu/call_common.sh
 timeout 150 $B/kiln_gpu_tests --gtest_filter='Fixtures/CudaRtDetr.SideLaneChangesNoBit/*:CudaKernels.DeformWarp*:CudaRtDetrKernelsPerf.Deform:GraphMemsets.*' > $R/kernels.log 2>&1; log kernels $?
 full_fixture r18vd $R/fixtures.log; log fixture $?
@@ -31,7 +30,4 @@ build 8 T; build 8 M --enable memset_kernels; build 8 P --disable late_side_fork
 set --; for n in T M P; do [ -f $(bb 8 $n) ] && set -- "$@" $(bb 8 $n); done
 for i in 1 2 3; do $kiln bench "$@" --batch 8 --iterations 200 >> $R/ab_b8.txt 2>&1; log ab8_$i $?; done
 $kiln bench $(bb 8 T) --batch 8 --iterations 200 --profile 20 --trace 20 > $R/profile_T8.txt 2>&1; log profile_T8 $?
-build 4 T; build 4 W --enable warp_deform
-set --; for n in T W; do [ -f $(bb 4 $n) ] && set -- "$@" $(bb 4 $n); done
-for i in 1 2; do $kiln bench "$@" --batch 4 --iterations 200 >> $R/ab_b4.txt 2>&1; log ab4_$i $?; done
 tar -C $work -czf $OUT/res.tgz res
