@@ -495,9 +495,6 @@ struct DeformAttnShape {
 // ms_deform_warp_ok and the value and y pointers are 16-byte aligned (else
 // the block form). The same bits either way.
 enum class DeformPath { Block, Warp };
-// Switch warp_deform's auto: the warp form from this many queries a launch
-// (images x queries; measured on the H100 in session 34: it won at 2400, lost at 300).
-inline constexpr int64_t kWarpDeformMinQueries = 2400;
 bool ms_deform_warp_ok(const DeformAttnShape& s, DType dt);
 void ms_deform_attn(const void* value, const void* ref, const void* offsets, const void* logits, void* y, DType dt,
                     const DeformAttnShape& s, cudaStream_t stream, DeformPath path = DeformPath::Block);

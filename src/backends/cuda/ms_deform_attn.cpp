@@ -19,6 +19,10 @@ namespace kiln::cuda {
 
 namespace {
 
+// Switch warp_deform's auto: the warp form from this many queries a launch
+// (images x queries; measured on the H100 in session 34: it won at 2400, lost at 300).
+constexpr int64_t kWarpDeformMinQueries = 2400;
+
 // Inputs 0 (value) and 3 (logits) are the 4-D ones.
 bool deform_reads_4d(const Node& n, int v) { return n.inputs[0] == v || n.inputs[3] == v; }
 
