@@ -178,7 +178,7 @@ void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork) {
   // decoder value projection (8400 x 768, 264 CTAs at batch 1), forked where
   // the encoder's memory is written, held the SMs while model.enc_output.0
   // waited 6.7 us (H100, session 33's two-lane trace).
-  const auto few_long_rows = [&](int k) {
+  const auto few_rows_top_k = [&](int k) {
     if (g.nodes[k].op != Op::TopK) return false;
     const TopKAttrs a = top_k_attrs(g, g.nodes[k]);
     return a.outer * a.inner <= kLateForkTopKRows;
@@ -187,7 +187,7 @@ void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork) {
     for (size_t r : taken) {
       SideRun& run = runs[r];
       for (int k = run.fork + 1; k < run.join && k < static_cast<int>(run.nodes.front()); ++k)
-        if (at[k] == k && !side[k] && few_long_rows(k)) {
+        if (at[k] == k && !side[k] && few_rows_top_k(k)) {
           run.fork = k - 1;  // the fork step is the first main-lane step with a node after it: the top_k's
           break;
         }
