@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/device_common.cuh"
 #include "backends/cuda/graph_memsets.hpp"
 
 namespace kiln::cuda {
@@ -71,15 +72,12 @@ std::vector<std::pair<cudaGraphNode_t, cudaGraphNode_t>> memsets_to_kernels(cuda
     size_t width = m.width, height = m.height;
     const size_t row_bytes = width * elem;
     bool wide = reinterpret_cast<uintptr_t>(dst) % 16 == 0 && pitch % 16 == 0 && row_bytes % 16 == 0;
-    const size_t units = (wide ? row_bytes / 16 : width) * height;
-    const unsigned threads = 256;
-    const size_t blocks_needed = (units + threads - 1) / threads;
-    dim3 grid(static_cast<unsigned>(blocks_needed < 1024 ? (blocks_needed ? blocks_needed : 1) : 1024));
+    const auto units = static_cast<int64_t>((wide ? row_bytes / 16 : width) * height);
     void* args[] = {&dst, &pitch, &value, &elem, &width, &height, &wide};
     cudaKernelNodeParams k{};
     k.func = reinterpret_cast<void*>(&fill_kernel);
-    k.gridDim = grid;
-    k.blockDim = dim3(threads);
+    k.gridDim = dim3(static_cast<unsigned>(detail::grid_for(units)));
+    k.blockDim = dim3(detail::kThreads);
     k.sharedMemBytes = 0;
     k.kernelParams = args;
     std::vector<cudaGraphNode_t> in, outs;
