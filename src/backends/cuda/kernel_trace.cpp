@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
-#include <set>
 
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/graph_memsets.hpp"
