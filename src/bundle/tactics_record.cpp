@@ -80,8 +80,8 @@ struct Checker {
             bad(at + ".steps[" + std::to_string(k) + "]", "a step index (below the step count)");
       }
     }
-    if (const json* lf = optional(p, "late_side_fork"); lf && !lf->is_boolean())
-      bad(path + ".late_side_fork", "true or false");
+    for (const char* key : {"late_side_fork", "weight_prefetch", "prefetch_evict_last"})
+      if (const json* v = optional(p, key); v && !v->is_boolean()) bad(path + "." + key, "true or false");
     // Nodes fused by name (session 28): the post-norms run as small_gemm_norm,
     // the muls written by their concat's launch.
     for (const char* key : {"linear_norm", "concat_mask"})

@@ -11,7 +11,8 @@ constexpr std::array<const char*, kSwitchCount> kNames = {"fuse_se",    "fuse_se
                                                           "conv_knobs", "gemm_conv",  "small_gemm",
                                                           "linear_norm", "concat_mask", "sm90_conv",
                                                           "direct_conv", "cluster_top_k", "wide_attention",
-                                                          "warp_deform", "memset_kernels", "late_side_fork"};
+                                                          "warp_deform", "memset_kernels", "late_side_fork",
+                                                          "weight_prefetch", "prefetch_evict_last"};
 
 std::optional<Switch> find_switch(std::string_view name) {
   for (int i = 0; i < kSwitchCount; ++i)

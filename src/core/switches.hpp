@@ -39,6 +39,8 @@ enum class Switch : int {
   WarpDeform,  // CUDA: ms_deform_attn with one warp per query and 16-byte value loads (auto: from 2400 queries a launch, where it won on the H100; the same bits either way)
   MemsetKernels,  // CUDA: the captured call's memset nodes (cuDNN's) replaced by kiln fill kernels (auto: off until measured on a GPU; the same bytes either way)
   LateSideFork,   // CUDA: a side run whose window holds a top_k of <= 8 rows forks right before it, beside the few-block step (auto: on since session 34; at load what the plan records)
+  WeightPrefetch,  // CUDA: one side-lane launch pulls the weights of the call's last steps (up to 12 MiB) into L2 before they run (auto: off until measured on a GPU; at load what the plan records; no bit changes)
+  PrefetchEvictLast,  // CUDA: weight_prefetch's lines marked evict-last in L2, so streaming activations evict them last (auto: off until measured on a GPU; at load what the plan records)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

@@ -51,6 +51,26 @@ fs::path build_fp16_with(const fs::path& dir, int batch, const fs::path& out, co
   return out;
 }
 
+// The bundle's tactics section: its name and its record.
+std::pair<std::string, nlohmann::json> tactics_of(const fs::path& b) {
+  const Bundle bundle = Bundle::open(b);
+  for (const auto& s : bundle.section_names())
+    if (s.rfind("tactics.", 0) == 0) return {s, nlohmann::json::parse(bundle.section_text(s))};
+  return {};
+}
+
+// Bundle `from` written to `to` with section `section` replaced by `text`.
+void rewrite_section(const fs::path& from, const fs::path& to, const std::string& section, const std::string& text) {
+  const Bundle built = Bundle::open(from);
+  BundleWriter w(built.info());
+  for (const auto& s : built.section_names()) {
+    const Blob blob = built.section(s);
+    if (s == section) w.add_section(s, text);
+    else w.add_section(s, std::vector<uint8_t>(blob.data, blob.data + blob.size));
+  }
+  w.write(to);
+}
+
 // Opt level 3 (timed tactics, the default) and 1 (heuristic tactics).
 TEST_P(CudaRtDetr, Fp32MatchesPyTorch) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -178,6 +198,68 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   fs::remove_all(tmp);
 }
 
+// Switch weight_prefetch (weight_prefetch.hpp) changes when weights reach L2,
+// never what a launch computes: twenty calls of the engine built with it
+// give the bits of the one built without, with one launch more (the
+// prefetch), and the plan records it: `weight_prefetch: true`, its step
+// (kernel "kiln l2_prefetch: ...") and a side run of that step alone,
+// joined at the end. A plan whose record was removed fails the load.
+TEST_P(CudaRtDetr, WeightPrefetchChangesNoBit) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = rt::kFixtures / GetParam();
+  const HostTensor x = read_npy(dir / "input.npy");
+  const std::string batch = std::to_string(x.shape.at(0));
+  const fs::path tmp = testing::temp_dir(cat("rtdetr_prefetch_", GetParam()));
+  auto build_with = [&](bool on) {
+    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"),
+                           {{Switch::WeightPrefetch, on}});
+  };
+  const fs::path off = build_with(false), on = build_with(true);
+  const nlohmann::json plan_off = tactics_of(off).second["batches"][batch]["plan"];
+  const auto [section, record] = tactics_of(on);
+  const nlohmann::json& plan = record["batches"][batch]["plan"];
+  EXPECT_FALSE(plan_off.contains("weight_prefetch"));
+  ASSERT_EQ(plan.value("weight_prefetch", false), true) << GetParam();
+  ASSERT_EQ(plan["steps"].size(), plan_off["steps"].size() + 1);
+  ASSERT_EQ(plan["side_lane"].size(), plan_off["side_lane"].size() + 1);
+  size_t prefetch = plan["steps"].size();
+  for (size_t k = 0; k < plan["steps"].size(); ++k)
+    if (plan["steps"][k][1].get<std::string>().rfind("kiln l2_prefetch", 0) == 0) prefetch = k;
+  ASSERT_LT(prefetch, plan["steps"].size()) << "no prefetch step in the plan";
+  bool alone = false;
+  for (const auto& r : plan["side_lane"])
+    alone |= r["steps"] == nlohmann::json::array({prefetch}) && r["fork"].get<size_t>() == prefetch + 1 &&
+             r["join"].get<size_t>() == plan["steps"].size();
+  EXPECT_TRUE(alone) << "the prefetch's side run: " << plan["side_lane"].dump();
+
+  auto off_ctx = Engine::load(off.string())->create_context();
+  const std::vector<Tensor> want = off_ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  auto ctx = Engine::load(on.string())->create_context();
+  int differing = 0;
+  for (int it = 0; it < 20; ++it) {
+    const std::vector<Tensor> got = ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+    ASSERT_EQ(got.size(), want.size());
+    bool same = true;
+    for (size_t k = 0; k < got.size(); ++k) same &= got[k].data == want[k].data;
+    differing += !same;
+  }
+  EXPECT_EQ(differing, 0) << GetParam() << ": calls with weight_prefetch that differ from without it (of 20)";
+  EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx) + 1) << GetParam();
+
+  // The record removed: the program built from the plan has no prefetch step, so the load fails.
+  nlohmann::json edited = record;
+  edited["batches"][batch]["plan"].erase("weight_prefetch");
+  const fs::path bad = tmp / "edited.bundle";
+  rewrite_section(on, bad, section, edited.dump());
+  try {
+    Engine::load(bad.string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
+    ADD_FAILURE() << "a plan without its weight_prefetch record loaded and ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rebuild the bundle"), std::string::npos) << e.what();
+  }
+  fs::remove_all(tmp);
+}
+
 // Switches linear_norm (small_gemm_norm) and concat_mask (the memory's mask
 // inside its concat, plan_concat_masks) change no bit: with every linear on
 // small_gemm (so the unfused projections run the kernel whose sums
@@ -194,17 +276,11 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
     return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"),
                            {{Switch::SmallGemm, true}, {Switch::LinearNorm, on}, {Switch::ConcatMask, on}});
   };
-  auto tactics = [&](const fs::path& b) -> std::pair<std::string, nlohmann::json> {
-    const Bundle bundle = Bundle::open(b);
-    for (const auto& s : bundle.section_names())
-      if (s.rfind("tactics.", 0) == 0) return {s, nlohmann::json::parse(bundle.section_text(s))};
-    return {};
-  };
   const fs::path off = build_with(false), on = build_with(true);
-  const auto [section, rec] = tactics(on);
+  const auto [section, rec] = tactics_of(on);
   const nlohmann::json& plan = rec["batches"][batch]["plan"];
   const size_t norms = plan.value("linear_norm", nlohmann::json::array()).size();
-  const nlohmann::json off_plan = tactics(off).second["batches"][batch]["plan"];
+  const nlohmann::json off_plan = tactics_of(off).second["batches"][batch]["plan"];
   EXPECT_EQ(off_plan.value("linear_norm", nlohmann::json::array()).size(), 0u);
   EXPECT_EQ(off_plan.value("concat_mask", nlohmann::json::array()).size(), 0u);
   std::ifstream cfg_file(dir / "config.json");
@@ -223,15 +299,8 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   if (norms > 0) {
     nlohmann::json bad = rec;
     bad["batches"][batch]["plan"].erase("linear_norm");
-    const Bundle built = Bundle::open(on);
-    BundleWriter w(built.info());
-    for (const auto& s : built.section_names()) {
-      const Blob blob = built.section(s);
-      if (s == section) w.add_section(s, bad.dump());
-      else w.add_section(s, std::vector<uint8_t>(blob.data, blob.data + blob.size));
-    }
     const fs::path tampered = tmp / "tampered.bundle";
-    w.write(tampered);
+    rewrite_section(on, tampered, section, bad.dump());
     try {
       Engine::load(tampered.string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
       ADD_FAILURE() << "a plan without its linear_norm list loaded and ran";

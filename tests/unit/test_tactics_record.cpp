@@ -22,6 +22,7 @@ nlohmann::json good() {
                                                                ["conv3", "cudnn eng0"]],
                                "side_lane": [{"steps": [1], "fork": 0, "join": 3}],
                                "linear_norm": ["dec.0.norm1"], "concat_mask": [], "late_side_fork": true,
+                               "weight_prefetch": true,
                                "values": {"pixel_values": [0, 0]}}}}
   })");
 }
@@ -94,6 +95,8 @@ TEST(TacticsRecord, WrongTypesNameTheSectionAndKey) {
        "'batches.1.plan.concat_mask[1]' must be a node name (a non-empty string)");
   says([](auto& j) { j["batches"]["1"]["plan"]["late_side_fork"] = "yes"; },
        "'batches.1.plan.late_side_fork' must be true or false");
+  says([](auto& j) { j["batches"]["1"]["plan"]["weight_prefetch"] = 1; },
+       "'batches.1.plan.weight_prefetch' must be true or false");
   says([](auto& j) { j["batches"]["1"]["plan"]["values"]["pixel_values"] = {0, "8"}; },
        "'batches.1.plan.values.pixel_values' must be [arena offset");
   EXPECT_NE(error_of(nlohmann::json::array()).find("not a JSON object"), std::string::npos);

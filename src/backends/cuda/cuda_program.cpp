@@ -152,10 +152,11 @@ void plan_views_and_windows(const CudaEngine::Impl& m, const Graph& g, const nlo
 // side lane: bundles whose plan predates it (no `side_lane` key) run without it, as built.
 bool side_lane_recorded(const nlohmann::json* plan) { return !plan || (plan->is_object() && plan->contains("side_lane")); }
 
-// Whether the plan's side runs fork late (switch late_side_fork; plan key
-// `late_side_fork`, absent before session 34: false).
-bool recorded_late_side_fork(const nlohmann::json& plan) {
-  const auto it = plan.is_object() ? plan.find("late_side_fork") : plan.end();
+// A graph-wide choice a plan records as `key: true` (absent in plans from
+// before it: false): `late_side_fork` (the side runs fork late, session 34),
+// `weight_prefetch` (the L2 prefetch step, session 35) and `prefetch_evict_last` (its lines evict-last).
+bool recorded_flag(const nlohmann::json& plan, const char* key) {
+  const auto it = plan.is_object() ? plan.find(key) : plan.end();
   return it != plan.end() && it->is_boolean() && it->get<bool>();
 }
 
@@ -265,8 +266,15 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   // Independent branches on a second stream (side_lane.cpp).
   // Switch late_side_fork (auto: on since session 34, r18vd batch 1 0.633 ->
   // 0.628 ms on the H100); at load what the plan records (false for a plan from before it).
-  f.late_side_fork = plan ? recorded_late_side_fork(*plan) : sw.get(Switch::LateSideFork).value_or(true);
-  if (sw.get(Switch::SideLane).value_or(true) && side_lane_recorded(plan)) plan_side_lane(g, f, f.late_side_fork);
+  f.late_side_fork = plan ? recorded_flag(*plan, "late_side_fork") : sw.get(Switch::LateSideFork).value_or(true);
+  const bool side_lane = sw.get(Switch::SideLane).value_or(true) && side_lane_recorded(plan);
+  if (side_lane) plan_side_lane(g, f, f.late_side_fork);
+  // Switch weight_prefetch (auto: off until measured on a GPU): the L2
+  // prefetch step on the side lane (weight_prefetch.hpp), inserted after
+  // lowering; at load what the plan records.
+  f.weight_prefetch = side_lane && (plan ? recorded_flag(*plan, "weight_prefetch") : sw.get(Switch::WeightPrefetch).value_or(false));
+  f.prefetch_evict_last =
+      f.weight_prefetch && (plan ? recorded_flag(*plan, "prefetch_evict_last") : sw.get(Switch::PrefetchEvictLast).value_or(false));
 }
 
 // Channel views without window convs: every conv touching a view must be a
@@ -371,6 +379,8 @@ nlohmann::json CudaEngine::Program::plan_json() const {
     for (const SideLaneRun& r : side_runs) runs.push_back({{"steps", r.steps}, {"fork", r.fork_step}, {"join", r.join_step}});
     j["side_lane"] = runs;
     if (late_side_fork) j["late_side_fork"] = true;
+    if (weight_prefetch) j["weight_prefetch"] = true;
+    if (weight_prefetch && prefetch_evict_last) j["prefetch_evict_last"] = true;
   }
   return j;
 }
@@ -420,6 +430,7 @@ std::shared_ptr<CudaEngine::Program> CudaEngine::Impl::lower_program(int64_t bat
   timed_layers += tactics.timed_layers();
   schedule_side_lane(*p, f);
   p->side_lane_planned = side_lane_recorded(plan);
+  if (f.weight_prefetch) insert_weight_prefetch(L);
   if (opts.tune && opts.progress) opts.progress(static_cast<int64_t>(g.nodes.size()), static_cast<int64_t>(g.nodes.size()));
   if (plan) {
     // The blocks' window-vs-cuDNN tactics, as the build recorded them (the plan's list decided).

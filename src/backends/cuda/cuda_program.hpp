@@ -67,6 +67,9 @@ struct CudaEngine::Program {
   std::vector<char> step_on_side;  // per step
   std::vector<std::string> concat_masks;  // muls written by their concat's launch (plan key `concat_mask`)
   bool late_side_fork = false;            // side runs planned with switch late_side_fork (plan key `late_side_fork`)
+  bool weight_prefetch = false;           // the program has insert_weight_prefetch's step (plan key `weight_prefetch`)
+  bool prefetch_evict_last = false;       // ... whose lines are evict-last (plan key `prefetch_evict_last`)
+  DeviceBuffer prefetch_ranges;           // that step's {address, bytes} pairs
   std::vector<std::string> linear_norms;  // layer norms run as small_gemm_norm with their projection (plan key `linear_norm`)
   bool side_lane_planned = false;  // the plan records `side_lane` (bundles before it: no side lane)
   // Enqueues every step on x.stream, the side runs on lane's stream (without

@@ -27,6 +27,7 @@ int Lowering::add_check(const std::string& what) {
 const void* Lowering::engine_buffer(const std::string& key, const std::function<DeviceBuffer()>& make) {
   auto it = m.extra.find(key);
   if (it == m.extra.end()) it = m.extra.emplace(key, make()).first;
+  note_read(it->second.get(), it->second.size());
   return it->second.get();
 }
 

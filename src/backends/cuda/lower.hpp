@@ -36,6 +36,7 @@
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/se_plan.hpp"
 #include "backends/cuda/tactics.hpp"
+#include "backends/cuda/weight_prefetch.hpp"
 #include "backends/cuda/window_plan.hpp"
 #include "runtime/views.hpp"
 
@@ -119,6 +120,8 @@ struct GraphFacts {
   std::set<size_t> linear_norms;  // layer norms whose one-linear chain runs as small_gemm_norm (plan_mlp_chains)
   std::vector<SideRun> side_runs;  // plan_side_lane, in node order of their first nodes
   bool late_side_fork = false;     // plan_side_lane's late_fork (switch late_side_fork or the plan's record)
+  bool weight_prefetch = false;    // insert_weight_prefetch after lowering (switch weight_prefetch or the plan's record)
+  bool prefetch_evict_last = false;  // ... its lines evict-last (switch prefetch_evict_last or the plan's record)
   SePlan se;
   ChannelViews cv;
   WindowPlan wp;
@@ -199,7 +202,11 @@ struct Lowering {
   TacticSelector& tactics;
   ValuePtr ptr;
 
-  const void* weight(int v) const { return m.weights.at(v).get(); }
+  const void* weight(int v) const {
+    const DeviceBuffer& b = m.weights.at(v);
+    note_read(b.get(), b.size());
+    return b.get();
+  }
   int pixel_stride(int v) const { return as_int(g.values[f.cv.root(v)].shape[1]); }  // channels of v's root buffer
   bool strided(int v) const { return f.viewed(v); }
   int stride_or_0(int v) const { return strided(v) ? pixel_stride(v) : 0; }
@@ -214,6 +221,12 @@ struct Lowering {
   const void* engine_copy(const std::string& key, const void* data, size_t bytes);
   std::string node_name;  // the node being lowered
   int node_index = -1;    // its index (-1: the engine inputs' conversion)
+  // The engine constants each node's lowering took (weight(), engine_buffer()),
+  // by node index: what switch weight_prefetch pulls into L2 (weight_prefetch.hpp).
+  mutable std::map<int, std::vector<DeviceRange>> weight_reads{};
+  void note_read(const void* at, size_t bytes) const {
+    if (at && bytes) weight_reads[node_index].push_back({at, bytes});
+  }
   // Grows the per-context workspace to at least `bytes` (steps use it one at a time).
   void reserve_workspace(size_t bytes) { p.workspace_bytes = std::max(p.workspace_bytes, bytes); }
   // A run-time check of node `node`: a 3-int64 device flag (Exec::checks + 3 *
@@ -500,6 +513,13 @@ inline constexpr int kPassThrough = -2, kUnknownLaunch = -3;
 std::vector<int> launch_nodes(const Graph& g, const GraphFacts& f);
 // After lowering: the side runs' steps, fork and join steps (Program::side_runs).
 void schedule_side_lane(CudaEngine::Program& p, const GraphFacts& f);
+// The side runs in the order enqueue takes them: by fork step, then join step.
+void sort_side_runs(CudaEngine::Program& p);
+// Switch weight_prefetch, after schedule_side_lane (weight_prefetch.cpp): the
+// L2 prefetch step of the program's last steps' weights, on a side run of its
+// own from the first main-lane step of that tail to the end; nothing when no
+// tail of steps holds constants that fit (weight_prefetch.hpp).
+void insert_weight_prefetch(Lowering& L);
 
 // Lowers node `ni` (nothing for fused-away nodes): the dispatch over ops.def.
 void lower_node(Lowering& L, size_t ni);

@@ -12,15 +12,12 @@
 // reference's pixel and the bilinear weights are the CPU kernel's.
 // The warp form (switch warp_deform, DeformPath::Warp) computes the same
 // corners and the same sums in the same order, so the same bits, with one
-// warp per query: step 1 by its 32 lanes from the query's logits and offsets
-// staged in shared memory, step 2 with each lane summing 16 / sizeof(T)
-// channels that it loads 16 bytes at a time, 8 corners' loads in flight. Why:
-// the block form's thread per channel makes 4 * P two-byte loads (48 for
-// RT-DETR) one after another, latency-bound (~7 us a layer for 300 queries in
-// session 31's H200 trace). Session 33's first warp form (4 warps a block,
-// step 1 reading global memory per pair, 4 loads in flight) lost at batch 1
-// on the H100 (11.7 against 7.2 us: 75 blocks, each lane's step 1 three
-// rounds of 24 dependent logit loads) and won at batch 8 (18.2 against 32.9).
+// warp per query: step 1 by its 32 lanes, step 2 with each lane summing
+// 16 / sizeof(T) channels that it loads 16 bytes at a time, 4 corners' loads
+// in flight. Why: the block form's thread per channel makes 4 * P two-byte
+// loads (48 for RT-DETR) one after another, latency-bound, which shows at
+// batch 8 (34 us a layer against the warp form's 18 on the H100); at batch 1
+// the block form's 300 blocks win (7.4 against 11.3 us).
 #include "backends/cuda/device_common.cuh"
 #include "backends/cuda/kernels.hpp"
 
@@ -85,10 +82,20 @@ __device__ __forceinline__ void corners_of(const DeformAttnShape& s, int i, cons
   if (y1_in && x1_in) w4[3] = __fmul_rn(__fmul_rn(a, fy), fx), r4[3] = int(start + (y0 + 1) * W + x0 + 1);
 }
 
-// The query's reference box in f32.
+// Step 1 of query nq (n * q + query) for pairs first, first + stride, ...:
+// corners_of with the query's box, logits and offsets read from global memory.
 template <typename T>
-__device__ __forceinline__ void box_of(const T* __restrict__ ref, int64_t nq, float (&b)[4]) {
+__device__ __forceinline__ void corners_from(const DeformAttnShape& s, int64_t nq, int first, int stride,
+                                             const T* __restrict__ ref, const T* __restrict__ off,
+                                             const T* __restrict__ logits, float* wgt, int* row) {
+  float b[4];
   for (int k = 0; k < 4; ++k) b[k] = to_f32(ref[nq * 4 + k]);
+  const T* lg = logits + nq * s.logit_ld;
+  const auto logit = [&](int h, int k) { return to_f32(lg[int64_t(h) * s.p + k]); };
+  for (int i = first; i < s.heads * s.p; i += stride) {
+    const T* o = off + nq * s.off_ld + int64_t(i) * 2;
+    corners_of(s, i, logit, to_f32(o[0]), to_f32(o[1]), b, wgt + 4 * i, row + 4 * i);
+  }
 }
 
 template <typename T>
@@ -101,14 +108,7 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
   int* row = reinterpret_cast<int*>(smem + 4 * pairs);  // [pairs][4] value rows (S index), -1: none
   const int64_t nq = blockIdx.x;                        // n * q + query
   const int64_t n = nq / s.q;
-  float b[4];
-  box_of(ref, nq, b);
-  const T* lg = logits + nq * s.logit_ld;
-  const auto logit = [&](int h, int k) { return to_f32(lg[int64_t(h) * s.p + k]); };
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const T* o = off + nq * s.off_ld + int64_t(i) * 2;
-    corners_of(s, i, logit, to_f32(o[0]), to_f32(o[1]), b, wgt + 4 * i, row + 4 * i);
-  }
+  corners_from(s, nq, int(threadIdx.x), int(blockDim.x), ref, off, logits, wgt, row);
   __syncthreads();
   const int hd = s.heads * s.d;
   for (int c = threadIdx.x; c < hd; c += blockDim.x) {
@@ -124,40 +124,34 @@ __global__ void ms_deform_attn_kernel(const T* __restrict__ value, const T* __re
 }
 
 // The warp form: warp w of the block takes query blockIdx.x * kDeformWarps + w.
-// Its lanes first copy the query's logits and offsets to shared memory (f32,
-// loads independent of each other) and compute each pair's corners from there
-// (corners_of, the block form's arithmetic). Then each lane sums kVec channels
-// (16 bytes) at a time over the head's corners in the block form's order
-// (k = 0 .. 4P - 1, skipping rows -1), so every channel's sum is the block
-// form's. The corners' loads are issued kAhead at a time before their sums
-// (a row -1 loads row 0 and is not added).
-constexpr int kDeformWarps = 2;
-// Shared memory per warp: weights and rows [pairs][4], logits [pairs], offsets [pairs][2].
-__host__ __device__ constexpr size_t deform_warp_floats(int pairs) { return size_t(pairs) * 11; }
+// Its lanes compute the pairs' corners (corners_from, the block form's step 1),
+// then each lane sums kVec channels (16 bytes) at a time over the head's
+// corners in the block form's order (k = 0 .. 4P - 1, skipping rows -1), so
+// every channel's sum is the block form's. The corners' loads are issued
+// kAhead at a time before their sums (a row -1 loads row 0 and is not added).
+// Session 33's first form, measured against a rewrite in session 34 (2 warps
+// a block, logits and offsets staged in shared memory, 8 loads in flight): at
+// batch 8 18.2 against 22.7 us, at batch 1 11.7 against 11.3 (H100; the block
+// form 7.4 there, so the warp form runs from 2400 queries: kWarpDeformMinQueries).
+constexpr int kDeformWarps = 4;
+// Shared memory per warp: weights and rows [pairs][4].
+__host__ __device__ constexpr size_t deform_warp_floats(int pairs) { return size_t(pairs) * 8; }
 template <typename T>
 __global__ void __launch_bounds__(kDeformWarps * 32) ms_deform_attn_warp_kernel(const T* __restrict__ value, const T* __restrict__ ref,
                                                                             const T* __restrict__ off, const T* __restrict__ logits,
                                                                             T* __restrict__ y, DeformAttnShape s) {
   constexpr int kVec = 16 / sizeof(T);
-  constexpr int kAhead = 8;
+  constexpr int kAhead = 4;
   dev::enter_grid();
   extern __shared__ float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int pairs = s.heads * s.p;
   float* wgt = smem + warp * deform_warp_floats(pairs);  // this warp's [pairs][4] weights
   int* row = reinterpret_cast<int*>(wgt + 4 * pairs);     // [pairs][4] rows
-  float* lg = wgt + 8 * pairs;                            // [pairs] logits
-  float* of = lg + pairs;                                 // [pairs][2] offsets
   const int64_t nq = int64_t(blockIdx.x) * kDeformWarps + warp;  // n * q + query
   if (nq >= s.n * s.q) return;
   const int64_t n = nq / s.q;
-  for (int i = lane; i < pairs; i += 32) lg[i] = to_f32(logits[nq * s.logit_ld + i]);
-  for (int i = lane; i < 2 * pairs; i += 32) of[i] = to_f32(off[nq * s.off_ld + i]);
-  float b[4];
-  box_of(ref, nq, b);
-  __syncwarp();
-  const auto logit = [&](int h, int k) { return lg[h * s.p + k]; };
-  for (int i = lane; i < pairs; i += 32) corners_of(s, i, logit, of[2 * i], of[2 * i + 1], b, wgt + 4 * i, row + 4 * i);
+  corners_from(s, nq, lane, 32, ref, off, logits, wgt, row);
   __syncwarp();
   const int hd = s.heads * s.d, chunks = hd / kVec, corners = 4 * s.p;
   const T* vn = value + n * s.s * s.value_ld;
@@ -197,7 +191,7 @@ __global__ void __launch_bounds__(kDeformWarps * 32) ms_deform_attn_warp_kernel(
 bool ms_deform_warp_ok(const DeformAttnShape& s, DType dt) {
   const int vec = dt == DType::F32 ? 4 : 8;  // elements in 16 bytes
   const int64_t value_ld = s.value_ld ? s.value_ld : int64_t(s.heads) * s.d;
-  // Pairs: each warp's corners, logits and offsets in shared memory (44 bytes a pair), the block under 48 KiB.
+  // Pairs: each warp's corners in shared memory (32 bytes a pair), the block's 4 warps under 48 KiB.
   return (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) && s.d % vec == 0 && value_ld % vec == 0 &&
          s.heads * s.p <= 256;
 }

@@ -250,6 +250,10 @@ void schedule_side_lane(CudaEngine::Program& p, const GraphFacts& f) {
     }
     runs = std::move(kept);
   }
+  sort_side_runs(p);
+}
+
+void sort_side_runs(CudaEngine::Program& p) {
   // Enqueued in fork order; runs forking together, the one joined first first.
   std::stable_sort(p.side_runs.begin(), p.side_runs.end(), [](const auto& a, const auto& b) {
     return a.fork_step != b.fork_step ? a.fork_step < b.fork_step : a.join_step < b.join_step;
