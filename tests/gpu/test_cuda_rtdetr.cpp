@@ -84,6 +84,23 @@ void rewrite_section(const fs::path& from, const fs::path& to, const std::string
   w.write(to);
 }
 
+// Bundle `on` with plan key `key` of batch `batch` removed from its tactics
+// record (section `section`, `record`) fails to load and run, asking for a
+// rebuild: the program built from the edited plan is not the one recorded.
+void expect_refused_without(const fs::path& on, const std::string& section, const nlohmann::json& record,
+                            const std::string& batch, const char* key, const HostTensor& x) {
+  nlohmann::json edited = record;
+  edited["batches"][batch]["plan"].erase(key);
+  const fs::path bad = on.parent_path() / cat("without_", key, ".bundle");
+  rewrite_section(on, bad, section, edited.dump());
+  try {
+    Engine::load(bad.string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
+    ADD_FAILURE() << "a plan without its " << key << " record loaded and ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rebuild the bundle"), std::string::npos) << e.what();
+  }
+}
+
 // Opt level 3 (timed tactics, the default) and 1 (heuristic tactics).
 TEST_P(CudaRtDetr, Fp32MatchesPyTorch) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -244,16 +261,7 @@ TEST_P(CudaRtDetr, WeightPrefetchChangesNoBit) {
   EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx) + 1) << GetParam();
 
   // The record removed: the program built from the plan has no prefetch step, so the load fails.
-  nlohmann::json edited = record;
-  edited["batches"][batch]["plan"].erase("weight_prefetch");
-  const fs::path bad = tmp / "edited.bundle";
-  rewrite_section(on, bad, section, edited.dump());
-  try {
-    Engine::load(bad.string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
-    ADD_FAILURE() << "a plan without its weight_prefetch record loaded and ran";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rebuild the bundle"), std::string::npos) << e.what();
-  }
+  expect_refused_without(on, section, record, batch, "weight_prefetch", x);
   fs::remove_all(tmp);
 }
 
@@ -293,18 +301,7 @@ TEST_P(CudaRtDetr, PostNormProjectionsAndMemoryMaskChangeNoBit) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < got.size(); ++k) EXPECT_TRUE(got[k].data == want[k].data) << GetParam() << ": output " << k << " differs";
   EXPECT_EQ(kernels_per_call(*ctx) + norms + masks.size(), kernels_per_call(*off_ctx)) << GetParam();
-  if (norms > 0) {
-    nlohmann::json bad = rec;
-    bad["batches"][batch]["plan"].erase("linear_norm");
-    const fs::path tampered = tmp / "tampered.bundle";
-    rewrite_section(on, tampered, section, bad.dump());
-    try {
-      Engine::load(tampered.string())->create_context()->run({{"pixel_values", x.shape, x.to_f32()}});
-      ADD_FAILURE() << "a plan without its linear_norm list loaded and ran";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("rebuild the bundle"), std::string::npos) << e.what();
-    }
-  }
+  if (norms > 0) expect_refused_without(on, section, rec, batch, "linear_norm", x);
   fs::remove_all(tmp);
 }
 
