@@ -380,7 +380,7 @@ nlohmann::json CudaEngine::Program::plan_json() const {
     j["side_lane"] = runs;
     if (late_side_fork) j["late_side_fork"] = true;
     if (weight_prefetch) j["weight_prefetch"] = true;
-    if (weight_prefetch && prefetch_evict_last) j["prefetch_evict_last"] = true;
+    if (prefetch_evict_last) j["prefetch_evict_last"] = true;
   }
   return j;
 }

@@ -223,9 +223,10 @@ struct Lowering {
   int node_index = -1;    // its index (-1: the engine inputs' conversion)
   // The engine constants each node's lowering took (weight(), engine_buffer()),
   // by node index: what switch weight_prefetch pulls into L2 (weight_prefetch.hpp).
+  // Kept only for a program that inserts the prefetch.
   mutable std::map<int, std::vector<DeviceRange>> weight_reads{};
   void note_read(const void* at, size_t bytes) const {
-    if (at && bytes) weight_reads[node_index].push_back({at, bytes});
+    if (f.weight_prefetch && at && bytes) weight_reads[node_index].push_back({at, bytes});
   }
   // Grows the per-context workspace to at least `bytes` (steps use it one at a time).
   void reserve_workspace(size_t bytes) { p.workspace_bytes = std::max(p.workspace_bytes, bytes); }
