@@ -80,7 +80,7 @@ struct Checker {
             bad(at + ".steps[" + std::to_string(k) + "]", "a step index (below the step count)");
       }
     }
-    for (const char* key : {"late_side_fork", "weight_prefetch", "prefetch_evict_last"})
+    for (const char* key : {"late_side_fork", "chain_side_fork", "weight_prefetch", "prefetch_evict_last"})
       if (const json* v = optional(p, key); v && !v->is_boolean()) bad(path + "." + key, "true or false");
     // Nodes fused by name (session 28): the post-norms run as small_gemm_norm,
     // the muls written by their concat's launch.

@@ -12,7 +12,7 @@ constexpr std::array<const char*, kSwitchCount> kNames = {"fuse_se",    "fuse_se
                                                           "linear_norm", "concat_mask", "sm90_conv",
                                                           "direct_conv", "cluster_top_k", "wide_attention",
                                                           "warp_deform", "memset_kernels", "late_side_fork",
-                                                          "weight_prefetch", "prefetch_evict_last"};
+                                                          "weight_prefetch", "prefetch_evict_last", "chain_side_fork"};
 
 std::optional<Switch> find_switch(std::string_view name) {
   for (int i = 0; i < kSwitchCount; ++i)

@@ -189,7 +189,8 @@ TEST_P(CudaRtDetr, Fp8BuildLowersAndRunsFinite) {
 // graph) changes when launches run, never what they compute: twenty calls of
 // the engine built with it give the bits of the one built with switch
 // side_lane off (opt level 1: the same heuristic tactics in both), with the
-// same launches, and the bundle's plan records the runs it took. A missing
+// same launches, and the bundle's plan records the runs it took and the
+// chain fork (a plan without that record is refused). A missing
 // fork or join, or a buffer reused while the other stream still reads it,
 // would race.
 TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
@@ -217,6 +218,12 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   auto ctx = Engine::load(on.string())->create_context();
   EXPECT_EQ(calls_differing(*ctx, x, want), 0) << GetParam() << ": calls with the side lane that differ from side_lane=off (of 20)";
   EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << GetParam();
+  // The default forks (late_side_fork, chain_side_fork) are recorded; without the
+  // chain fork's record the program planned at load is not the recorded one.
+  const std::string batch = std::to_string(x.shape.at(0));
+  const auto [section, record] = tactics_of(on);
+  EXPECT_EQ(record["batches"][batch]["plan"].value("chain_side_fork", false), true) << GetParam();
+  expect_refused_without(on, section, record, batch, "chain_side_fork", x);
   fs::remove_all(tmp);
 }
 

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 // The facts plan_fusions gives an RT-DETR graph (no views, no window convs,
 // no squeeze-excitation), side lane last.
-GraphFacts rtdetr_facts(const Graph& g, bool side_lane, bool late_fork = false) {
+GraphFacts rtdetr_facts(const Graph& g, bool side_lane, bool late_fork = false, bool chain_fork = false) {
   GraphFacts f;
   f.start(g);
   plan_deform_inputs(g, f);
@@ -37,7 +37,7 @@ GraphFacts rtdetr_facts(const Graph& g, bool side_lane, bool late_fork = false) 
   plan_row_windows(g, f);
   plan_output_casts(g, f);
   plan_mlp_chains(g, f, 132, true, false, LinearNormRule{});  // fuse_mlp auto, linear_norm on (as concat_mask above)
-  if (side_lane) plan_side_lane(g, f, late_fork);
+  if (side_lane) plan_side_lane(g, f, late_fork, chain_fork);
   return f;
 }
 
@@ -167,6 +167,51 @@ TEST(SideLanePlan, LateForkPutsTheValueProjectionBesideTopK) {
     }
     EXPECT_EQ(moved, 1) << name;
     expect_no_shared_bytes_while_running(name + " late fork", g, late);
+  });
+}
+
+// Switch chain_side_fork: each decoder layer's self-attention value
+// projection forks right after the mlp_chain launch before it (the box head
+// and query position chain whose output the q/k projection reads) instead of
+// beside it; the merged value projection stays where late_side_fork puts it;
+// every moved run keeps a main-lane launch to overlap, and the arena still
+// gives no value the bytes of a run that may be running.
+TEST(SideLanePlan, ChainForkPutsTheValueProjectionsAfterTheirChains) {
+  for_each_rtdetr([](const std::string& name, Graph& g) {
+    const GraphFacts before = rtdetr_facts(g, true, true), after = rtdetr_facts(g, true, true, true);
+    ASSERT_EQ(before.side_runs.size(), after.side_runs.size()) << name;
+    const std::vector<int> at = launch_nodes(g, after);
+    std::set<size_t> on_side;
+    for (const SideRun& r : after.side_runs) on_side.insert(r.nodes.begin(), r.nodes.end());
+    // f32 graphs have no chains (f32 linears run as separate GEMMs): nothing moves there.
+    const bool chains = !after.mlp_chains.empty();
+    int moved = 0, v_projs = 0;
+    for (size_t r = 0; r < after.side_runs.size(); ++r) {
+      const SideRun &a = before.side_runs[r], &b = after.side_runs[r];
+      const std::string& first = g.nodes[b.nodes.front()].name;
+      ASSERT_EQ(a.nodes, b.nodes) << name;
+      EXPECT_EQ(a.join, b.join) << name << ": " << first;
+      const bool v_proj = first.find("self_attn.v_proj") != std::string::npos && first.find("decoder.layers.") != std::string::npos;
+      v_projs += v_proj;
+      if (first.find("encoder_attn.value_proj") != std::string::npos) EXPECT_EQ(a.fork, b.fork) << name << ": " << first;
+      if (a.fork == b.fork) {
+        EXPECT_FALSE(v_proj && chains) << name << ": " << first << " did not move";
+        continue;
+      }
+      ++moved;
+      EXPECT_GT(b.fork, a.fork) << name << ": " << first;
+      const auto k = static_cast<size_t>(b.fork);
+      EXPECT_TRUE(after.mlp_chains.count(k) || after.mlp_chain_links.count(k)) << name << ": " << first << " forks after " << g.nodes[k].name;
+      EXPECT_EQ(at[k], b.fork) << name << ": " << first;
+      int between = 0;
+      for (int j = b.fork + 1; j < b.join; ++j) between += at[j] == j && !on_side.count(static_cast<size_t>(j));
+      EXPECT_GT(between, 0) << name << ": " << first << " has no main-lane launch beside it";
+    }
+    EXPECT_GT(v_projs, 0) << name;
+    EXPECT_EQ(chains, name.ends_with("f16")) << name;
+    if (chains) EXPECT_GE(moved, v_projs) << name;
+    else EXPECT_EQ(moved, 0) << name;
+    expect_no_shared_bytes_while_running(name + " chain fork", g, after);
   });
 }
 

@@ -21,7 +21,7 @@ nlohmann::json good() {
                                "workspace_bytes": 0, "steps": [["conv1", "cudnn eng4_k24=12"], ["conv2", "cudnn eng0"],
                                                                ["conv3", "cudnn eng0"]],
                                "side_lane": [{"steps": [1], "fork": 0, "join": 3}],
-                               "linear_norm": ["dec.0.norm1"], "concat_mask": [], "late_side_fork": true,
+                               "linear_norm": ["dec.0.norm1"], "concat_mask": [], "late_side_fork": true, "chain_side_fork": true,
                                "weight_prefetch": true,
                                "values": {"pixel_values": [0, 0]}}}}
   })");
@@ -95,6 +95,8 @@ TEST(TacticsRecord, WrongTypesNameTheSectionAndKey) {
        "'batches.1.plan.concat_mask[1]' must be a node name (a non-empty string)");
   says([](auto& j) { j["batches"]["1"]["plan"]["late_side_fork"] = "yes"; },
        "'batches.1.plan.late_side_fork' must be true or false");
+  says([](auto& j) { j["batches"]["1"]["plan"]["chain_side_fork"] = 1; },
+       "'batches.1.plan.chain_side_fork' must be true or false");
   says([](auto& j) { j["batches"]["1"]["plan"]["weight_prefetch"] = 1; },
        "'batches.1.plan.weight_prefetch' must be true or false");
   says([](auto& j) { j["batches"]["1"]["plan"]["values"]["pixel_values"] = {0, "8"}; },

@@ -154,6 +154,7 @@ bool side_lane_recorded(const nlohmann::json* plan) { return !plan || (plan->is_
 
 // A graph-wide choice a plan records as `key: true` (absent in plans from
 // before it: false): `late_side_fork` (the side runs fork late, session 34),
+// `chain_side_fork` (... after an mlp_chain, session 36),
 // `weight_prefetch` (the L2 prefetch step, session 35) and `prefetch_evict_last` (its lines evict-last).
 bool recorded_flag(const nlohmann::json& plan, const char* key) {
   const auto it = plan.is_object() ? plan.find(key) : plan.end();
@@ -267,8 +268,11 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   // Switch late_side_fork (auto: on since session 34, r18vd batch 1 0.633 ->
   // 0.628 ms on the H100); at load what the plan records (false for a plan from before it).
   f.late_side_fork = plan ? recorded_flag(*plan, "late_side_fork") : sw.get(Switch::LateSideFork).value_or(true);
+  // Switch chain_side_fork (auto: on since session 36, see plan_side_lane);
+  // at load what the plan records (false for a plan from before it).
+  f.chain_side_fork = plan ? recorded_flag(*plan, "chain_side_fork") : sw.get(Switch::ChainSideFork).value_or(true);
   const bool side_lane = sw.get(Switch::SideLane).value_or(true) && side_lane_recorded(plan);
-  if (side_lane) plan_side_lane(g, f, f.late_side_fork);
+  if (side_lane) plan_side_lane(g, f, f.late_side_fork, f.chain_side_fork);
   // Switch weight_prefetch (auto: off until measured on a GPU): the L2
   // prefetch step on the side lane (weight_prefetch.hpp), inserted after
   // lowering; at load what the plan records.
@@ -333,6 +337,7 @@ void plan_program_memory(CudaEngine::Program& p, const Graph& g, const GraphFact
   p.linear_norms.clear();
   for (size_t ln : f.linear_norms) p.linear_norms.push_back(g.nodes[ln].name);
   p.late_side_fork = f.late_side_fork && !f.side_runs.empty();
+  p.chain_side_fork = f.chain_side_fork && !f.side_runs.empty();
   p.concat_masks.clear();
   for (const auto& [cat, mul] : f.concat_masks) p.concat_masks.push_back(g.nodes[mul].name);
   for (size_t i = 0; i < f.blocks.size(); ++i)
@@ -379,6 +384,7 @@ nlohmann::json CudaEngine::Program::plan_json() const {
     for (const SideLaneRun& r : side_runs) runs.push_back({{"steps", r.steps}, {"fork", r.fork_step}, {"join", r.join_step}});
     j["side_lane"] = runs;
     if (late_side_fork) j["late_side_fork"] = true;
+    if (chain_side_fork) j["chain_side_fork"] = true;
     if (weight_prefetch) j["weight_prefetch"] = true;
     if (prefetch_evict_last) j["prefetch_evict_last"] = true;
   }

@@ -67,6 +67,7 @@ struct CudaEngine::Program {
   std::vector<char> step_on_side;  // per step
   std::vector<std::string> concat_masks;  // muls written by their concat's launch (plan key `concat_mask`)
   bool late_side_fork = false;            // side runs planned with switch late_side_fork (plan key `late_side_fork`)
+  bool chain_side_fork = false;           // ... with switch chain_side_fork (plan key `chain_side_fork`)
   bool weight_prefetch = false;           // the program has insert_weight_prefetch's step (plan key `weight_prefetch`)
   bool prefetch_evict_last = false;       // ... whose lines are evict-last (plan key `prefetch_evict_last`)
   DeviceBuffer prefetch_ranges;           // that step's {address, bytes} pairs

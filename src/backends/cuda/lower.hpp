@@ -120,6 +120,7 @@ struct GraphFacts {
   std::set<size_t> linear_norms;  // layer norms whose one-linear chain runs as small_gemm_norm (plan_mlp_chains)
   std::vector<SideRun> side_runs;  // plan_side_lane, in node order of their first nodes
   bool late_side_fork = false;     // plan_side_lane's late_fork (switch late_side_fork or the plan's record)
+  bool chain_side_fork = false;    // plan_side_lane's chain_fork (switch chain_side_fork or the plan's record)
   bool weight_prefetch = false;    // insert_weight_prefetch after lowering (switch weight_prefetch or the plan's record)
   bool prefetch_evict_last = false;  // ... its lines evict-last (switch prefetch_evict_last or the plan's record)
   SePlan se;
@@ -505,8 +506,10 @@ void plan_output_casts(const Graph& g, GraphFacts& f);
 // graphs, window convs, channel views or squeeze-excitation plans. With
 // `late_fork` (switch late_side_fork), a run whose window holds a main-lane
 // top_k of at most 8 rows before the run's first node forks right before the
-// top_k instead.
-void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork = false);
+// top_k instead. With `chain_fork` (switch chain_side_fork), a run whose
+// window holds a main-lane mlp_chain launch before the run's first node forks
+// right after the chain instead (not a run whose window holds such a top_k).
+void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork = false, bool chain_fork = false);
 // Per node: the index of the node whose launch computes it (itself when it
 // has a launch of its own), kPassThrough for byte aliases (no launch: their
 // readers read the source), kUnknownLaunch for fused nodes no plan accounts for.

@@ -66,7 +66,7 @@ std::vector<int> launch_nodes(const Graph& g, const GraphFacts& f) {
   return at;
 }
 
-void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork) {
+void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork, bool chain_fork) {
   f.side_runs.clear();
   if (f.dense || f.window_mode || f.use_views || !f.se.fused_away.empty() || !f.se.mlp_at.empty() ||
       !f.se.scale_at.empty())
@@ -189,6 +189,27 @@ void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork) {
       for (int k = run.fork + 1; k < run.join && k < static_cast<int>(run.nodes.front()); ++k)
         if (at[k] == k && !side[k] && few_rows_top_k(k)) {
           run.fork = k - 1;  // the fork step is the first main-lane step with a node after it: the top_k's
+          break;
+        }
+    }
+  // Switch chain_side_fork: a run whose window holds a main-lane mlp_chain
+  // launch before the run's first node forks right after the chain instead,
+  // so its launches do not take SMs beside the chain's clusters, whose
+  // layers are latency bound (RT-DETR: each decoder layer's self-attention
+  // v_proj, forked with the box head + query position chain that feeds the
+  // q/k projection; the chain took ~17 us in the graph against 12.8 alone,
+  // H100 session 35). Not a run whose window holds the query selection's
+  // top_k (the merged decoder value projection, late_side_fork's), which
+  // would then run beside the first decoder layer.
+  if (chain_fork)
+    for (size_t r : taken) {
+      SideRun& run = runs[r];
+      bool selection = false;
+      for (int k = run.fork + 1; k < run.join; ++k) selection |= at[k] == k && !side[k] && few_rows_top_k(k);
+      if (selection) continue;
+      for (int k = run.fork + 1; k < run.join && k < static_cast<int>(run.nodes.front()); ++k)
+        if (at[k] == k && !side[k] && (f.mlp_chains.count(static_cast<size_t>(k)) || f.mlp_chain_links.count(static_cast<size_t>(k)))) {
+          run.fork = k;  // the fork step is the first main-lane step with a node after the chain's
           break;
         }
     }
