@@ -41,7 +41,7 @@ enum class Switch : int {
   LateSideFork,   // CUDA: a side run whose window holds a top_k of <= 8 rows forks right before it, beside the few-block step (auto: on since session 34; at load what the plan records)
   WeightPrefetch,  // CUDA: one side-lane launch pulls the weights of the call's last steps (up to 12 MiB) into L2 before they run (auto: off until measured on a GPU; at load what the plan records; no bit changes)
   PrefetchEvictLast,  // CUDA: weight_prefetch's lines marked evict-last in L2, so streaming activations evict them last (auto: off until measured on a GPU; at load what the plan records)
-  ChainSideFork,  // CUDA: a side run whose window holds an mlp_chain launch forks right after it, not beside the chain's clusters (auto: on since session 36; at load what the plan records)
+  ChainSideFork,  // CUDA: a side run whose window holds an mlp_chain launch forks right after it, not beside the chain's clusters (auto: off until measured on a GPU; at load what the plan records)
   kCount
 };
 constexpr int kSwitchCount = static_cast<int>(Switch::kCount);

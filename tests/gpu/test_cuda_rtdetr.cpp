@@ -189,8 +189,7 @@ TEST_P(CudaRtDetr, Fp8BuildLowersAndRunsFinite) {
 // graph) changes when launches run, never what they compute: twenty calls of
 // the engine built with it give the bits of the one built with switch
 // side_lane off (opt level 1: the same heuristic tactics in both), with the
-// same launches, and the bundle's plan records the runs it took and the
-// chain fork (a plan without that record is refused). A missing
+// same launches, and the bundle's plan records the runs it took. A missing
 // fork or join, or a buffer reused while the other stream still reads it,
 // would race.
 TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
@@ -218,11 +217,36 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   auto ctx = Engine::load(on.string())->create_context();
   EXPECT_EQ(calls_differing(*ctx, x, want), 0) << GetParam() << ": calls with the side lane that differ from side_lane=off (of 20)";
   EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << GetParam();
-  // The default forks (late_side_fork, chain_side_fork) are recorded; without the
-  // chain fork's record the program planned at load is not the recorded one.
+  fs::remove_all(tmp);
+}
+
+// Switch chain_side_fork (side_lane.cpp) moves side-lane forks, never what a
+// launch computes: twenty calls of the engine built with it give the bits of
+// the one built without, with the same launches; the plan records the key and
+// a side lane whose forks differ, and a plan whose record was removed fails the load.
+TEST_P(CudaRtDetr, ChainSideForkChangesNoBit) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = rt::kFixtures / GetParam();
+  const HostTensor x = read_npy(dir / "input.npy");
   const std::string batch = std::to_string(x.shape.at(0));
+  const fs::path tmp = testing::temp_dir(cat("rtdetr_chain_fork_", GetParam()));
+  auto build_with = [&](bool on) {
+    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"),
+                           {{Switch::ChainSideFork, on}});
+  };
+  const fs::path off = build_with(false), on = build_with(true);
+  const nlohmann::json plan_off = tactics_of(off).second["batches"][batch]["plan"];
   const auto [section, record] = tactics_of(on);
-  EXPECT_EQ(record["batches"][batch]["plan"].value("chain_side_fork", false), true) << GetParam();
+  const nlohmann::json& plan = record["batches"][batch]["plan"];
+  EXPECT_FALSE(plan_off.contains("chain_side_fork"));
+  ASSERT_EQ(plan.value("chain_side_fork", false), true) << GetParam();
+  EXPECT_EQ(plan["steps"], plan_off["steps"]) << GetParam();
+  EXPECT_NE(plan["side_lane"], plan_off["side_lane"]) << GetParam() << ": no fork moved";
+  auto off_ctx = Engine::load(off.string())->create_context();
+  const std::vector<Tensor> want = off_ctx->run({{"pixel_values", x.shape, x.to_f32()}});
+  auto ctx = Engine::load(on.string())->create_context();
+  EXPECT_EQ(calls_differing(*ctx, x, want), 0) << GetParam() << ": calls with chain_side_fork that differ from without it (of 20)";
+  EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << GetParam();
   expect_refused_without(on, section, record, batch, "chain_side_fork", x);
   fs::remove_all(tmp);
 }

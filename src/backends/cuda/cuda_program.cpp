@@ -268,9 +268,9 @@ void plan_fusions(const CudaEngine::Impl& m, const Graph& g, const nlohmann::jso
   // Switch late_side_fork (auto: on since session 34, r18vd batch 1 0.633 ->
   // 0.628 ms on the H100); at load what the plan records (false for a plan from before it).
   f.late_side_fork = plan ? recorded_flag(*plan, "late_side_fork") : sw.get(Switch::LateSideFork).value_or(true);
-  // Switch chain_side_fork (auto: on since session 36, see plan_side_lane);
-  // at load what the plan records (false for a plan from before it).
-  f.chain_side_fork = plan ? recorded_flag(*plan, "chain_side_fork") : sw.get(Switch::ChainSideFork).value_or(true);
+  // Switch chain_side_fork (auto: off until measured on a GPU, see
+  // plan_side_lane); at load what the plan records (false for a plan from before it).
+  f.chain_side_fork = plan ? recorded_flag(*plan, "chain_side_fork") : sw.get(Switch::ChainSideFork).value_or(false);
   const bool side_lane = sw.get(Switch::SideLane).value_or(true) && side_lane_recorded(plan);
   if (side_lane) plan_side_lane(g, f, f.late_side_fork, f.chain_side_fork);
   // Switch weight_prefetch (auto: off until measured on a GPU): the L2
