@@ -10,6 +10,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -220,61 +222,70 @@ TEST_P(CudaRtDetr, SideLaneChangesNoBit) {
   fs::remove_all(tmp);
 }
 
+// A fixture's fp16 bundles built with a plan-recorded switch off and on (the
+// fixture's batch), the on bundle's tactics record and both plans: the on plan
+// records `key: true`, the off plan has no such key.
+struct SwitchPair {
+  HostTensor x;
+  std::string batch;
+  fs::path tmp, off, on;
+  std::string section;
+  nlohmann::json record, plan_off;
+  const nlohmann::json& plan() const { return record["batches"][batch]["plan"]; }
+};
+
+SwitchPair build_switch_pair(const std::string& fixture, Switch sw, const char* key) {
+  SwitchPair p;
+  const fs::path dir = rt::kFixtures / fixture;
+  p.x = read_npy(dir / "input.npy");
+  p.batch = std::to_string(p.x.shape.at(0));
+  p.tmp = testing::temp_dir(cat("rtdetr_", key, "_", fixture));
+  p.off = build_fp16_with(dir, static_cast<int>(p.x.shape.at(0)), p.tmp / "off.bundle", {{sw, false}});
+  p.on = build_fp16_with(dir, static_cast<int>(p.x.shape.at(0)), p.tmp / "on.bundle", {{sw, true}});
+  p.plan_off = tactics_of(p.off).second["batches"][p.batch]["plan"];
+  std::tie(p.section, p.record) = tactics_of(p.on);
+  EXPECT_FALSE(p.plan_off.contains(key)) << fixture;
+  EXPECT_EQ(p.plan().value(key, false), true) << fixture << ": the plan does not record " << key;
+  return p;
+}
+
+// Twenty calls of p's on engine give the off engine's bits with `extra`
+// launches more, and the on bundle with `key` removed from its plan fails to
+// load (the program built from the edited plan is not the recorded one).
+void expect_same_bits_and_record_needed(const SwitchPair& p, const char* key, int extra) {
+  auto off_ctx = Engine::load(p.off.string())->create_context();
+  const std::vector<Tensor> want = off_ctx->run({{"pixel_values", p.x.shape, p.x.to_f32()}});
+  auto ctx = Engine::load(p.on.string())->create_context();
+  EXPECT_EQ(calls_differing(*ctx, p.x, want), 0) << key << ": calls that differ from the engine without it (of 20)";
+  EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx) + extra) << key;
+  expect_refused_without(p.on, p.section, p.record, p.batch, key, p.x);
+}
+
 // Switch chain_side_fork (side_lane.cpp) moves side-lane forks, never what a
-// launch computes: twenty calls of the engine built with it give the bits of
-// the one built without, with the same launches; the plan records the key and
-// a side lane whose forks differ, and a plan whose record was removed fails the load.
+// launch computes: the engine built with it gives the bits of the one built
+// without, with the same steps and launches and other forks; the plan records
+// the key, and a plan whose record was removed fails the load.
 TEST_P(CudaRtDetr, ChainSideForkChangesNoBit) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const fs::path dir = rt::kFixtures / GetParam();
-  const HostTensor x = read_npy(dir / "input.npy");
-  const std::string batch = std::to_string(x.shape.at(0));
-  const fs::path tmp = testing::temp_dir(cat("rtdetr_chain_fork_", GetParam()));
-  auto build_with = [&](bool on) {
-    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"),
-                           {{Switch::ChainSideFork, on}});
-  };
-  const fs::path off = build_with(false), on = build_with(true);
-  const nlohmann::json plan_off = tactics_of(off).second["batches"][batch]["plan"];
-  const auto [section, record] = tactics_of(on);
-  const nlohmann::json& plan = record["batches"][batch]["plan"];
-  EXPECT_FALSE(plan_off.contains("chain_side_fork"));
-  ASSERT_EQ(plan.value("chain_side_fork", false), true) << GetParam();
-  EXPECT_EQ(plan["steps"], plan_off["steps"]) << GetParam();
-  EXPECT_NE(plan["side_lane"], plan_off["side_lane"]) << GetParam() << ": no fork moved";
-  auto off_ctx = Engine::load(off.string())->create_context();
-  const std::vector<Tensor> want = off_ctx->run({{"pixel_values", x.shape, x.to_f32()}});
-  auto ctx = Engine::load(on.string())->create_context();
-  EXPECT_EQ(calls_differing(*ctx, x, want), 0) << GetParam() << ": calls with chain_side_fork that differ from without it (of 20)";
-  EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx)) << GetParam();
-  expect_refused_without(on, section, record, batch, "chain_side_fork", x);
-  fs::remove_all(tmp);
+  const SwitchPair p = build_switch_pair(GetParam(), Switch::ChainSideFork, "chain_side_fork");
+  EXPECT_EQ(p.plan()["steps"], p.plan_off["steps"]) << GetParam();
+  EXPECT_NE(p.plan()["side_lane"], p.plan_off["side_lane"]) << GetParam() << ": no fork moved";
+  expect_same_bits_and_record_needed(p, "chain_side_fork", 0);
+  fs::remove_all(p.tmp);
 }
 
 // Switch weight_prefetch (weight_prefetch.hpp) changes when weights reach L2,
-// never what a launch computes: twenty calls of the engine built with it
-// give the bits of the one built without, with one launch more (the
-// prefetch), and the plan records it: `weight_prefetch: true`, its step
-// (kernel "kiln l2_prefetch: ...") and a side run of that step alone,
-// joined at the end. A plan whose record was removed fails the load.
+// never what a launch computes: the engine built with it gives the bits of
+// the one built without, with one launch more (the prefetch), and the plan
+// records it: `weight_prefetch: true`, its step (kernel "kiln l2_prefetch:
+// ...") and a side run of that step alone, joined at the end. A plan whose
+// record was removed fails the load.
 TEST_P(CudaRtDetr, WeightPrefetchChangesNoBit) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const fs::path dir = rt::kFixtures / GetParam();
-  const HostTensor x = read_npy(dir / "input.npy");
-  const std::string batch = std::to_string(x.shape.at(0));
-  const fs::path tmp = testing::temp_dir(cat("rtdetr_prefetch_", GetParam()));
-  auto build_with = [&](bool on) {
-    return build_fp16_with(dir, static_cast<int>(x.shape.at(0)), tmp / (on ? "on.bundle" : "off.bundle"),
-                           {{Switch::WeightPrefetch, on}});
-  };
-  const fs::path off = build_with(false), on = build_with(true);
-  const nlohmann::json plan_off = tactics_of(off).second["batches"][batch]["plan"];
-  const auto [section, record] = tactics_of(on);
-  const nlohmann::json& plan = record["batches"][batch]["plan"];
-  EXPECT_FALSE(plan_off.contains("weight_prefetch"));
-  ASSERT_EQ(plan.value("weight_prefetch", false), true) << GetParam();
-  ASSERT_EQ(plan["steps"].size(), plan_off["steps"].size() + 1);
-  ASSERT_EQ(plan["side_lane"].size(), plan_off["side_lane"].size() + 1);
+  const SwitchPair p = build_switch_pair(GetParam(), Switch::WeightPrefetch, "weight_prefetch");
+  const nlohmann::json& plan = p.plan();
+  ASSERT_EQ(plan["steps"].size(), p.plan_off["steps"].size() + 1);
+  ASSERT_EQ(plan["side_lane"].size(), p.plan_off["side_lane"].size() + 1);
   size_t prefetch = plan["steps"].size();
   for (size_t k = 0; k < plan["steps"].size(); ++k)
     if (plan["steps"][k][1].get<std::string>().rfind("kiln l2_prefetch", 0) == 0) prefetch = k;
@@ -284,16 +295,8 @@ TEST_P(CudaRtDetr, WeightPrefetchChangesNoBit) {
     alone |= r["steps"] == nlohmann::json::array({prefetch}) && r["fork"].get<size_t>() == prefetch + 1 &&
              r["join"].get<size_t>() == plan["steps"].size();
   EXPECT_TRUE(alone) << "the prefetch's side run: " << plan["side_lane"].dump();
-
-  auto off_ctx = Engine::load(off.string())->create_context();
-  const std::vector<Tensor> want = off_ctx->run({{"pixel_values", x.shape, x.to_f32()}});
-  auto ctx = Engine::load(on.string())->create_context();
-  EXPECT_EQ(calls_differing(*ctx, x, want), 0) << GetParam() << ": calls with weight_prefetch that differ from without it (of 20)";
-  EXPECT_EQ(kernels_per_call(*ctx), kernels_per_call(*off_ctx) + 1) << GetParam();
-
-  // The record removed: the program built from the plan has no prefetch step, so the load fails.
-  expect_refused_without(on, section, record, batch, "weight_prefetch", x);
-  fs::remove_all(tmp);
+  expect_same_bits_and_record_needed(p, "weight_prefetch", 1);
+  fs::remove_all(p.tmp);
 }
 
 // Switches linear_norm (small_gemm_norm) and concat_mask (the memory's mask
