@@ -9,7 +9,8 @@
 # .gpu/call2.sh`; device: `bash .gpu/call2.sh` with .gpu carried.
 # Bundles (one binary): X (--enable chain_side_fork), T (default), S
 # (--disable side_lane: the chains with nothing beside them); interleaved in one process, three rounds (cut to fit the
-# device time left after six lost starts: no batch 8). Not run: the device time ran out.
+# device time left after six lost starts: no batch 8). Not run: the device time ran out. Added after: an Nsight
+# Compute pass over the linked chain (last step).
 . tools/gpu/call_common.sh
 full_fixture r18vd $R/fixtures.log; log fixture $?
 bb() { echo $work/r18vd.b$1.$2.bundle; }
@@ -25,4 +26,11 @@ for n in X S; do cmp $R/out_$n/logits.npy $R/out_T/logits.npy && cmp $R/out_$n/p
 for n in X T S; do $kiln bench $(bb 1 $n) --batch 1 --iterations 300 --trace 20 --json > $R/bench_$n.json 2> $R/bench_$n.err; log trace_$n $?; done
 $kiln inspect $(bb 1 X) --plan > $R/inspect_X.txt 2>&1; log inspect_X $?
 timeout 120 $B/kiln_gpu_tests --gtest_filter='SideLanePlan.*:Fixtures/CudaRtDetr.ChainSideForkChangesNoBit/*' > $R/side.log 2>&1; log side $?
+# Last, where the chain's warps stall now (session 26's Nsight Compute data predates the st.async hand-off):
+# the linked chain of one call, full set with source-level sampling (each kernel replayed alone).
+ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+timeout 150 $ncu --clock-control none --kernel-name-base demangled -k 'regex:mlp_chain' -s 1 -c 2 --set full \
+  --import-source no -o $work/chain_rep -f $kiln bench $(bb 1 T) --batch 1 --iterations 3 --warmup 0 --no-task > $R/ncu_run.log 2>&1; log ncu $?
+$ncu --import $work/chain_rep.ncu-rep --page details > $R/ncu_details.txt 2>&1
+$ncu --import $work/chain_rep.ncu-rep --page source --csv --print-source sass > $R/ncu_source_sass.csv 2>&1; xz -9 $R/ncu_source_sass.csv
 tar -C $work -czf $OUT/res.tgz res
