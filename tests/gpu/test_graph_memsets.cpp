@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/graph_memsets.hpp"
+#include "backends/cuda/kernel_names.hpp"
 #include "cuda_test_util.hpp"
 
 namespace kiln::cuda::test {
@@ -109,6 +111,32 @@ TEST(GraphMemsets, FillKernelsWriteTheMemsetsBytesInOrder) {
   cudaGraphDestroy(g);
   cudaFree(d);
   cudaFree(copy);
+}
+
+// kiln bench --profile's kernel lists (kernels_by_step) with the switch on
+// name the fills that replace the memsets, step by step, as the context's
+// graph runs them; without it the memset nodes.
+TEST(GraphMemsets, KernelListsNameTheFillsWithTheSwitch) {
+  KILN_REQUIRE_GPU();
+  uint8_t* d = nullptr;
+  CK(cudaMalloc(&d, 256));
+  cudaStream_t s = nullptr;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const auto step = [&](size_t i) {
+    CK(cudaMemsetAsync(d + 64 * i, static_cast<int>(i), 64, s));
+    if (i == 1) CK(cudaMemsetAsync(d + 128, 7, 64, s));
+  };
+  const auto plain = kernels_by_step(s, 3, step);
+  const auto edited = kernels_by_step(s, 3, step, true);
+  const std::vector<std::vector<std::string>> memsets = {{"memset"}, {"memset", "memset"}, {"memset"}};
+  EXPECT_EQ(plain, memsets);
+  ASSERT_EQ(edited.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(edited[i].size(), memsets[i].size()) << "step " << i;
+    for (const std::string& name : edited[i]) EXPECT_EQ(name, "kiln::cuda::fill_kernel") << "step " << i;
+  }
+  CK(cudaStreamDestroy(s));
+  cudaFree(d);
 }
 
 }  // namespace

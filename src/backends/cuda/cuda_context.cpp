@@ -422,7 +422,7 @@ std::vector<CudaContext::StepProfile> CudaContext::profile(int64_t batch, int ro
   std::vector<std::vector<std::string>> kernels(ns);
   std::string unavailable;
   try {
-    kernels = kernels_by_step(m.stream.s, ns, d.runner());
+    kernels = kernels_by_step(m.stream.s, ns, d.runner(), m.memset_kernels());
   } catch (const Error& e) {
     unavailable = e.what();  // kernels stay ns empty lists
   }

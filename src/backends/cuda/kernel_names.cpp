@@ -152,7 +152,7 @@ std::vector<cudaGraphNode_t> capturing_nodes(cudaStream_t stream, size_t step) {
 }
 
 std::vector<std::vector<std::string>> kernels_by_step(cudaStream_t stream, size_t steps,
-                                                      const std::function<void(size_t)>& run_step) {
+                                                      const std::function<void(size_t)>& run_step, bool memset_kernels) {
   std::vector<size_t> added(steps, 0);
   GraphOwner graph;
   KILN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -172,6 +172,7 @@ std::vector<std::vector<std::string>> kernels_by_step(cudaStream_t stream, size_
     throw;
   }
   KILN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph.g));
+  if (memset_kernels) memsets_to_kernels(graph.g);  // one kernel node for each memset node: the counts stand
   const std::vector<cudaGraphNode_t> order = execution_order(graph.g);
   std::vector<std::vector<std::string>> out(steps);
   size_t at = 0;

@@ -15,9 +15,12 @@ namespace kiln::cuda {
 
 // Captures run_step(0) .. run_step(steps - 1) on `stream` (thread-local
 // capture mode) and returns, per step, the names of the graph nodes it added,
-// in execution order. The stream must be idle and not capturing.
+// in execution order. The stream must be idle and not capturing. With
+// `memset_kernels` (the context's switch) the capture's memset nodes become
+// fill kernels first, as in the context's own graph, and are named so.
 std::vector<std::vector<std::string>> kernels_by_step(cudaStream_t stream, size_t steps,
-                                                      const std::function<void(size_t)>& run_step);
+                                                      const std::function<void(size_t)>& run_step,
+                                                      bool memset_kernels = false);
 
 // The nodes of the graph `stream` is capturing into (after step `step` of a
 // diagnostic capture: an ended capture fails naming it).
