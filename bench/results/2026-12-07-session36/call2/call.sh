@@ -12,6 +12,8 @@
 # device time left after six lost starts: no batch 8). Not run: the device time ran out. Added after: an Nsight
 # Compute pass over the linked chain (last step).
 . tools/gpu/call_common.sh
+# With a payload packed for next/call.sh too (bin/kiln = + split_k_chain.patch), this call uses the base binary.
+[ -x $B/kiln-base ] && kiln=$B/kiln-base
 full_fixture r18vd $R/fixtures.log; log fixture $?
 bb() { echo $work/r18vd.b$1.$2.bundle; }
 build() {  # BATCH NAME FLAGS...

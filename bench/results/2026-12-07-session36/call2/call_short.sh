@@ -11,6 +11,8 @@
 # (--disable side_lane: the chains with nothing beside them); interleaved in one process, three rounds. Cut to fit the
 # device time left after six lost starts (no batch 8).
 . tools/gpu/call_common.sh
+# With a payload packed for next/call.sh too (bin/kiln = + split_k_chain.patch), this call uses the base binary.
+[ -x $B/kiln-base ] && kiln=$B/kiln-base
 full_fixture r18vd $R/fixtures.log; log fixture $?
 bb() { echo $work/r18vd.b$1.$2.bundle; }
 build() {  # BATCH NAME FLAGS...
