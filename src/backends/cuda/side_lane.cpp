@@ -183,14 +183,18 @@ void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork, bool chain_fo
     const TopKAttrs a = top_k_attrs(g, g.nodes[k]);
     return a.outer * a.inner <= kLateForkTopKRows;
   };
+  // The first main-lane launch after run's fork and before `until` for which
+  // `is` holds; -1 if none.
+  const auto first_main = [&](const SideRun& run, int until, const auto& is) {
+    for (int k = run.fork + 1; k < std::min(run.join, until); ++k)
+      if (at[k] == k && !side[k] && is(k)) return k;
+    return -1;
+  };
   if (late_fork)
     for (size_t r : taken) {
       SideRun& run = runs[r];
-      for (int k = run.fork + 1; k < run.join && k < static_cast<int>(run.nodes.front()); ++k)
-        if (at[k] == k && !side[k] && few_rows_top_k(k)) {
-          run.fork = k - 1;  // the fork step is the first main-lane step with a node after it: the top_k's
-          break;
-        }
+      // The fork step is the first main-lane step with a node after the fork: the top_k's.
+      if (const int k = first_main(run, static_cast<int>(run.nodes.front()), few_rows_top_k); k >= 0) run.fork = k - 1;
     }
   // Switch chain_side_fork: a run whose window holds a main-lane mlp_chain
   // launch before the run's first node forks right after the chain instead,
@@ -201,17 +205,15 @@ void plan_side_lane(const Graph& g, GraphFacts& f, bool late_fork, bool chain_fo
   // H100 session 35). Not a run whose window holds the query selection's
   // top_k (the merged decoder value projection, late_side_fork's), which
   // would then run beside the first decoder layer.
+  const auto chain_launch = [&](int k) {
+    return f.mlp_chains.count(static_cast<size_t>(k)) > 0 || f.mlp_chain_links.count(static_cast<size_t>(k)) > 0;
+  };
   if (chain_fork)
     for (size_t r : taken) {
       SideRun& run = runs[r];
-      bool selection = false;
-      for (int k = run.fork + 1; k < run.join; ++k) selection |= at[k] == k && !side[k] && few_rows_top_k(k);
-      if (selection) continue;
-      for (int k = run.fork + 1; k < run.join && k < static_cast<int>(run.nodes.front()); ++k)
-        if (at[k] == k && !side[k] && (f.mlp_chains.count(static_cast<size_t>(k)) || f.mlp_chain_links.count(static_cast<size_t>(k)))) {
-          run.fork = k;  // the fork step is the first main-lane step with a node after the chain's
-          break;
-        }
+      if (first_main(run, run.join, few_rows_top_k) >= 0) continue;
+      // The fork step is then the first main-lane step with a node after the chain's.
+      if (const int k = first_main(run, static_cast<int>(run.nodes.front()), chain_launch); k >= 0) run.fork = k;
     }
   for (size_t r : taken) {
     const SideRun& run = runs[r];
